@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+# torch first, pinned to the CPU wheel on disk; the package's range then installs nothing more.
+TORCH := torch==2.13.0
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip >/dev/null
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install $(TORCH)
+	$(BIN)/pip install -e .
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/windtunnel demo
+
+test: $(DEVSTAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -m "not slow" tests
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

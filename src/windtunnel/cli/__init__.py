@@ -1,0 +1,23 @@
+"""`windtunnel` command line: thin shells over the Python API. The only module that prints for humans.
+
+Each command group lives in its own module and registers itself on `app`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="windtunnel",
+    help="Bayesian wind tunnels: is your sequence model doing exact Bayesian inference?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules attach their commands to `app` on import.
+from windtunnel.cli import tasks_cmd  # noqa: E402, F401, I001
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""`windtunnel tasks` commands (filled in by the tasks work)."""

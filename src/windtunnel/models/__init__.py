@@ -1,0 +1,8 @@
+"""Four architectures behind one protocol (see `windtunnel.models.base`)."""
+
+# Built-in architectures register themselves on import.
+from windtunnel.models import lstm, mamba, mlp, transformer  # noqa: E402, F401, I001
+from windtunnel.models.base import SequenceModel, predictive
+from windtunnel.models.registry import make, names, register, resolve
+
+__all__ = ["SequenceModel", "make", "names", "predictive", "register", "resolve"]

@@ -1,0 +1,13 @@
+"""Bayesian wind tunnels: tasks whose exact posterior is known at every position.
+
+    >>> from windtunnel import tasks
+    >>> task = tasks.make("bijection", V=20, L=19)
+    >>> batch = task.sample(64, seed=0)
+"""
+
+# Built-in tunnels register themselves on import.
+from windtunnel.tasks import bijection, hmm, recall, regression  # noqa: E402, F401, I001
+from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
+from windtunnel.tasks.registry import make, names, register
+
+__all__ = ["Batch", "Task", "TaskParams", "TaskSpec", "make", "names", "register"]

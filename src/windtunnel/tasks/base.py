@@ -1,0 +1,188 @@
+"""The wind-tunnel contract: a task's spec, the batch it samples, and the base class tasks share.
+
+Everything downstream (models, metrics, training, report) only sees `TaskSpec` and `Batch`, so a
+user's own task that fills these in runs through the whole toolkit unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from torch.distributions import Categorical, Distribution, Normal
+
+InputKind = Literal["tokens", "real"]
+AnswerKind = Literal["classes", "real"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a model needs to know about a task: input kind, answer kind, and sequence length.
+
+    `answer_token_offset` is set when the K answer classes are the input tokens
+    `offset .. offset+K-1` (bijection values), so a model may tie its head to those embeddings.
+    `log10_hypotheses` is the size of the hypothesis space: the argument that nothing can be memorised.
+    """
+
+    name: str
+    input_kind: InputKind
+    answer_kind: AnswerKind
+    seq_len: int
+    vocab_size: int | None = None  # input_kind == "tokens"
+    input_dim: int | None = None  # input_kind == "real"
+    n_classes: int | None = None  # answer_kind == "classes"
+    answer_token_offset: int | None = None
+    log10_hypotheses: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.input_kind == "tokens" and not self.vocab_size:
+            raise ValueError("TaskSpec: token inputs need vocab_size >= 1")
+        if self.input_kind == "real" and not self.input_dim:
+            raise ValueError("TaskSpec: real inputs need input_dim >= 1")
+        if self.answer_kind == "classes" and not self.n_classes:
+            raise ValueError("TaskSpec: class answers need n_classes >= 1")
+        if self.seq_len < 1:
+            raise ValueError("TaskSpec: seq_len must be >= 1")
+
+    @property
+    def output_dim(self) -> int:
+        """Width of a model's head: K logits, or (mean, log-variance) for a Gaussian answer."""
+        return int(self.n_classes) if self.answer_kind == "classes" else 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass
+class Batch:
+    """One sampled batch of a wind tunnel, with its exact posterior at every position.
+
+    inputs:      (B,T) long token ids, or (B,T,D) float vectors
+    target_mask: (B,T) bool, the scored positions
+    targets:     (B,T) the realised true answer at scored positions (class id long, or real y float)
+    posterior:   exact posterior predictive, batch shape (B,T): Categorical over K classes or Normal;
+                 finite everywhere (arbitrary but valid at unscored positions)
+    latent:      the sampled hypothesis and observations, for probes and tests
+    """
+
+    inputs: torch.Tensor
+    target_mask: torch.Tensor
+    targets: torch.Tensor
+    posterior: Distribution
+    latent: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.inputs.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.inputs.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.inputs.device
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            inputs=self.inputs.to(device),
+            target_mask=self.target_mask.to(device),
+            targets=self.targets.to(device),
+            posterior=posterior_to(self.posterior, device),
+            latent={k: v.to(device) for k, v in self.latent.items()},
+        )
+
+
+def posterior_to(dist: Distribution, device: torch.device | str) -> Distribution:
+    """Move a Categorical/Normal posterior to `device` (torch distributions have no `.to`)."""
+    if isinstance(dist, Categorical):
+        return Categorical(probs=dist.probs.to(device), validate_args=False)
+    if isinstance(dist, Normal):
+        return Normal(dist.loc.to(device), dist.scale.to(device), validate_args=False)
+    raise TypeError(f"unsupported posterior type {type(dist).__name__}")
+
+
+def make_generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
+    """The one place a task turns (seed | generator) into a torch.Generator on `device`."""
+    if generator is not None:
+        if seed is not None:
+            raise ValueError("sample: pass either seed or generator, not both")
+        return generator
+    g = torch.Generator(device=device)
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(int(seed))
+    return g
+
+
+class TaskParams(BaseModel):
+    """Base of every task's typed parameters; unknown parameters are an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def validation_message(err: ValidationError, task: str) -> str:
+    """Turn a pydantic error into one line per field: `task.field: message (got value)`."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "params"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        parts.append(f"{task}.{loc}: {msg}{got}")
+    return "; ".join(parts)
+
+
+class Task:
+    """Base class: holds validated `params`, exposes `spec`, and samples batches.
+
+    Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`.
+    """
+
+    name: ClassVar[str] = "task"
+    Params: ClassVar[type[TaskParams]] = TaskParams
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        try:
+            self.params = self.Params(**params)
+        except ValidationError as err:
+            raise ValueError(validation_message(err, self.name)) from None
+
+    @property
+    def spec(self) -> TaskSpec:
+        raise NotImplementedError
+
+    def sample(
+        self,
+        batch_size: int,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+    ) -> Batch:
+        """Sample `batch_size` fresh sequences, vectorised over the batch; deterministic for a seed."""
+        if int(batch_size) < 1:
+            raise ValueError(f"{self.name}.batch_size: must be >= 1 (got {batch_size})")
+        dev = torch.device(device) if device is not None else (
+            generator.device if generator is not None else torch.device("cpu")
+        )
+        g = make_generator(seed, generator, dev)
+        return self._sample(int(batch_size), g, dev)
+
+    def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
+        raise NotImplementedError
+
+    def with_params(self, **overrides: Any) -> Task:
+        """A copy of this task with some parameters changed (e.g. a longer K for length generalisation)."""
+        return type(self)(**{**self.params.model_dump(), **overrides})
+
+    def describe(self, batch: Batch, index: int = 0) -> list[str]:
+        """Human-readable tokens of one sequence (used by `windtunnel tasks show`)."""
+        x = batch.inputs[index]
+        return [str(v.tolist()) for v in x]
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
+        return f"{type(self).__name__}({args})"
