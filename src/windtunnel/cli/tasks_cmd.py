@@ -1,1 +1,69 @@
-"""`windtunnel tasks` commands (filled in by the tasks work)."""
+"""`windtunnel tasks`: list the wind tunnels, and `tasks show NAME` prints one sampled sequence with its posterior."""
+
+from __future__ import annotations
+
+import math
+
+import typer
+
+from windtunnel import tasks
+from windtunnel.cli import app
+from windtunnel.cli.common import guarded, parse_kv
+from windtunnel.tasks._util import entropy_bits
+
+tasks_app = typer.Typer(
+    help="List the wind tunnels, or show one sampled sequence with its exact posterior.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+app.add_typer(tasks_app, name="tasks")
+
+
+def _fmt_params(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+@tasks_app.callback()
+@guarded
+def list_tasks(ctx: typer.Context) -> None:
+    """List every registered task with its default parameters, length, answer classes and hypothesis count."""
+    if ctx.invoked_subcommand is not None:
+        return
+    for name in tasks.names():
+        task = tasks.make(name)
+        spec = task.spec
+        answers = f"{spec.n_classes} classes" if spec.answer_kind == "classes" else "real (Gaussian)"
+        hyp = "continuous" if math.isinf(spec.log10_hypotheses) else f"10^{spec.log10_hypotheses:.1f}"
+        params = _fmt_params(task.params.model_dump()) if hasattr(task, "params") else ""
+        typer.echo(f"{name:<12} T={spec.seq_len:<4} answers={answers:<16} hypotheses={hyp:<10} {params}")
+
+
+@tasks_app.command("show")
+@guarded
+def show(
+    name: str = typer.Argument(..., help="task name (see `windtunnel tasks`)"),
+    param: list[str] = typer.Option(None, "--param", "-p", help="task parameter k=v (repeatable)"),
+    seed: int = typer.Option(0, "--seed", help="sampling seed"),
+) -> None:
+    """Print one sampled sequence: each token, and at scored positions the posterior entropy and the truth."""
+    task = tasks.make(name, **parse_kv(param, "--param"))
+    batch = task.sample(1, seed=seed)
+    spec = task.spec
+    tokens = task.describe(batch, 0) if hasattr(task, "describe") else [str(v) for v in batch.inputs[0].tolist()]
+    H = entropy_bits(batch.posterior)[0]  # (T,)
+    mask = batch.target_mask[0]
+    unit = "bits (differential)" if spec.answer_kind == "real" else "bits"
+    typer.echo(f"{name}: {task!r}  T={spec.seq_len}  seed={seed}  entropy in {unit}")
+    width = max(len(tok) for tok in tokens)
+    for t, tok in enumerate(tokens):
+        line = f"{t:>4}  {tok:<{width}}"
+        if bool(mask[t]):
+            truth = batch.targets[0, t].item()
+            if spec.answer_kind == "real":
+                loc, scale = batch.posterior.loc[0, t].item(), batch.posterior.scale[0, t].item()
+                line += f"    H={H[t].item():.3f}  pred=N({loc:.2f}, {scale:.2f}^2)  truth={truth:.2f}"
+            else:
+                p_true = batch.posterior.probs[0, t, int(truth)].item()
+                line += f"    H={H[t].item():.3f}  truth={int(truth)}  p(truth)={p_true:.3f}"
+        typer.echo(line)
+    typer.echo(f"mean posterior entropy at scored positions: {H[mask].mean().item():.4f} {unit}")

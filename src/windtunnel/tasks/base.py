@@ -6,6 +6,7 @@ user's own task that fills these in runs through the whole toolkit unchanged.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
@@ -125,11 +126,18 @@ class TaskParams(BaseModel):
 
 
 def validation_message(err: ValidationError, task: str) -> str:
-    """Turn a pydantic error into one line per field: `task.field: message (got value)`."""
+    """Turn a pydantic error into one line per field: `task.field: message (got value)`.
+
+    A cross-field check (model validator, no location) whose message starts with `field: ` is reported
+    as `task.field: ...`, so every message names the parameter.
+    """
     parts = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "params"
         msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"] and re.match(r"^[A-Za-z_]\w*: ", msg):
+            parts.append(f"{task}.{msg}")
+            continue
+        loc = ".".join(str(p) for p in e["loc"]) or "params"
         got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
         parts.append(f"{task}.{loc}: {msg}{got}")
     return "; ".join(parts)

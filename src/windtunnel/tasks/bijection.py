@@ -1,0 +1,134 @@
+"""Bijection wind tunnel (belief accumulation): infer a fresh random permutation from revealed key->value pairs.
+
+Each sequence draws a uniform permutation `perm` of V values and shows L keys with their values. At every key
+the model predicts the key's value. The exact posterior is a point mass on perm[k] if key k was already
+revealed, else uniform over the values not yet revealed (without replacement: entropy log2(V - t) at the
+t-th key, 0-indexed). A fresh permutation per sequence (V! ~ 2.4e18 for V=20) rules out memorisation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from windtunnel.tasks._util import random_perm, scatter_posterior, scatter_targets
+from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
+from windtunnel.tasks.registry import register
+
+BijectionFormat = Literal["sep-vocab", "paired"]
+
+
+class BijectionParams(TaskParams):
+    """V values and keys, L revealed pairs; token format; whether keys may repeat."""
+
+    V: int = Field(20, ge=2, description="number of keys = number of values")
+    L: int = Field(19, ge=1, description="number of key-value pairs in a sequence")
+    format: BijectionFormat = Field("sep-vocab", description="'sep-vocab' (2V vocab, no query) or 'paired'")
+    with_replacement: bool = Field(False, description="keys drawn i.i.d. (may repeat) instead of distinct")
+
+    @model_validator(mode="after")
+    def _keys_fit(self) -> BijectionParams:
+        if not self.with_replacement and self.L > self.V:
+            raise ValueError(f"L: must be <= V={self.V} without replacement (got {self.L})")
+        return self
+
+
+def bijection_posterior(
+    keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor, n_before: torch.Tensor, V: int
+) -> torch.Tensor:
+    """Exact posterior over perm[query] given the first n_before pairs, float64.
+
+    keys, values: (B,L) revealed pairs in order; query: (B,P) keys asked; n_before: (P,) number of pairs
+    revealed before each query. Returns (B,P,V): point mass on the value if the query key was revealed,
+    else uniform over the values not revealed yet.
+    """
+    B, L = keys.shape
+    onehot = torch.nn.functional.one_hot(values, V).to(torch.float64)  # (B,L,V)
+    cum = torch.cat([torch.zeros_like(onehot[:, :1]), onehot.cumsum(1)], dim=1)  # (B,L+1,V)
+    revealed = cum[:, n_before] > 0  # (B,P,V)
+    before = torch.arange(L, device=keys.device)[None, :] < n_before[:, None]  # (P,L)
+    hit = (keys[:, None, :] == query[:, :, None]) & before[None]  # (B,P,L)
+    seen = hit.any(-1)  # (B,P)
+    free = (~revealed).to(torch.float64)  # (B,P,V)
+    uniform = free / free.sum(-1, keepdim=True)  # (B,P,V)
+    # value of a seen key: the value at its first occurrence (all occurrences agree: it is a bijection)
+    first = hit.to(torch.int64).argmax(-1)  # (B,P)
+    point = torch.nn.functional.one_hot(values.gather(1, first), V).to(torch.float64)  # (B,P,V)
+    return torch.where(seen[..., None], point, uniform)
+
+
+class Bijection(Task):
+    """Bijection elimination: predict each key's value under a fresh uniform permutation per sequence."""
+
+    name = "bijection"
+    Params = BijectionParams
+    description = "belief accumulation: infer a random permutation from revealed pairs"
+
+    @property
+    def spec(self) -> TaskSpec:
+        p = self.params
+        sep = p.format == "sep-vocab"
+        return TaskSpec(
+            name=self.name,
+            input_kind="tokens",
+            answer_kind="classes",
+            seq_len=2 * p.L - 1 if sep else 2 * p.L + 1,
+            vocab_size=2 * p.V if sep else p.V,
+            n_classes=p.V,
+            answer_token_offset=p.V if sep else 0,
+            log10_hypotheses=math.lgamma(p.V + 1) / math.log(10.0),
+        )
+
+    def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
+        p = self.params
+        B, V, L = batch_size, p.V, p.L
+        T = self.spec.seq_len
+        perm = random_perm(B, V, g, device)  # (B,V)
+        if p.with_replacement:
+            keys = torch.randint(0, V, (B, L), generator=g, device=device)  # (B,L)
+        else:
+            keys = random_perm(B, V, g, device)[:, :L]  # (B,L)
+        values = perm.gather(1, keys)  # (B,L)
+        n_before = torch.arange(L, device=device)  # (L,): key t follows t revealed pairs
+        query_keys = keys  # (B,P) the keys asked at scored positions
+        inputs = torch.zeros(B, T, dtype=torch.long, device=device)  # (B,T)
+        latent = {"perm": perm, "keys": keys}
+        if p.format == "sep-vocab":
+            inputs[:, 0::2] = keys
+            inputs[:, 1::2] = values[:, : L - 1] + V
+        else:
+            inputs[:, 0 : 2 * L : 2] = keys
+            inputs[:, 1 : 2 * L : 2] = values
+            pick = torch.randint(0, L, (B, 1), generator=g, device=device)  # (B,1) a context position
+            query = keys.gather(1, pick)  # (B,1)
+            inputs[:, 2 * L] = query[:, 0]
+            query_keys = torch.cat([keys, query], dim=1)  # (B,L+1)
+            n_before = torch.cat([n_before, n_before.new_tensor([L])])  # (L+1,)
+            latent["query"] = query[:, 0]
+        mask = torch.zeros(B, T, dtype=torch.bool, device=device)  # (B,T)
+        mask[:, 0::2] = True  # key positions (and the final query in the paired format)
+        probs = bijection_posterior(keys, values, query_keys, n_before, V)  # (B,P,V)
+        truth = perm.gather(1, query_keys)  # (B,P)
+        return Batch(
+            inputs=inputs,
+            target_mask=mask,
+            targets=scatter_targets(truth.reshape(-1), mask),
+            posterior=scatter_posterior(probs.reshape(-1, V), mask, (B, T, V)),
+            latent=latent,
+        )
+
+    def describe(self, batch: Batch, index: int = 0) -> list[str]:
+        """Keys as `k3`, values as `v7`, the paired format's query as `?k3`."""
+        p = self.params
+        toks = batch.inputs[index].tolist()
+        if p.format == "sep-vocab":
+            return [f"k{t}" if i % 2 == 0 else f"v{t - p.V}" for i, t in enumerate(toks)]
+        out = [f"k{t}" if i % 2 == 0 else f"v{t}" for i, t in enumerate(toks)]
+        out[-1] = f"?k{toks[-1]}"
+        return out
+
+
+register("bijection", Bijection)

@@ -1,0 +1,174 @@
+"""HMM wind tunnel (belief transport): track the hidden state of a fresh random HMM shown in the prompt.
+
+Each sequence draws a transition matrix T (S,S) and an emission matrix E (S,O) with Dirichlet(1) rows,
+floored at 0.05 and discretised to whole cents (the official generator's rule), writes them as tokens, then
+shows K observations. At each observation the target is the exact filtering posterior p(s_t | o_1..t),
+computed by the forward algorithm in float64 log space on exactly the matrices the model sees.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import Field
+
+from windtunnel.tasks._util import sample_rows, scatter_posterior, scatter_targets
+from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
+from windtunnel.tasks.registry import register
+
+MIN_CENTS = 5  # every probability >= 0.05
+TRANS, EMIT, SEP, OBS, OBS_OFFSET = 96, 97, 98, 99, 100  # ids 0..95 are probabilities 0.05..1.00
+
+
+class HMMParams(TaskParams):
+    """S hidden states, O observation symbols, K observations per sequence."""
+
+    S: int = Field(5, ge=2, le=100 // MIN_CENTS, description="hidden states (S*0.05 <= 1)")
+    O: int = Field(5, ge=2, le=100 // MIN_CENTS, description="observation symbols (O*0.05 <= 1)")
+    K: int = Field(20, ge=1, description="observations per sequence (the paper tests 20, 30, 50)")
+
+
+def dirichlet_rows(batch: int, rows: int, cols: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    """(B,rows,cols) float64: independent Dirichlet(1,...,1) rows (normalised exponential draws)."""
+    u = 1.0 - torch.rand(batch, rows, cols, generator=g, device=device, dtype=torch.float64)  # (0,1]
+    x = -torch.log(u)
+    return x / x.sum(-1, keepdim=True)
+
+
+def discretise_cents(p: torch.Tensor) -> torch.Tensor:
+    """Official `discretize_and_renormalize`, vectorised: float rows (...,C) -> integer cents (...,C) long.
+
+    Floor at 0.05 and renormalise, round to cents, clamp to >= 5, then repair each row sum to exactly 100:
+    walk the row's entries in ascending order (if short) adding a cent, or descending order (if over)
+    removing a cent from entries above 5, cyclically, until the sum is 100. The loop runs over the
+    number of corrections (a handful), never over rows.
+    """
+    p = p.clamp_min(MIN_CENTS / 100.0)
+    p = p / p.sum(-1, keepdim=True)
+    cents = torch.round(p * 100.0).to(torch.long).clamp_min(MIN_CENTS)  # (...,C)
+    C = cents.shape[-1]
+    flat = cents.reshape(-1, C).clone()  # (N,C)
+    diff = 100 - flat.sum(-1)  # (N,)
+    # stable sort: ascending for rows that need cents, descending for rows that have too many
+    key = torch.where((diff > 0)[:, None], flat, -flat)
+    order = torch.sort(key, dim=-1, stable=True).indices  # (N,C)
+    ptr = torch.zeros_like(diff)  # (N,) position in the cyclic walk
+    rows = torch.arange(flat.shape[0], device=flat.device)
+    while bool((diff != 0).any()):
+        j = order[rows, ptr % C]  # (N,) entry visited now
+        cur = flat[rows, j]
+        add = (diff > 0) & (cur < 100)
+        sub = (diff < 0) & (cur > MIN_CENTS)
+        step = add.to(torch.long) - sub.to(torch.long)  # (N,) +1, -1 or 0
+        flat[rows, j] = cur + step
+        ptr = ptr + (diff != 0).to(torch.long)  # unfinished rows move on to the next entry
+        diff = diff - step
+    return flat.reshape(cents.shape)
+
+
+def forward_filter(
+    log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor
+) -> torch.Tensor:
+    """Filtering posteriors p(s_t | o_1..t), uniform initial state; log-space forward algorithm.
+
+    log_T: (B,S,S), log_E: (B,S,O) float64; obs: (B,K) long. Returns (B,K,S) float64 probabilities.
+    """
+    B, S, _ = log_T.shape
+    K = obs.shape[1]
+    log_e = log_E.gather(2, obs[:, None, :].expand(B, S, K)).transpose(1, 2)  # (B,K,S) log E[s, o_t]
+    out = []
+    log_a = torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device) + log_e[:, 0]  # (B,S)
+    log_a = log_a - log_a.logsumexp(-1, keepdim=True)
+    out.append(log_a)
+    for t in range(1, K):
+        log_a = (log_a[:, :, None] + log_T).logsumexp(1) + log_e[:, t]  # (B,S): sum over previous state
+        log_a = log_a - log_a.logsumexp(-1, keepdim=True)
+        out.append(log_a)
+    return torch.stack(out, dim=1).exp()  # (B,K,S)
+
+
+def log10_rows(n_cols: int) -> float:
+    """log10 of the number of discretised rows: compositions of 100 cents into n_cols parts >= 5."""
+    return math.log10(math.comb(100 - MIN_CENTS * n_cols + n_cols - 1, n_cols - 1))
+
+
+class HMM(Task):
+    """HMM filtering: predict the hidden state's filtering posterior for a fresh HMM per sequence."""
+
+    name = "hmm"
+    Params = HMMParams
+    description = "belief transport: filter the hidden state of a random HMM given in the prompt"
+
+    @property
+    def header_len(self) -> int:
+        """Tokens before the first [OBS]: [TRANS] T [EMIT] E [SEP]."""
+        p = self.params
+        return 3 + p.S * p.S + p.S * p.O
+
+    @property
+    def spec(self) -> TaskSpec:
+        p = self.params
+        return TaskSpec(
+            name=self.name,
+            input_kind="tokens",
+            answer_kind="classes",
+            seq_len=self.header_len + 2 * p.K,
+            vocab_size=OBS_OFFSET + p.O,
+            n_classes=p.S,
+            log10_hypotheses=p.S * log10_rows(p.S) + p.S * log10_rows(p.O),
+        )
+
+    def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
+        p = self.params
+        B, S, O, K = batch_size, p.S, p.O, p.K
+        t_cents = discretise_cents(dirichlet_rows(B, S, S, g, device))  # (B,S,S)
+        e_cents = discretise_cents(dirichlet_rows(B, S, O, g, device))  # (B,S,O)
+        T_mat, E_mat = t_cents.double() / 100.0, e_cents.double() / 100.0
+        state = torch.randint(0, S, (B,), generator=g, device=device)  # (B,) s_1 ~ uniform
+        states, observations = [], []
+        for t in range(K):
+            if t > 0:
+                state = sample_rows(T_mat[torch.arange(B, device=device), state], g)  # s_t ~ T[s_{t-1}]
+            states.append(state)
+            observations.append(sample_rows(E_mat[torch.arange(B, device=device), state], g))  # o_t ~ E[s_t]
+        states_t = torch.stack(states, 1)  # (B,K)
+        obs_t = torch.stack(observations, 1)  # (B,K)
+        H = self.header_len
+        marker = torch.tensor([TRANS, EMIT, SEP], device=device).expand(B, 3)  # (B,3)
+        header = torch.cat(
+            [marker[:, :1], t_cents.reshape(B, -1) - MIN_CENTS, marker[:, 1:2], e_cents.reshape(B, -1) - MIN_CENTS,
+             marker[:, 2:]],
+            dim=1,
+        )  # (B,H)
+        body = torch.stack([torch.full_like(obs_t, OBS), obs_t + OBS_OFFSET], dim=2).reshape(B, 2 * K)  # (B,2K)
+        inputs = torch.cat([header, body], dim=1)  # (B,T)
+        mask = torch.zeros_like(inputs, dtype=torch.bool)
+        mask[:, H + 1 :: 2] = True  # observation-symbol tokens
+        post = forward_filter(T_mat.log(), E_mat.log(), obs_t)  # (B,K,S)
+        return Batch(
+            inputs=inputs,
+            target_mask=mask,
+            targets=scatter_targets(states_t.reshape(-1), mask),
+            posterior=scatter_posterior(post.reshape(-1, S), mask, (B, inputs.shape[1], S)),
+            latent={
+                "transition": T_mat.float(),
+                "emission": E_mat.float(),
+                "states": states_t,
+                "observations": obs_t,
+            },
+        )
+
+    def describe(self, batch: Batch, index: int = 0) -> list[str]:
+        """Probabilities as `0.23`, markers `[TRANS]` `[EMIT]` `[SEP]` `[OBS]`, observations `o2`."""
+        names = {TRANS: "[TRANS]", EMIT: "[EMIT]", SEP: "[SEP]", OBS: "[OBS]"}
+        out = []
+        for t in batch.inputs[index].tolist():
+            if t < TRANS:
+                out.append(f"{(t + MIN_CENTS) / 100:.2f}")
+            else:
+                out.append(names.get(t, f"o{t - OBS_OFFSET}"))
+        return out
+
+
+register("hmm", HMM)

@@ -1,0 +1,111 @@
+"""Bayesian linear-regression wind tunnel (continuous inference): predict y for a new x from earlier pairs.
+
+Each sequence draws weights w ~ N(0, tau^2 I_d), inputs x_i ~ N(0, I_d) and y_i = w.x_i + eps,
+eps ~ N(0, sigma^2). Tokens are real vectors of width d+2: an x-token [x, 0, 0] and a y-token [0.., y, 1];
+the sequence is x1, y1, ..., xn (T = 2n-1). At each x-token the exact posterior predictive, given the
+pairs before it, is Gaussian:
+    Sigma = (X^T X / sigma^2 + I / tau^2)^-1,  mu = Sigma X^T y / sigma^2,  y ~ N(x.mu, sigma^2 + x^T Sigma x).
+The hypothesis space is continuous (log10_hypotheses = inf). Defaults d=4, n=24, tau=1, sigma=0.5 move the
+mean predictive differential entropy from 2.93 bits (prior) to 1.18 bits at the last x (noise floor 1.05).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import Field
+
+from windtunnel.tasks._util import scatter_normal, scatter_targets
+from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
+from windtunnel.tasks.registry import register
+
+
+class RegressionParams(TaskParams):
+    """Input dimension d, n (x, y) pairs, prior scale tau of w, noise scale sigma of y."""
+
+    d: int = Field(4, ge=1, description="input dimension")
+    n: int = Field(24, ge=1, description="x points per sequence (n-1 revealed pairs before the last)")
+    tau: float = Field(1.0, gt=0, description="prior standard deviation of each weight")
+    sigma: float = Field(0.5, gt=0, description="observation noise standard deviation")
+
+
+def regression_predictive(
+    xs: torch.Tensor, ys: torch.Tensor, tau: float, sigma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Posterior predictive mean and variance of y_i given pairs 1..i-1, for every i, in float64.
+
+    xs: (B,n,d), ys: (B,n). Prefix sufficient statistics by cumulative sums, one batched Cholesky solve.
+    Returns (mean, var), each (B,n).
+    """
+    xs, ys = xs.double(), ys.double()
+    B, n, d = xs.shape
+    outer = xs[..., :, None] * xs[..., None, :]  # (B,n,d,d)
+    xy = xs * ys[..., None]  # (B,n,d)
+    zero = torch.zeros_like
+    xtx = torch.cat([zero(outer[:, :1]), outer.cumsum(1)[:, :-1]], 1)  # (B,n,d,d) pairs strictly before i
+    xty = torch.cat([zero(xy[:, :1]), xy.cumsum(1)[:, :-1]], 1)  # (B,n,d)
+    eye = torch.eye(d, dtype=torch.float64, device=xs.device)
+    prec = xtx / sigma**2 + eye / tau**2  # (B,n,d,d) posterior precision
+    chol = torch.linalg.cholesky(prec)  # (B,n,d,d)
+    mu = torch.cholesky_solve((xty / sigma**2)[..., None], chol)[..., 0]  # (B,n,d) posterior mean of w
+    z = torch.linalg.solve_triangular(chol, xs[..., None], upper=False)[..., 0]  # (B,n,d): x^T Sigma x = |z|^2
+    mean = (xs * mu).sum(-1)  # (B,n)
+    var = sigma**2 + (z * z).sum(-1)  # (B,n)
+    return mean, var
+
+
+class Regression(Task):
+    """Bayesian linear regression: the predictive for y at each new x given the earlier (x, y) pairs."""
+
+    name = "regression"
+    Params = RegressionParams
+    description = "continuous inference: Gaussian posterior predictive of a random linear map"
+
+    @property
+    def spec(self) -> TaskSpec:
+        p = self.params
+        return TaskSpec(
+            name=self.name,
+            input_kind="real",
+            answer_kind="real",
+            seq_len=2 * p.n - 1,
+            input_dim=p.d + 2,
+            log10_hypotheses=math.inf,
+        )
+
+    def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
+        p = self.params
+        B, d, n = batch_size, p.d, p.n
+        xs = torch.randn(B, n, d, generator=g, device=device)  # (B,n,d)
+        w = p.tau * torch.randn(B, d, generator=g, device=device)  # (B,d)
+        eps = p.sigma * torch.randn(B, n, generator=g, device=device)  # (B,n)
+        ys = (xs.double() * w.double()[:, None]).sum(-1).float() + eps  # (B,n)
+        inputs = torch.zeros(B, 2 * n - 1, d + 2, device=device)  # (B,T,D)
+        inputs[:, 0::2, :d] = xs
+        inputs[:, 1::2, d] = ys[:, :-1]
+        inputs[:, 1::2, d + 1] = 1.0
+        mask = torch.zeros(B, 2 * n - 1, dtype=torch.bool, device=device)
+        mask[:, 0::2] = True  # x positions
+        mean, var = regression_predictive(xs, ys, p.tau, p.sigma)  # (B,n)
+        return Batch(
+            inputs=inputs,
+            target_mask=mask,
+            targets=scatter_targets(ys.reshape(-1), mask),
+            posterior=scatter_normal(mean.reshape(-1), var.sqrt().reshape(-1), mask),
+            latent={"w": w, "xs": xs, "ys": ys},
+        )
+
+    def describe(self, batch: Batch, index: int = 0) -> list[str]:
+        """x-tokens as `x=[0.12, -0.50, ...]`, y-tokens as `y=0.23`."""
+        d = self.params.d
+        out = []
+        for i, v in enumerate(batch.inputs[index].tolist()):
+            if i % 2 == 0:
+                out.append("x=[" + ", ".join(f"{a:.2f}" for a in v[:d]) + "]")
+            else:
+                out.append(f"y={v[d]:.2f}")
+        return out
+
+
+register("regression", Regression)
