@@ -1,0 +1,246 @@
+"""Pieces every architecture shares: input embedding, output head, feed-forward block, init, ablation, sizing.
+
+The embedding and head are chosen from the task's `TaskSpec`, so every architecture runs on every wind tunnel:
+token inputs get an `nn.Embedding`, real inputs a `Linear`; K-class answers get K logits (tied to the answer
+tokens' embedding rows when the spec says the answers are input tokens), real answers get (mean, log-variance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from windtunnel.tasks.base import TaskSpec
+
+INIT_STD = 0.02  # GPT-2 style init: step-1 losses are ~log K, not the ~125 of PyTorch-default embeddings
+POSITIONS = ("learned", "none")
+
+
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """Validate an integer size parameter; ValueError names the parameter and the allowed range."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name}: must be an integer {rng} (got {value!r})")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """Validate a string option; ValueError lists the allowed values."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name}: must be one of {', '.join(map(repr, choices))} (got {value!r})")
+    return str(value)
+
+
+def init_weights(module: nn.Module) -> None:
+    """N(0, 0.02) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+
+
+def scale_residual_projections(model: nn.Module, n_layers: int, suffix: str = "out_proj") -> None:
+    """GPT-2's scaled init: residual output projections get std 0.02/sqrt(2 L) so the stream stays O(1)."""
+    std = INIT_STD / math.sqrt(2 * max(n_layers, 1))
+    for name, p in model.named_parameters():
+        if name.endswith(f"{suffix}.weight"):
+            nn.init.normal_(p, mean=0.0, std=std)
+
+
+class InputEmbedding(nn.Module):
+    """Token embedding (token inputs) or Linear (real inputs), plus an optional learned absolute position embedding.
+
+    `(B,T)` long ids or `(B,T,D)` floats -> `(B,T,d_model)`.
+    """
+
+    def __init__(self, spec: TaskSpec, d_model: int, max_len: int | None = None, pos: str = "learned") -> None:
+        super().__init__()
+        self.spec = spec
+        self.max_len = check_int("max_len", spec.seq_len if max_len is None else max_len, 1)
+        self.pos_kind = check_choice("pos", pos, POSITIONS)
+        if spec.input_kind == "tokens":
+            self.tok: nn.Module = nn.Embedding(int(spec.vocab_size), d_model)
+        else:
+            self.tok = nn.Linear(int(spec.input_dim), d_model)
+        self.pos = nn.Embedding(self.max_len, d_model) if pos == "learned" else None
+
+    @property
+    def token_weight(self) -> torch.Tensor | None:
+        """The (V,d) token embedding matrix, or None for real inputs."""
+        return self.tok.weight if isinstance(self.tok, nn.Embedding) else None
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        check_inputs(self.spec, inputs, self.max_len)
+        x = self.tok(inputs if self.spec.input_kind == "tokens" else inputs.to(self.tok.weight.dtype))  # (B,T,d)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(inputs.shape[1], device=inputs.device))  # (T,d) broadcast
+        return x
+
+
+def check_inputs(spec: TaskSpec, inputs: torch.Tensor, max_len: int) -> None:
+    """ValueError for inputs of the wrong shape/type/length, before they reach an opaque kernel error."""
+    want = 2 if spec.input_kind == "tokens" else 3
+    if inputs.dim() != want:
+        shape = "(B,T) token ids" if want == 2 else f"(B,T,{spec.input_dim}) real vectors"
+        raise ValueError(f"inputs: expected {shape} for task {spec.name!r} (got shape {tuple(inputs.shape)})")
+    if spec.input_kind == "tokens" and inputs.dtype.is_floating_point:
+        raise ValueError(f"inputs: token ids must be an integer tensor (got {inputs.dtype})")
+    if spec.input_kind == "real" and inputs.shape[-1] != spec.input_dim:
+        raise ValueError(f"inputs: last dim must be input_dim={spec.input_dim} (got {inputs.shape[-1]})")
+    if not 1 <= inputs.shape[1] <= max_len:
+        raise ValueError(f"inputs: sequence length must be in [1, max_len={max_len}] (got {inputs.shape[1]}); "
+                         "build the model with a larger max_len")
+
+
+class OutputHead(nn.Module):
+    """(B,T,d) -> K logits, or (mean, log-variance) for a real answer.
+
+    With `tie=True` and `spec.answer_token_offset` set, the logits are dot products with the embedding rows of
+    the answer tokens `offset .. offset+K-1` (no extra weights); otherwise a Linear with bias.
+    """
+
+    def __init__(self, spec: TaskSpec, d_model: int, tie: bool = True, embedding: InputEmbedding | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        tied = (tie and spec.answer_kind == "classes" and spec.answer_token_offset is not None
+                and embedding is not None and embedding.token_weight is not None
+                and embedding.token_weight.shape[1] == d_model)
+        if tied:
+            lo, k = int(spec.answer_token_offset), int(spec.n_classes)
+            if lo + k > int(spec.vocab_size):
+                raise ValueError(f"answer_token_offset: {lo}+n_classes {k} exceeds vocab_size {spec.vocab_size}")
+            self.answer_rows = (lo, lo + k)
+        # Held in a tuple, not as a submodule: the shared weight appears once in state_dict (safetensors-safe).
+        self._tied_to = (embedding,) if tied else ()
+        self.proj = None if tied else nn.Linear(d_model, spec.output_dim)
+
+    @property
+    def tied(self) -> bool:
+        return bool(self._tied_to)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._tied_to:
+            lo, hi = self.answer_rows
+            return x @ self._tied_to[0].token_weight[lo:hi].t()  # (B,T,K)
+        return self.proj(x)  # (B,T,K) or (B,T,2)
+
+
+class FeedForward(nn.Module):
+    """Pre-norm position-wise MLP delta: Linear(d->hidden) -> GELU -> Linear(hidden->d); the caller adds it."""
+
+    def __init__(self, d_model: int, hidden: int, norm: str = "rms", eps: float = 1e-5) -> None:
+        super().__init__()
+        self.norm = make_norm(norm, d_model, eps)
+        self.fc1 = nn.Linear(d_model, hidden)
+        self.out_proj = nn.Linear(hidden, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(F.gelu(self.fc1(self.norm(x))))  # (B,T,d)
+
+
+def make_norm(kind: str, d: int, eps: float = 1e-5) -> nn.Module:
+    """'rms' -> RMSNorm, 'layer' -> LayerNorm."""
+    check_choice("norm", kind, ("rms", "layer"))
+    return nn.RMSNorm(d, eps=eps) if kind == "rms" else nn.LayerNorm(d, eps=eps)
+
+
+# ---------------------------------------------------------------------------------------------- ablation
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """What is switched off: heads {(layer, head)} (transformer) and whole parts of layers."""
+
+    heads: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    layers: frozenset[int] = field(default_factory=frozenset)
+    parts: str = "block"
+
+    def drops(self, layer: int, part: str) -> bool:
+        """True when `part` ('attn' or 'mlp'; 'block' for single-part layers) of `layer` is zeroed."""
+        return layer in self.layers and (self.parts == "block" or self.parts == part)
+
+
+NO_ABLATION = Ablation()
+
+
+class Ablatable:
+    """Mixin: `with model.ablate(heads={(l, h)}, layers={l}, parts="attn"|"mlp"|"block"):` zeroes components.
+
+    An ablated layer part contributes nothing to the residual stream (so an ablated 'block' makes the layer the
+    identity: resid[l+1] == resid[l]); an ablated head's output is zeroed before the attention output projection.
+    """
+
+    n_layers: int
+    _ablation: Ablation = NO_ABLATION
+    _parts: tuple[str, ...] = ("block",)
+    _n_heads: int = 0
+
+    @contextlib.contextmanager
+    def ablate(self, heads: Iterable[tuple[int, int]] = (), layers: Iterable[int] = (),
+               parts: str = "block") -> Iterator[None]:
+        check_choice("parts", parts, self._parts)
+        heads, layers = frozenset((int(l), int(h)) for l, h in heads), frozenset(int(l) for l in layers)
+        for l in layers:
+            check_int("layers", l, 0, self.n_layers - 1)
+        if heads and not self._n_heads:
+            raise ValueError(f"heads: {type(self).__name__} has no attention heads to ablate")
+        for l, h in heads:
+            check_int("heads (layer)", l, 0, self.n_layers - 1)
+            check_int("heads (head)", h, 0, self._n_heads - 1)
+        previous, self._ablation = self._ablation, Ablation(heads, layers, parts)
+        try:
+            yield
+        finally:
+            self._ablation = previous
+
+
+# ---------------------------------------------------------------------------------------------- sizing
+
+
+def count_params(factory: Callable[..., nn.Module], spec: TaskSpec, **size: Any) -> int:
+    """Parameter count of `factory(spec, **size)`, built on the meta device (no memory, no init cost)."""
+    with torch.device("meta"):
+        model = factory(spec, **size)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def match_params(factory: Callable[..., nn.Module], spec: TaskSpec, target: int, width_key: str,
+                 depths: Iterable[int], depth_key: str = "n_layers", tol: float = 0.01,
+                 width_range: tuple[int, int] = (4, 8192), **fixed: Any) -> dict[str, Any]:
+    """Solve for (depth, width) so that `factory(spec, **size)` has `target` parameters within `tol`.
+
+    Tries each depth in the order given; for each, binary-searches the width (the count grows with width)
+    and returns the first size within tolerance. ValueError if none fits.
+    """
+    best: tuple[float, dict[str, Any]] | None = None
+    for depth in depths:
+        def count(w: int, depth: int = depth) -> int:
+            return count_params(factory, spec, **{**fixed, depth_key: depth, width_key: w})
+
+        lo, hi = width_range
+        if count(lo) > target:  # even the narrowest is too big at this depth
+            continue
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if count(mid) <= target:
+                lo = mid
+            else:
+                hi = mid
+        for w in (lo, hi):
+            err = abs(count(w) - target) / target
+            size = {**fixed, depth_key: depth, width_key: w}
+            if best is None or err < best[0]:
+                best = (err, size)
+        if best is not None and best[0] <= tol:
+            return best[1]
+    got = "nothing" if best is None else f"best {best[0]:.2%} off with {best[1]}"
+    raise ValueError(f"target params: cannot match {target} within {tol:.0%} ({got})")

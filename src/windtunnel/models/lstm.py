@@ -1,0 +1,81 @@
+"""Stacked LSTM: embedding -> L single-layer LSTMs -> LayerNorm -> head (tied where the spec allows).
+
+The fast path runs each layer as a fused `nn.LSTM`. With `cache=True` the same weights run through an explicit
+cell loop (PyTorch's gate order i, f, g, o) that records the hidden and cell state of every layer at every step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from windtunnel.models.base import SequenceModel
+from windtunnel.models.common import Ablatable, InputEmbedding, OutputHead, check_int, init_weights
+from windtunnel.models.registry import register
+from windtunnel.tasks.base import TaskSpec
+
+
+def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a single-layer batch-first `nn.LSTM` step by step; returns h, c for every step, each (B,T,d)."""
+    gx = x @ layer.weight_ih_l0.t() + layer.bias_ih_l0 + layer.bias_hh_l0  # (B,T,4d), input part of all gates
+    B, T, d = x.shape[0], x.shape[1], layer.hidden_size
+    h, c = x.new_zeros(B, d), x.new_zeros(B, d)
+    hs, cs = [], []
+    for t in range(T):
+        i, f, g, o = (gx[:, t] + h @ layer.weight_hh_l0.t()).chunk(4, dim=-1)  # (B,d) each
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        hs.append(h)
+        cs.append(c)
+    return torch.stack(hs, dim=1), torch.stack(cs, dim=1)
+
+
+class LSTM(Ablatable, SequenceModel):
+    """Stacked LSTM. Size: n_layers, d_model, pos ('none'|'learned'), max_len, tie, dropout (0, between layers).
+
+    Ablation: `with model.ablate(layers={l}):` makes layer l the identity (its input passes straight through).
+    """
+
+    def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, pos: str = "none",
+                 max_len: int | None = None, tie: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.spec = spec
+        self.n_layers = check_int("n_layers", n_layers, 1)
+        self.d_model = check_int("d_model", d_model, 1)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: must be in [0, 1) (got {dropout!r})")
+        self.embed = InputEmbedding(spec, d_model, max_len, pos=pos)
+        self.max_len = self.embed.max_len
+        self.layers = nn.ModuleList(nn.LSTM(d_model, d_model, batch_first=True) for _ in range(n_layers))
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.apply(init_weights)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
+
+    def forward(self, inputs: torch.Tensor, cache: bool = False):
+        ablation = self._ablation
+        x = self.embed(inputs)  # (B,T,d)
+        resid, caches = [x], []
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                x = self.dropout(x)
+            if cache:
+                h, c = lstm_cell_loop(layer, x)  # (B,T,d) each
+                caches.append({"h": h, "c": c})
+            else:
+                h, _ = layer(x)  # (B,T,d)
+            if not ablation.drops(i, "block"):
+                x = h
+            resid.append(x)
+        final = self.norm(x)  # (B,T,d)
+        out = self.head(final)
+        if not cache:
+            return out
+        return out, {"resid": resid, "final": final, "layers": caches}
+
+    def state_size(self, T: int) -> int:
+        """h and c of every layer; independent of T."""
+        return 2 * self.n_layers * self.d_model
+
+
+register("lstm", LSTM)

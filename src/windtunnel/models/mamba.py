@@ -1,0 +1,239 @@
+"""Mamba (selective state-space model) in pure PyTorch, with a parallel and a sequential scan.
+
+`variant="reference"` follows the Mamba paper / state-spaces reference block (mamba-minimal's structure):
+    [u, z] = in_proj(x);  u = SiLU(causal depthwise conv_k(u));  [dt, B, C] = x_proj(u)
+    delta = softplus(dt_proj(dt))  (B,T,Di);  A = -exp(A_log)  (Di,N)
+    h_t = exp(delta_t A) * h_{t-1} + delta_t B_t u_t   (B,Di,N);  y_t = h_t C_t + D u_t;  out = out_proj(y * SiLU(z))
+with the residual h + block(RMSNorm(h)) and a final RMSNorm. The recurrence is linear in h, so training uses
+`scan="parallel"`: a custom autograd function whose backward is itself a reverse scan, with a log-depth
+Hillis-Steele kernel (GPU) or a single in-place pass outside autograd (CPU, where memory traffic dominates and it is
+~4-10x faster than the log-depth kernel; see `parallel_scan`). `cache=True` (or `scan="sequential"`) runs the plain
+autograd loop over t that exposes every state h_t -- the reference the fast path is tested against.
+
+`variant="paper"` is the authors' simplified block (official-code.md §6.5): rank-1 dt, a shared A_log =
+log(0.1 [1..N]), clamps on delta, delta A, delta B u and the state, a LayerNorm on y, no pre-norm, nan_to_num after
+every block, final LayerNorm. Its state clamp makes the recurrence non-linear, so it always scans sequentially.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from windtunnel.models.base import SequenceModel
+from windtunnel.models.common import (
+    Ablatable,
+    InputEmbedding,
+    OutputHead,
+    check_choice,
+    check_int,
+    init_weights,
+)
+from windtunnel.models.registry import register
+from windtunnel.tasks.base import TaskSpec
+
+# ---------------------------------------------------------------------------------------------- scans
+
+
+def _hillis_steele_(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """In place: b_t <- sum_{s<=t} (prod_{s<r<=t} a_r) b_s along dim 1 (h_t = a_t h_{t-1} + b_t, h_{-1}=0).
+
+    log2(T) rounds; round k composes each step with the one 2^k earlier. Destroys `a`; returns `b`.
+    """
+    T, k = a.shape[1], 1
+    while k < T:
+        b[:, k:] = b[:, k:] + a[:, k:] * b[:, :-k]  # right side is materialised before the write
+        if 2 * k < T:
+            a[:, k:] = a[:, k:] * a[:, :-k]
+        k *= 2
+    return b
+
+
+def _loop_(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The same result as `_hillis_steele_` by one in-place pass over t (no autograd graph, so no per-step cost)."""
+    for t in range(1, b.shape[1]):
+        b[:, t].addcmul_(a[:, t], b[:, t - 1])
+    return b
+
+
+SCAN_KERNELS = {"hillis-steele": _hillis_steele_, "loop": _loop_}
+
+
+class _LinearScan(torch.autograd.Function):
+    """h = scan(a, b) over dim 1 with a hand-written backward that is itself a reverse scan.
+
+    Backward of h_t = a_t h_{t-1} + b_t: g_t = dL/dh_t + a_{t+1} g_{t+1} (a reverse scan), dL/db_t = g_t,
+    dL/da_t = g_t h_{t-1}. Only a and h are saved, not the per-step intermediates autograd would keep.
+    """
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, kernel: str) -> torch.Tensor:
+        h = SCAN_KERNELS[kernel](a.clone(), b.clone())
+        ctx.save_for_backward(a, h)
+        ctx.kernel = kernel
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: torch.Tensor):
+        a, h = ctx.saved_tensors
+        if ctx.kernel == "loop":  # g_t += a_{t+1} g_{t+1}, in place, from the end
+            g = grad_h.clone()
+            for t in range(g.shape[1] - 2, -1, -1):
+                g[:, t].addcmul_(a[:, t + 1], g[:, t + 1])
+        else:  # the same reverse scan as a forward scan over flipped time
+            a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)  # a_{t+1}, 0 past the end
+            g = _hillis_steele_(a_next.flip(1), grad_h.flip(1)).flip(1)  # flip() copies: safe to write in place
+        grad_a = torch.zeros_like(a)
+        grad_a[:, 1:] = g[:, 1:] * h[:, :-1]  # h_{-1} = 0
+        return grad_a, g, None
+
+
+def parallel_scan(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
+    """All states of h_t = a_t * h_{t-1} + b_t (h_{-1} = 0); a, b (B,T,...) -> h (B,T,...).
+
+    kernel: "hillis-steele" (log2 T rounds over the whole tensor: the parallel scan, best on GPU), "loop" (one
+    in-place pass over t outside autograd: memory-bound CPUs run it ~4x faster), or "auto" (loop on CPU).
+    Both share the analytic backward, so training never builds a per-step autograd graph.
+    """
+    if kernel == "auto":
+        kernel = "loop" if a.device.type == "cpu" else "hillis-steele"
+    check_choice("kernel", kernel, SCAN_KERNELS)
+    return _LinearScan.apply(a, b, kernel)
+
+
+def sequential_scan(a: torch.Tensor, b: torch.Tensor, clamp: float | None = None) -> torch.Tensor:
+    """The same recurrence as a plain loop over t (optionally clamping h to +-clamp each step, paper variant)."""
+    h = torch.zeros_like(b[:, 0])
+    states = []
+    for t in range(b.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        if clamp is not None:
+            h = h.clamp(-clamp, clamp)
+        states.append(h)
+    return torch.stack(states, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------- block
+
+
+class MambaBlock(nn.Module):
+    """One selective-SSM mixer; returns the (B,T,d) output and its internals (delta, B, C, h)."""
+
+    def __init__(self, d_model: int, d_state: int, expand: int, d_conv: int, dt_rank: int, variant: str) -> None:
+        super().__init__()
+        self.variant, self.d_state, self.d_conv = variant, d_state, d_conv
+        self.d_inner = di = expand * d_model
+        self.dt_rank = dt_rank if variant == "reference" else 1
+        self.in_proj = nn.Linear(d_model, 2 * di, bias=False)
+        self.conv = nn.Conv1d(di, di, d_conv, groups=di, padding=d_conv - 1)
+        self.x_proj = nn.Linear(di, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, di)
+        a_shape = (di, d_state) if variant == "reference" else (d_state,)
+        self.A_log = nn.Parameter(torch.empty(a_shape))
+        self.D = nn.Parameter(torch.empty(di))
+        self.y_norm = nn.LayerNorm(di) if variant == "paper" else None
+        self.out_proj = nn.Linear(di, d_model, bias=False)
+
+    @torch.no_grad()
+    def reset_ssm_parameters(self, dt_min: float = 1e-3, dt_max: float = 0.1, dt_floor: float = 1e-4) -> None:
+        """Mamba's SSM init (run after the generic N(0,0.02) init)."""
+        n = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=self.A_log.device)
+        self.D.fill_(1.0)
+        if self.variant == "paper":  # official-code.md §6.5
+            self.A_log.copy_(torch.log(0.1 * n))
+            nn.init.uniform_(self.dt_proj.weight, -0.01, 0.01)
+            nn.init.constant_(self.dt_proj.bias, 0.1)
+            return
+        self.A_log.copy_(torch.log(n).expand(self.d_inner, -1))  # S4D-real: A = -[1..N] per channel
+        nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
+        u = torch.rand(self.d_inner, device=self.D.device)
+        dt = torch.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=dt_floor)
+        self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus: softplus(bias) = dt
+
+    def forward(self, x: torch.Tensor, sequential: bool):
+        T = x.shape[1]
+        u, z = self.in_proj(x).chunk(2, dim=-1)  # (B,T,Di) each
+        u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # causal depthwise conv, (B,T,Di)
+        dt, Bm, Cm = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)  # (B,T,r),(B,T,N)x2
+        delta = F.softplus(self.dt_proj(dt))  # (B,T,Di)
+        if self.variant == "paper":
+            delta = delta.clamp(1e-4, 10.0)
+            A = -torch.exp(self.A_log.clamp(max=5.0)).expand(self.d_inner, -1)  # (Di,N), shared over channels
+            dA = (delta[..., None] * A).clamp(-20.0, 0.0)  # (B,T,Di,N)
+            dBu = ((delta * u)[..., None] * Bm[:, :, None, :]).clamp(-10.0, 10.0)  # (B,T,Di,N)
+            h = sequential_scan(dA.exp(), dBu, clamp=100.0)  # (B,T,Di,N)
+        else:
+            A = -torch.exp(self.A_log)  # (Di,N)
+            dA = delta[..., None] * A  # (B,T,Di,N)
+            dBu = (delta * u)[..., None] * Bm[:, :, None, :]  # (B,T,Di,N)
+            h = sequential_scan(dA.exp(), dBu) if sequential else parallel_scan(dA.exp(), dBu)
+        y = torch.einsum("btdn,btn->btd", h, Cm)  # (B,T,Di)
+        if self.y_norm is not None:
+            y = self.y_norm(y)
+        y = (y + self.D * u) * F.silu(z)  # (B,T,Di)
+        return self.out_proj(y), {"delta": delta, "B": Bm, "C": Cm, "h": h}
+
+
+class Mamba(Ablatable, SequenceModel):
+    """Stack of Mamba blocks. Size: n_layers, d_model, d_state (16), expand (2), d_conv (4), dt_rank ('auto' =
+    ceil(d/16)), variant ('reference'|'paper'), scan ('parallel'|'sequential'), pos, max_len, tie.
+
+    Ablation: `with model.ablate(layers={l}):` makes layer l the identity.
+    """
+
+    def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, d_state: int = 16, expand: int = 2,
+                 d_conv: int = 4, dt_rank: int | str = "auto", variant: str = "reference", scan: str = "parallel",
+                 pos: str | None = None, max_len: int | None = None, tie: bool = True, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.spec = spec
+        self.n_layers = check_int("n_layers", n_layers, 1)
+        check_int("d_model", d_model, 1)
+        check_int("d_state", d_state, 1)
+        check_int("expand", expand, 1)
+        self.d_conv = check_int("d_conv", d_conv, 1)
+        dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else check_int("dt_rank", dt_rank, 1)
+        self.variant = check_choice("variant", variant, ("reference", "paper"))
+        self.scan = check_choice("scan", scan, ("parallel", "sequential"))
+        pos = ("learned" if variant == "paper" else "none") if pos is None else pos
+        self.embed = InputEmbedding(spec, d_model, max_len, pos=pos)
+        self.max_len = self.embed.max_len
+        self.blocks = nn.ModuleList(
+            MambaBlock(d_model, d_state, expand, d_conv, dt_rank, variant) for _ in range(n_layers))
+        # reference: pre-norm residual h + block(RMSNorm(h)); paper: h + block(h), no norm
+        self.norms = nn.ModuleList(nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.Identity()
+                                   for _ in range(n_layers))
+        self.norm = nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.LayerNorm(d_model, eps=eps)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.apply(init_weights)
+        for block in self.blocks:
+            block.reset_ssm_parameters()
+        self.d_model, self.d_state, self.d_inner = d_model, d_state, expand * d_model
+
+    def forward(self, inputs: torch.Tensor, cache: bool = False):
+        sequential = cache or self.scan == "sequential"
+        ablation = self._ablation
+        h = self.embed(inputs)  # (B,T,d)
+        resid, layers = [h], []
+        for i, (norm, block) in enumerate(zip(self.norms, self.blocks, strict=True)):
+            out, internals = block(norm(h), sequential)  # (B,T,d)
+            if not ablation.drops(i, "block"):
+                h = h + out
+            if self.variant == "paper":
+                h = torch.nan_to_num(h)
+            resid.append(h)
+            layers.append(internals)
+        final = self.norm(h)  # (B,T,d)
+        out = self.head(final)
+        if not cache:
+            return out
+        return out, {"resid": resid, "final": final, "layers": layers}
+
+    def state_size(self, T: int) -> int:
+        """SSM state (Di x N) plus the conv buffer (Di x (k-1)) per layer; independent of T."""
+        return self.n_layers * (self.d_inner * self.d_state + self.d_inner * (self.d_conv - 1))
+
+
+register("mamba", Mamba)

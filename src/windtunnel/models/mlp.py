@@ -1,0 +1,127 @@
+"""Capacity-matched MLP baselines: no attention, no recurrence.
+
+`mlp` (PrefixMLP) reads the whole causal prefix at every position t: the input is the concatenation of a small
+embedding e(x_s) (d_emb) for every slot s = 0..max_len-1, with the slots after t zero-padded. Its first layer
+on that flattened vector is  W [e(x_0); ...; e(x_t); 0; ...; 0] = sum_{s<=t} W_s e(x_s)  with W_s the slot-s
+block of W, so all positions are computed at once as a cumulative sum over s of W_s e(x_s) -- the same function
+as the padded-flatten MLP, without building a (B,T,max_len*d_emb) tensor. A learned vector per position t (the
+equivalent of appending a one-hot of t to the flattened input) tells it where the prefix ends. Then residual
+blocks h += Linear(GELU(Linear(LayerNorm(h)))), a final LayerNorm and an untied head.
+
+`mlp-pointwise` is the per-position control (the authors' MLPControl): token + position embedding, residual
+blocks, final RMSNorm, tied head; each position sees only its own token, so it is the context-blind floor.
+
+Match either to a parameter budget with `windtunnel.models.common.match_params` (presets.py does).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from windtunnel.models.base import SequenceModel
+from windtunnel.models.common import (
+    INIT_STD,
+    Ablatable,
+    FeedForward,
+    InputEmbedding,
+    OutputHead,
+    check_int,
+    init_weights,
+    scale_residual_projections,
+)
+from windtunnel.models.registry import register
+from windtunnel.tasks.base import TaskSpec
+
+
+class _ResidualMLP(Ablatable, SequenceModel):
+    """Shared body: embed (subclass) -> n_layers residual FeedForward blocks -> final norm -> head."""
+
+    embed: nn.Module
+
+    def _build_body(self, spec: TaskSpec, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module,
+                    head: OutputHead) -> None:
+        self.spec = spec
+        self.n_layers, self.d_model = n_layers, d_model
+        self.blocks = nn.ModuleList(FeedForward(d_model, ratio * d_model, norm="layer") for _ in range(n_layers))
+        self.norm = final_norm
+        self.head = head
+        self.apply(init_weights)
+        scale_residual_projections(self, n_layers)
+
+    def forward(self, inputs: torch.Tensor, cache: bool = False):
+        ablation = self._ablation
+        h = self.embed(inputs)  # (B,T,d)
+        resid, layers = [h], []
+        for i, block in enumerate(self.blocks):
+            delta = block(h)  # (B,T,d)
+            if not ablation.drops(i, "block"):
+                h = h + delta
+            resid.append(h)
+            layers.append({"mlp_out": delta})
+        final = self.norm(h)  # (B,T,d)
+        out = self.head(final)
+        if not cache:
+            return out
+        return out, {"resid": resid, "final": final, "layers": layers}
+
+
+class PrefixEmbedding(nn.Module):
+    """(B,T[,D]) -> (B,T,d_model): out_t = b + P_t + sum_{s<=t} W_s e(x_s), the first layer on the padded prefix."""
+
+    def __init__(self, spec: TaskSpec, d_model: int, d_emb: int, max_len: int | None) -> None:
+        super().__init__()
+        self.slot = InputEmbedding(spec, d_emb, max_len, pos="none")  # e(x_s), (B,T,d_emb)
+        self.max_len = self.slot.max_len
+        self.weight = nn.Parameter(torch.empty(self.max_len, d_emb, d_model))  # W_s blocks
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.pos = nn.Embedding(self.max_len, d_model)  # P_t
+        nn.init.normal_(self.weight, std=INIT_STD)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        e = self.slot(inputs)  # (B,T,d_emb)
+        T = e.shape[1]
+        per_slot = torch.einsum("bse,sed->bsd", e, self.weight[:T])  # (B,T,d_model): W_s e(x_s)
+        return per_slot.cumsum(dim=1) + self.bias + self.pos(torch.arange(T, device=e.device))  # (B,T,d_model)
+
+
+class PrefixMLP(_ResidualMLP):
+    """MLP over the flattened zero-padded causal prefix. Size: n_layers, d_model (width), d_emb, ratio, max_len."""
+
+    def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 384, d_emb: int = 16, ratio: int = 1,
+                 max_len: int | None = None) -> None:
+        super().__init__()
+        check_int("n_layers", n_layers, 0)
+        check_int("d_model", d_model, 1)
+        check_int("d_emb", d_emb, 1)
+        check_int("ratio", ratio, 1)
+        self.embed = PrefixEmbedding(spec, d_model, d_emb, max_len)
+        self.max_len, self.d_emb = self.embed.max_len, d_emb
+        self._build_body(spec, n_layers, d_model, ratio, nn.LayerNorm(d_model), OutputHead(spec, d_model, tie=False))
+
+    def state_size(self, T: int) -> int:
+        """It must keep the embedded prefix: T slots of d_emb numbers."""
+        return int(T) * self.d_emb
+
+
+class PointwiseMLP(_ResidualMLP):
+    """Per-position control, no mixing across positions. Size: n_layers, d_model, ratio (4), max_len, tie."""
+
+    def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 192, ratio: int = 4,
+                 max_len: int | None = None, tie: bool = True) -> None:
+        super().__init__()
+        check_int("n_layers", n_layers, 0)
+        check_int("d_model", d_model, 1)
+        check_int("ratio", ratio, 1)
+        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned")
+        self.max_len = self.embed.max_len
+        self._build_body(spec, n_layers, d_model, ratio, nn.RMSNorm(d_model, eps=1e-5),
+                         OutputHead(spec, d_model, tie=tie, embedding=self.embed))
+
+    def state_size(self, T: int) -> int:
+        """Nothing is carried between positions."""
+        return 0
+
+
+register("mlp", PrefixMLP)
+register("mlp-pointwise", PointwiseMLP)

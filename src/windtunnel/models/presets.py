@@ -1,0 +1,83 @@
+"""Size presets per (task, architecture, tier): `preset("bijection", "transformer", "paper") -> size kwargs`.
+
+Tiers: `smoke` (tiny, for tests), `quick` (trains in minutes on a 2-core CPU), `paper` (the paper's sizes:
+bijection 6 layers x 6 heads x d 192; HMM 9 x 8 x 256; recall and regression use the bijection sizes).
+The two MLPs have no sizes of their own: they are solved to match the transformer preset of the same
+(task, tier) within 1% of its parameter count. Unknown (user) task names get the generic sizes of the tier.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+from windtunnel.models.common import check_choice, count_params, match_params
+from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
+from windtunnel.models.transformer import Transformer
+from windtunnel.tasks.base import TaskSpec
+
+_TIERS = ("smoke", "quick", "paper")
+_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
+
+# Generic sizes per tier; per-task overrides below.
+_GENERIC: dict[str, dict[str, dict[str, Any]]] = {
+    "smoke": {"transformer": dict(n_layers=2, n_heads=2, d_model=32, d_ff=64),
+              "mamba": dict(n_layers=2, d_model=32),
+              "lstm": dict(n_layers=2, d_model=32)},
+    "quick": {"transformer": dict(n_layers=4, n_heads=4, d_model=128, d_ff=512),
+              "mamba": dict(n_layers=4, d_model=128),
+              "lstm": dict(n_layers=3, d_model=128)},
+    "paper": {"transformer": dict(n_layers=6, n_heads=6, d_model=192, d_ff=768),
+              "mamba": dict(n_layers=6, d_model=192),
+              "lstm": dict(n_layers=6, d_model=192)},
+}
+_OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("hmm", "paper"): {"transformer": dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024),
+                       "mamba": dict(n_layers=9, d_model=256),
+                       "lstm": dict(n_layers=9, d_model=256)},
+}
+_PREFIX_D_EMB = {"smoke": 4, "quick": 8, "paper": 16}  # slot embedding width of the prefix MLP
+
+
+def tiers() -> list[str]:
+    """The preset tiers, smallest first."""
+    return list(_TIERS)
+
+
+def archs() -> list[str]:
+    """Architectures that have presets."""
+    return list(_ARCHS)
+
+
+def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -> dict[str, Any]:
+    """Size kwargs for `models.make(arch, spec, **size)`.
+
+    `spec` is only needed for the MLPs of a task that is not registered (their sizes depend on the vocabulary
+    and length); registered tasks are looked up at default parameters.
+    """
+    check_choice("tier", tier, _TIERS)
+    check_choice("arch", arch, _ARCHS)
+    if arch not in ("mlp", "mlp-pointwise"):
+        return dict(_OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch]))
+    return dict(_matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name)))
+
+
+def _default_spec(task_name: str) -> TaskSpec:
+    from windtunnel import tasks  # the task package (models may import tasks)
+
+    if task_name not in tasks.names():
+        raise ValueError(f"spec: task {task_name!r} is not registered; pass its TaskSpec to size an MLP")
+    return tasks.make(task_name).spec
+
+
+@functools.cache
+def _matched_mlp(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
+    size = preset(task_name, "transformer", tier)
+    target = count_params(Transformer, spec, **size)
+    depth = size["n_layers"]
+    if arch == "mlp-pointwise":  # 8 d^2 per block against the transformer's 12 d^2: 1.5x the depth
+        depths = (math.ceil(1.5 * depth), depth, 2 * depth)
+        return match_params(PointwiseMLP, spec, target, "d_model", depths)
+    depths = (math.ceil(1.5 * depth), depth, 2 * depth, max(1, depth // 2))
+    return match_params(PrefixMLP, spec, target, "d_model", depths, d_emb=_PREFIX_D_EMB[tier])

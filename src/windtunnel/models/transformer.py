@@ -1,0 +1,146 @@
+"""Pre-norm causal transformer (the paper's bijection model: 6 layers x 6 heads x d 192, d_ff 768, ~2.68M params).
+
+Token (+ learned absolute position) embedding -> L x [h += Attn(RMSNorm(h)); h += MLP(RMSNorm(h))] -> RMSNorm ->
+head tied to the answer tokens' embeddings where the spec allows. Attention has no biases, the MLP has biases.
+Attention runs fused (`F.scaled_dot_product_attention`) for training; with `cache=True` (or `explicit=True`) it
+computes the weights explicitly so the probes can read q, k, v and the attention pattern of every head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from windtunnel.models.base import SequenceModel
+from windtunnel.models.common import (
+    Ablatable,
+    Ablation,
+    FeedForward,
+    InputEmbedding,
+    OutputHead,
+    check_choice,
+    check_int,
+    init_weights,
+    scale_residual_projections,
+)
+from windtunnel.models.registry import register
+from windtunnel.tasks.base import TaskSpec
+
+
+def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (rotate-half form) of (B,H,T,dh) queries or keys; dh must be even."""
+    T, dh = x.shape[-2], x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh)  # (dh/2,)
+    angles = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # (T,dh/2)
+    cos, sin = angles.cos().repeat(1, 2).to(x.dtype), angles.sin().repeat(1, 2).to(x.dtype)  # (T,dh)
+    x1, x2 = x[..., : dh // 2], x[..., dh // 2 :]
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention without biases; returns the output and (when asked) its internals."""
+
+    def __init__(self, d_model: int, n_heads: int, rope: bool) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.rope = n_heads, d_model // n_heads, rope
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, explicit: bool, head_keep: torch.Tensor | None = None):
+        B, T, d = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # 3 x (B,H,T,dh)
+        if self.rope:
+            q, k = rotary(q), rotary(k)
+        internals = None
+        if explicit:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B,H,T,T)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            attn = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)  # (B,H,T,T)
+            y = attn @ v  # (B,H,T,dh)
+            internals = {"q": q, "k": k, "v": v, "attn": attn}
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B,H,T,dh)
+        if head_keep is not None:
+            y = y * head_keep.to(y.dtype)[None, :, None, None]  # zero ablated heads
+        y = y.transpose(1, 2).reshape(B, T, d)  # (B,T,d)
+        return self.out_proj(y), internals
+
+
+class Block(nn.Module):
+    """One pre-norm transformer layer: attention then MLP, each added to the residual stream."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, rope: bool, eps: float) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(d_model, eps=eps)
+        self.attn = CausalSelfAttention(d_model, n_heads, rope)
+        self.mlp = FeedForward(d_model, d_ff, norm="rms", eps=eps)
+
+    def forward(self, h: torch.Tensor, layer: int, explicit: bool, ablation: Ablation):
+        keep = None
+        if any(l == layer for l, _ in ablation.heads):
+            keep = torch.ones(self.attn.n_heads, device=h.device)
+            keep[[hd for l, hd in ablation.heads if l == layer]] = 0.0
+        a, internals = self.attn(self.norm1(h), explicit, keep)  # (B,T,d)
+        if not ablation.drops(layer, "attn"):
+            h = h + a
+        if not ablation.drops(layer, "mlp"):
+            h = h + self.mlp(h)
+        return h, internals
+
+
+class Transformer(Ablatable, SequenceModel):
+    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie.
+
+    `explicit=True` makes every forward use the explicit attention path (default: fused unless `cache=True`).
+    Ablation: `with model.ablate(heads={(layer, head)}, layers={l}, parts="attn"|"mlp"|"block"): ...`.
+    """
+
+    _parts = ("attn", "mlp", "block")
+
+    def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
+                 d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
+                 eps: float = 1e-5, explicit: bool = False) -> None:
+        super().__init__()
+        self.spec = spec
+        self.n_layers = check_int("n_layers", n_layers, 1)
+        self._n_heads = check_int("n_heads", n_heads, 1)
+        check_int("d_model", d_model, 1)
+        if d_model % n_heads:
+            raise ValueError(f"d_model: must be divisible by n_heads={n_heads} (got {d_model})")
+        d_ff = check_int("d_ff", 4 * d_model if d_ff is None else d_ff, 1)
+        self.pos = check_choice("pos", pos, ("learned", "none", "rotary"))
+        if pos == "rotary" and (d_model // n_heads) % 2:
+            raise ValueError(f"pos: rotary needs an even head dim (got d_model/n_heads = {d_model // n_heads})")
+        self.d_model, self.explicit = d_model, explicit
+        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned" if pos == "learned" else "none")
+        self.max_len = self.embed.max_len
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, pos == "rotary", eps) for _ in range(n_layers))
+        self.norm = nn.RMSNorm(d_model, eps=eps)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.apply(init_weights)
+        scale_residual_projections(self, n_layers)
+
+    def forward(self, inputs: torch.Tensor, cache: bool = False):
+        explicit = cache or self.explicit
+        ablation = self._ablation
+        h = self.embed(inputs)  # (B,T,d)
+        resid, layers = [h], []
+        for i, block in enumerate(self.blocks):
+            h, internals = block(h, i, explicit, ablation)  # (B,T,d)
+            resid.append(h)
+            layers.append(internals)
+        final = self.norm(h)  # (B,T,d)
+        out = self.head(final)  # (B,T,K) or (B,T,2)
+        if not cache:
+            return out
+        return out, {"resid": resid, "final": final, "layers": layers}
+
+    def state_size(self, T: int) -> int:
+        """KV cache: keys and values of every layer for T tokens."""
+        return 2 * self.n_layers * int(T) * self.d_model
+
+
+register("transformer", Transformer)

@@ -1,0 +1,251 @@
+"""Model protocol: shapes, heads, cache layout, causality on every task spec, registry, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from windtunnel import models, tasks
+from windtunnel.models import presets
+from windtunnel.models.base import SequenceModel, predictive
+from windtunnel.models.common import InputEmbedding, OutputHead
+
+ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
+TASKS = ["bijection", "hmm", "recall", "regression"]
+VARIANTS = [(a, {}) for a in ARCHS] + [("mamba", {"variant": "paper"}), ("transformer", {"pos": "rotary"})]
+
+
+def build(arch: str, task: str, **extra) -> SequenceModel:
+    torch.manual_seed(0)
+    spec = tasks.make(task).spec
+    return models.make(arch, spec, **{**presets.preset(task, arch, "smoke"), **extra}).eval()
+
+
+def random_inputs(spec, B: int, T: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if spec.input_kind == "tokens":
+        return torch.randint(0, spec.vocab_size, (B, T), generator=g)
+    return torch.randn(B, T, spec.input_dim, generator=g)
+
+
+def test_names_cover_the_four_architectures():
+    assert set(ARCHS) <= set(models.names())
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("arch,extra", VARIANTS, ids=lambda v: "-".join(v.values()) if isinstance(v, dict) else v)
+def test_causal_and_shapes(arch, extra, task):
+    model = build(arch, task, **extra)
+    spec = model.spec
+    T = min(spec.seq_len, 40)
+    x = random_inputs(spec, 2, T)
+    with torch.no_grad():
+        out = model(x)
+        assert out.shape == (2, T, spec.output_dim)
+        assert torch.isfinite(out).all()
+        for t in (0, T // 2, T - 2):
+            y = x.clone()
+            y[:, t + 1 :] = random_inputs(spec, 2, T, seed=t + 1)[:, t + 1 :]
+            out2 = model(y)
+            torch.testing.assert_close(out2[:, : t + 1], out[:, : t + 1], atol=1e-5, rtol=0)
+            assert not torch.allclose(out2[:, t + 1 :], out[:, t + 1 :])
+        # the first input reaches the last position (float64: at init the influence can be ~1e-8), except in
+        # the per-position control
+        model.double()
+        x = x if spec.input_kind == "tokens" else x.double()
+        y = x.clone()
+        y[:, 0] = random_inputs(spec, 2, T, seed=99)[:, 0]
+        assert torch.equal(model(y)[:, -1], model(x)[:, -1]) == (arch == "mlp-pointwise")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_full_length_recall(arch):
+    """The longest spec (recall, T=329) runs end to end."""
+    model = build(arch, "recall")
+    x = random_inputs(model.spec, 1, model.spec.seq_len)
+    with torch.no_grad():
+        assert model(x).shape == (1, model.spec.seq_len, model.spec.n_classes)
+
+
+CACHE_KEYS = {"transformer": {"q", "k", "v", "attn"}, "mamba": {"delta", "B", "C", "h"}, "lstm": {"h", "c"},
+              "mlp": {"mlp_out"}, "mlp-pointwise": {"mlp_out"}}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("task", ["bijection", "regression"])
+def test_cache_layout(arch, task):
+    model = build(arch, task)
+    spec, B, T = model.spec, 3, 9
+    x = random_inputs(spec, B, T)
+    with torch.no_grad():
+        out, cache = model(x, cache=True)
+        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-4)
+    L = model.n_layers
+    assert len(cache["resid"]) == L + 1 and len(cache["layers"]) == L
+    d = cache["final"].shape[-1]
+    assert all(r.shape == (B, T, d) for r in cache["resid"])
+    torch.testing.assert_close(model.head(cache["final"]), out)
+    for layer in cache["layers"]:
+        assert set(layer) >= CACHE_KEYS[arch]
+    first = cache["layers"][0]
+    if arch == "transformer":
+        H = presets.preset(task, arch, "smoke")["n_heads"]
+        assert first["q"].shape == first["k"].shape == first["v"].shape == (B, H, T, d // H)
+        assert first["attn"].shape == (B, H, T, T)
+        torch.testing.assert_close(first["attn"].sum(-1), torch.ones(B, H, T))
+        assert torch.all(first["attn"].triu(1) == 0)
+    elif arch == "mamba":
+        Di, N = model.d_inner, model.d_state
+        assert first["delta"].shape == (B, T, Di) and (first["delta"] > 0).all()
+        assert first["B"].shape == first["C"].shape == (B, T, N)
+        assert first["h"].shape == (B, T, Di, N)
+    elif arch == "lstm":
+        assert first["h"].shape == first["c"].shape == (B, T, d)
+        torch.testing.assert_close(first["h"], cache["resid"][1])
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_heads_and_predictive(task):
+    spec = tasks.make(task).spec
+    emb = InputEmbedding(spec, 16)
+    head = OutputHead(spec, 16, tie=True, embedding=emb)
+    assert head.tied == (spec.answer_token_offset is not None)
+    h = torch.randn(2, 5, 16)
+    out = head(h)
+    assert out.shape == (2, 5, spec.output_dim)
+    if head.tied:
+        lo = spec.answer_token_offset
+        torch.testing.assert_close(out[0, 0, 1], h[0, 0] @ emb.tok.weight[lo + 1])
+        assert not any(p is emb.tok.weight for p in head.parameters())  # shared weight not registered twice
+    dist = predictive(spec, out)
+    assert dist.batch_shape == (2, 5)
+
+
+def test_untied_head_when_asked():
+    spec = tasks.make("bijection").spec
+    tied = models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8)
+    untied = models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8, tie=False)
+    assert untied.n_params() - tied.n_params() == 8 * spec.n_classes + spec.n_classes
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_state_size(arch):
+    model = build(arch, "bijection")
+    s10, s20 = model.state_size(10), model.state_size(20)
+    if arch in ("transformer", "mlp"):
+        assert s20 == 2 * s10 > 0
+    elif arch in ("mamba", "lstm"):
+        assert s20 == s10 > 0
+    if arch == "transformer":
+        assert s10 == 2 * model.n_layers * 10 * 32
+    if arch == "lstm":
+        assert s10 == 2 * model.n_layers * model.d_model
+
+
+def test_init_gives_sane_step_one_loss():
+    """N(0,0.02) init: the first loss is about log K, not ~125 as with PyTorch-default embeddings."""
+    task = tasks.make("bijection")
+    batch = task.sample(64, seed=0)
+    for arch in ARCHS:
+        model = build(arch, "bijection")
+        loss = nn.functional.cross_entropy(model(batch.inputs)[batch.target_mask], batch.targets[batch.target_mask])
+        assert abs(loss.item() - torch.log(torch.tensor(20.0)).item()) < 0.5, arch
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_max_len_allows_longer_inputs(arch):
+    spec = tasks.make("bijection").spec
+    model = models.make(arch, spec, **presets.preset("bijection", arch, "smoke"), max_len=2 * spec.seq_len)
+    x = random_inputs(spec, 1, 2 * spec.seq_len)
+    assert model(x).shape[1] == 2 * spec.seq_len
+    short = models.make(arch, spec, **presets.preset("bijection", arch, "smoke"))
+    with pytest.raises(ValueError, match="max_len"):
+        short(x)
+
+
+def test_bad_inputs_and_sizes():
+    spec = tasks.make("bijection").spec
+    model = build("transformer", "bijection")
+    with pytest.raises(ValueError, match="inputs"):
+        model(torch.randn(2, 5, 3))
+    with pytest.raises(ValueError, match="inputs"):
+        model(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="d_model"):
+        models.make("transformer", spec, d_model=10, n_heads=3)
+    with pytest.raises(ValueError, match="n_layers"):
+        models.make("lstm", spec, n_layers=0)
+    with pytest.raises(ValueError, match="variant"):
+        models.make("mamba", spec, variant="fast")
+    with pytest.raises(ValueError, match="pos"):
+        models.make("transformer", spec, pos="sinusoid")
+    with pytest.raises(ValueError, match="arch"):
+        models.make("nope", spec)
+    reg = tasks.make("regression").spec
+    with pytest.raises(ValueError, match="input_dim"):
+        models.make("lstm", reg, n_layers=1, d_model=8)(torch.randn(1, 4, reg.input_dim + 1))
+
+
+class TinyUserModel(SequenceModel):
+    """A user model: embedding + causal running mean + head, built from the shared pieces."""
+
+    def __init__(self, spec, d_model: int = 8):
+        super().__init__()
+        self.spec = spec
+        self.embed = InputEmbedding(spec, d_model)
+        self.head = OutputHead(spec, d_model, embedding=self.embed)
+
+    def forward(self, inputs, cache=False):
+        h = self.embed(inputs)  # (B,T,d)
+        h = h.cumsum(1) / torch.arange(1, h.shape[1] + 1)[:, None]
+        return self.head(h)
+
+    def state_size(self, T):
+        return self.head.proj.in_features if self.head.proj is not None else 8
+
+
+def test_import_string_and_register():
+    spec = tasks.make("bijection").spec
+    model = models.make(f"{__name__}:TinyUserModel", spec, d_model=4)
+    assert isinstance(model, TinyUserModel) and model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 20)
+    models.register("tiny-user-test", TinyUserModel, overwrite=True)
+    assert isinstance(models.make("tiny-user-test", spec), TinyUserModel)
+    with pytest.raises(ValueError, match="cannot import"):
+        models.make(f"{__name__}:Missing", spec)
+
+
+def test_transformer_head_and_layer_ablation():
+    model = build("transformer", "bijection")
+    x = random_inputs(model.spec, 2, 11)
+    with torch.no_grad():
+        base, cache = model(x, cache=True)
+        with model.ablate(layers={0}, parts="block"):
+            _, abl = model(x, cache=True)
+        torch.testing.assert_close(abl["resid"][1], abl["resid"][0])
+        with model.ablate(heads={(0, 1)}):
+            one_head = model(x)
+        assert not torch.allclose(one_head, base)
+        # zeroing a head equals removing its slice of the output projection
+        W = model.blocks[0].attn.out_proj.weight
+        saved = W.detach().clone()
+        W[:, 16:32] = 0  # smoke: 2 heads x 16
+        torch.testing.assert_close(model(x), one_head)
+        W.copy_(saved)
+        with model.ablate(layers={1}, parts="mlp"):
+            _, no_mlp = model(x, cache=True)
+        # layer 1 without its MLP: resid after = resid before + attention output only
+        assert not torch.allclose(no_mlp["resid"][2], cache["resid"][2])
+        torch.testing.assert_close(model(x), base)  # restored after the context
+    with pytest.raises(ValueError, match="heads"), model.ablate(heads={(0, 7)}):
+        pass
+
+
+@pytest.mark.parametrize("arch", ["mamba", "lstm", "mlp", "mlp-pointwise"])
+def test_layer_ablation_makes_identity(arch):
+    model = build(arch, "bijection")
+    x = random_inputs(model.spec, 2, 7)
+    with torch.no_grad(), model.ablate(layers={1}):
+        _, cache = model(x, cache=True)
+    torch.testing.assert_close(cache["resid"][2], cache["resid"][1])
+    with pytest.raises(ValueError, match="parts"), model.ablate(layers={0}, parts="attn"):
+        pass
