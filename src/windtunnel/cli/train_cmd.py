@@ -1,0 +1,99 @@
+"""`windtunnel train` and `windtunnel eval`: thin shells over `windtunnel.train.train` and `evaluate.evaluate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from windtunnel.cli import app
+from windtunnel.cli.common import fail, guarded, parse_kv
+from windtunnel.config import build_config
+from windtunnel.runs import CheckpointError
+
+
+def _row(name: str, r: dict[str, Any]) -> str:
+    m = r["metrics"]
+
+    def cell(key: str) -> str:
+        v = m.get(key)
+        return "n/a" if v is None else f"{v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]"
+
+    return (f"{name:<14} {r['n']:>6}  {cell('entropy_mae_bits'):<26} {cell('entropy_mae_curve_bits'):<26} "
+            f"{cell('kl_bits'):<26} {cell('accuracy')}")
+
+
+def print_table(results: dict[str, Any]) -> None:
+    """Human-readable table: one row per evaluation setting, mean [95% CI] per metric."""
+    typer.echo(f"{'setting':<14} {'n':>6}  {'entropy_mae_bits':<26} {'entropy_mae_curve_bits':<26} "
+               f"{'kl_bits':<26} accuracy")
+    for name, r in results.items():
+        typer.echo(_row(name, r))
+
+
+@app.command("train")
+@guarded
+def train_command(
+    out: Path = typer.Option(..., "--out", "-o", help="run directory to create"),
+    task: str | None = typer.Option(None, "--task", help="task name (see `windtunnel tasks`)"),
+    arch: str | None = typer.Option(None, "--arch", help="architecture, or 'oracle' / 'uniform'"),
+    preset: str | None = typer.Option(None, "--preset", help="size preset: smoke, quick or paper"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON RunConfig file"),
+    set_: list[str] = typer.Option(None, "--set", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"),
+    seed: int | None = typer.Option(None, "--seed", help="run seed"),
+    steps: int | None = typer.Option(None, "--steps", help="training steps"),
+    resume: bool = typer.Option(False, "--resume", help="continue from the run's latest checkpoint"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+) -> None:
+    """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory."""
+    from windtunnel.train import TrainingDiverged, train
+
+    flags = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed, "train.steps": steps}
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    overrides.update(parse_kv(set_, "--set"))
+    cfg = build_config(config, overrides)
+    try:
+        results = train(cfg, out, resume=resume, overwrite=overwrite, progress=not no_progress)
+    except (TrainingDiverged, CheckpointError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"run: {out}")
+    print_table(results)
+
+
+@app.command("eval")
+@guarded
+def eval_command(
+    run_dir: Path = typer.Argument(..., help="run directory"),
+    set_: list[str] = typer.Option(None, "--set", help="task override for this evaluation, e.g. task.K=50"),
+    n: int | None = typer.Option(None, "--n", help="number of held-out sequences (default: the run's eval.n)"),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+) -> None:
+    """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
+    from windtunnel.evaluate import evaluate
+    from windtunnel.runs import load_run
+
+    if n is not None and n < 1:
+        fail(f"--n: must be >= 1 (got {n})")
+    if batch_size is not None and batch_size < 1:
+        fail(f"--batch-size: must be >= 1 (got {batch_size})")
+    kv = parse_kv(set_, "--set")
+    override: dict[str, Any] = {}
+    for key, value in kv.items():
+        if not key.startswith("task.") or key.count(".") != 1:
+            fail(f"--set {key}: eval only takes task parameters (task.NAME=value)")
+        override[key.split(".", 1)[1]] = value
+    run = load_run(run_dir)
+    try:
+        results = evaluate(run, n=n, overrides=[override] if override else None, batch_size=batch_size)
+    except CheckpointError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+    else:
+        print_table(results)

@@ -1,0 +1,250 @@
+"""Run configuration: one typed, validated `RunConfig` (task, model, train, eval, seed) per run.
+
+Configs load from YAML/JSON, take dotted `--set` overrides, and `resolve_config` expands everything a run
+depends on (model preset into `model.size`, task defaults into `task.params`, `model.max_len`), so the
+`config.json` of a run directory alone rebuilds its task and model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Predictors that are evaluated like models but never trained (see runs.Oracle / runs.Uniform).
+BASELINES = ("oracle", "uniform")
+TIERS = ("smoke", "quick", "paper")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskConfig(_Strict):
+    """Which wind tunnel, and its parameters (validated by building the task)."""
+
+    name: str = "bijection"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelConfig(_Strict):
+    """Architecture, optional size preset, size overrides on top of it, and positions to allocate."""
+
+    arch: str = "transformer"
+    preset: Literal["smoke", "quick", "paper"] | None = None
+    size: dict[str, Any] = Field(default_factory=dict)
+    max_len: int | None = Field(default=None, ge=1)
+
+
+class TrainConfig(_Strict):
+    """Optimiser, schedule, loss, logging/eval/checkpoint cadence and numerics of the training loop."""
+
+    steps: int = Field(default=1000, ge=0)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=3e-4, gt=0)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    warmup_steps: int = Field(default=100, ge=0)
+    schedule: Literal["cosine", "constant"] = "cosine"
+    weight_decay: float = Field(default=0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(default=1.0, gt=0)
+    loss: Literal["auto", "ce", "soft_ce", "gaussian_nll"] = "auto"
+    eval_every: int = Field(default=500, ge=0)  # 0: only the final evaluation
+    eval_size: int = Field(default=256, ge=1)
+    log_every: int = Field(default=10, ge=1)
+    checkpoint_every: int = Field(default=1000, ge=0)  # 0: only the final checkpoint (+ schedule)
+    checkpoint_schedule: list[int] | None = None
+    keep_checkpoints: int | None = Field(default=None, ge=1)  # None: keep all
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["float32", "bf16"] = "float32"
+    compile: bool = False
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
+    @field_validator("checkpoint_schedule")
+    @classmethod
+    def _schedule(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if any(s < 1 for s in v):
+            raise ValueError("checkpoint steps must be >= 1")
+        return sorted(set(v))
+
+
+class EvalConfig(_Strict):
+    """Final evaluation: number of sequences, forward batch size, extra task-parameter settings to test."""
+
+    n: int = Field(default=2000, ge=1)
+    batch_size: int = Field(default=250, ge=1)
+    overrides: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class RunConfig(_Strict):
+    """Everything a run depends on; its JSON form is the run directory's config.json."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    seed: int = Field(default=0, ge=0, lt=2**31)
+
+    @model_validator(mode="after")
+    def _baseline_has_no_size(self) -> RunConfig:
+        if self.model.arch in BASELINES and self.model.size:
+            raise ValueError(f"model.size: the {self.model.arch!r} baseline has no size parameters")
+        return self
+
+
+def error_message(err: ValidationError) -> str:
+    """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        parts.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}{got}")
+    return "; ".join(parts)
+
+
+def validate(data: dict[str, Any]) -> RunConfig:
+    """Dict -> RunConfig; a ValidationError becomes a ValueError naming each bad field."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(error_message(err)) from None
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Raw dict from a YAML or JSON config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config: no such file {str(p)!r}")
+    try:
+        data = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"config: cannot parse {str(p)!r}: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config: {str(p)!r} must hold a mapping at the top level")
+    return data
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Load and validate a RunConfig from a YAML or JSON file."""
+    return validate(read_file(path))
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Apply dotted overrides (`train.lr`, `task.V`, `model.size.d_model`, `model.d_model`) to a raw config dict.
+
+    `task.X` with X not a TaskConfig field goes to `task.params.X`; `model.X` with X not a ModelConfig field
+    goes to `model.size.X`. Other unknown keys are left in place for validation to reject by name.
+    """
+    out = json.loads(json.dumps(data))  # deep copy of plain data
+    for key, value in (overrides or {}).items():
+        parts = key.split(".")
+        if not all(parts):
+            raise ValueError(f"--set: malformed key {key!r}")
+        if len(parts) == 2 and parts[0] == "task" and parts[1] not in TaskConfig.model_fields:
+            parts = ["task", "params", parts[1]]
+        elif len(parts) == 2 and parts[0] == "model" and parts[1] not in ModelConfig.model_fields:
+            parts = ["model", "size", parts[1]]
+        node = out
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ValueError(f"--set {key}: {p!r} is not a section")
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def build_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, **fields: Any
+) -> RunConfig:
+    """Config file (optional) + dotted overrides (+ keyword shortcuts given as dotted keys) -> RunConfig."""
+    data = read_file(path) if path is not None else {}
+    return validate(apply_overrides(data, {**fields, **(overrides or {})}))
+
+
+def eval_name(override: dict[str, Any]) -> str:
+    """Name of an evaluation setting: "default" for {}, else "K=50" / "K=50,V=10"."""
+    return ",".join(f"{k}={v}" for k, v in sorted(override.items())) or "default"
+
+
+def eval_settings(cfg: RunConfig) -> list[dict[str, Any]]:
+    """The task-parameter overrides evaluated at the end of a run, the training setting first."""
+    out: list[dict[str, Any]] = [{}]
+    for o in cfg.eval.overrides:
+        if o and o not in out:
+            out.append(dict(o))
+    return out
+
+
+def _preset(task_name: str, arch: str, tier: str, spec: Any) -> dict[str, Any]:
+    try:
+        from windtunnel.models.presets import preset
+    except ImportError as err:  # pragma: no cover - presets are part of the package
+        raise ValueError(f"model.preset: presets are unavailable ({err})") from None
+    return dict(preset(task_name, arch, tier, spec=spec))
+
+
+def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
+    """Expand a config into the fully explicit one a run records.
+
+    Builds the task (validating task.params; defaults filled in), expands the preset into model.size
+    (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings.
+    The model size itself is validated when the run builds the model (runs.build_model).
+    """
+    from windtunnel import models, tasks
+
+    cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
+    task = tasks.make(cfg.task.name, **cfg.task.params)
+    params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
+    lengths = [task.spec.seq_len]
+    for o in eval_settings(cfg)[1:]:
+        try:
+            lengths.append(tasks.make(cfg.task.name, **{**params, **o}).spec.seq_len)
+        except ValueError as err:
+            raise ValueError(f"eval.overrides {o}: {err}") from None
+    max_len = cfg.model.max_len or max(lengths)
+    if max_len < max(lengths):
+        raise ValueError(f"model.max_len: must be >= {max(lengths)}, the longest evaluated sequence (got {max_len})")
+    size = dict(cfg.model.size)
+    if cfg.model.arch not in BASELINES:
+        models.resolve(cfg.model.arch)  # unknown arch -> ValueError naming it
+        if cfg.model.preset is not None:
+            size = {**_preset(cfg.task.name, cfg.model.arch, cfg.model.preset, task.spec), **size}
+    data = cfg.model_dump(mode="json")
+    data["task"]["params"] = params
+    data["model"]["size"] = size
+    data["model"]["max_len"] = max_len
+    return validate(data)
+
+
+def config_to_json(cfg: RunConfig) -> str:
+    """Stable, human-readable JSON of a config."""
+    return json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def resolve_loss(cfg: RunConfig, task: Any) -> str:
+    """The loss a run trains with: explicit choice, else soft_ce for HMM-like tasks, gaussian_nll for real answers,
+    otherwise ce. A task may state its own preference as a `default_loss` attribute."""
+    if cfg.train.loss != "auto":
+        return cfg.train.loss
+    if task.spec.answer_kind == "real":
+        return "gaussian_nll"
+    pref = getattr(task, "default_loss", None)
+    if pref in ("ce", "soft_ce"):
+        return pref
+    return "soft_ce" if cfg.task.name == "hmm" else "ce"

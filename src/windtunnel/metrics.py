@@ -1,0 +1,262 @@
+"""Metrics in bits: pure functions of (predictive distribution, Batch). One definition per name.
+
+* `entropy_mae_bits`       mean over (sequence, scored position) of |H_model - H_bayes|  (the headline)
+* `entropy_mae_curve_bits` per scored-position index: average H_model and H_bayes over sequences first, take
+                           |diff|, then average over positions (the authors' calibration-figure number)
+* `kl_bits`                KL(posterior || model) per scored position, averaged
+* `nll_bits`               mean -log2 q(target)
+* `accuracy`               argmax model == realised target (classes only; None for real answers)
+* `bayes_accuracy`         argmax posterior == realised target (a reference ceiling)
+
+For real answers (Normal), entropies are differential entropies in bits and KL is the Gaussian KL in bits.
+Positions are indexed by scored-position index: the t-th scored position of each sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+from torch.distributions import Categorical, Distribution, Normal
+
+from windtunnel.tasks.base import Batch
+
+LN2 = math.log(2.0)
+
+
+def _params(dist: Distribution) -> tuple[str, tuple[torch.Tensor, ...]]:
+    """Float64 parameters of a Categorical (log-probs) or Normal (loc, scale)."""
+    if isinstance(dist, Categorical):
+        if "probs" in dist.__dict__:  # given as probabilities: keep exact zeros (log 0 = -inf)
+            p = dist.probs.double()
+            return "cat", ((p / p.sum(-1, keepdim=True)).log(),)
+        return "cat", (torch.log_softmax(dist.logits.double(), -1),)
+    if isinstance(dist, Normal):
+        return "normal", (dist.loc.double(), dist.scale.double())
+    raise TypeError(f"metrics: unsupported distribution {type(dist).__name__} (Categorical or Normal)")
+
+
+def entropy_bits(dist: Distribution) -> torch.Tensor:
+    """Entropy in bits per batch element (0 log 0 = 0; differential entropy for Normal)."""
+    kind, ps = _params(dist)
+    if kind == "cat":
+        logp = ps[0]
+        return -(logp.exp() * logp).nan_to_num(0.0).sum(-1) / LN2
+    return (0.5 * math.log(2 * math.pi * math.e) + ps[1].log()) / LN2
+
+
+def kl_divergence_bits(p: Distribution, q: Distribution) -> torch.Tensor:
+    """KL(p || q) in bits per batch element; terms with p = 0 contribute 0."""
+    kp, pp = _params(p)
+    kq, pq = _params(q)
+    if kp != kq:
+        raise TypeError("metrics: KL between different distribution families")
+    if kp == "cat":
+        logp, logq = pp[0], pq[0]
+        prob = logp.exp()
+        term = torch.where(prob > 0, prob * (logp - logq), torch.zeros_like(prob))
+        return term.sum(-1) / LN2
+    (m1, s1), (m2, s2) = pp, pq
+    return (torch.log(s2 / s1) + (s1**2 + (m1 - m2) ** 2) / (2 * s2**2) - 0.5) / LN2
+
+
+def _argmax(dist: Distribution) -> torch.Tensor:
+    return dist.logits.argmax(-1) if isinstance(dist, Categorical) else dist.probs.argmax(-1)
+
+
+@dataclass
+class ScoreTable:
+    """Per-(sequence, scored-position) values, shape (N, S); NaN where a sequence has fewer scored positions.
+
+    Concatenate tables from several batches with `ScoreTable.cat`, then aggregate with `summarize`.
+    """
+
+    model_entropy_bits: torch.Tensor  # (N,S)
+    bayes_entropy_bits: torch.Tensor  # (N,S)
+    kl_bits: torch.Tensor  # (N,S)
+    nll_bits: torch.Tensor  # (N,S)
+    correct: torch.Tensor | None  # (N,S) 1.0/0.0, None for real answers
+    bayes_correct: torch.Tensor | None  # (N,S)
+
+    @property
+    def entropy_abs_err_bits(self) -> torch.Tensor:
+        return (self.model_entropy_bits - self.bayes_entropy_bits).abs()
+
+    @staticmethod
+    def cat(tables: list[ScoreTable]) -> ScoreTable:
+        """Stack tables along the sequence axis (padding the position axis with NaN)."""
+        S = max(t.kl_bits.shape[1] for t in tables)
+
+        def pad(x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.pad(x, (0, S - x.shape[1]), value=float("nan"))
+
+        out = {}
+        for f in fields(ScoreTable):
+            vals = [getattr(t, f.name) for t in tables]
+            out[f.name] = None if any(v is None for v in vals) else torch.cat([pad(v) for v in vals])
+        return ScoreTable(**out)
+
+
+def _to_table(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scatter per-(b,t) values (B,T) at mask into (B,S): the s-th scored position of each row, NaN padded."""
+    B = mask.shape[0]
+    rank = mask.long().cumsum(1) - 1  # (B,T) index among scored positions
+    S = int(mask.sum(1).max().item()) if mask.any() else 0
+    out = torch.full((B, max(S, 1)), float("nan"), dtype=torch.float64, device=x.device)
+    rows = torch.arange(B, device=x.device)[:, None].expand_as(mask)
+    out[rows[mask], rank[mask]] = x[mask].double()
+    return out[:, :S] if S else out[:, :0]
+
+
+def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
+    """Score a predictive distribution (batch shape (B,T)) against a batch's exact posterior and targets."""
+    mask = batch.target_mask.bool()
+    post = batch.posterior
+    if tuple(pred.batch_shape) != tuple(mask.shape):
+        raise ValueError(f"metrics: predictive batch shape {tuple(pred.batch_shape)} != mask {tuple(mask.shape)}")
+    h_model = entropy_bits(pred)
+    h_bayes = entropy_bits(post)
+    kl = kl_divergence_bits(post, pred)
+    if isinstance(pred, Categorical):
+        logq = _params(pred)[1][0]
+        tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).long()
+        nll = -logq.gather(-1, tgt[..., None])[..., 0] / LN2
+        correct = (_argmax(pred) == tgt).double()
+        bayes_correct = (_argmax(post) == tgt).double()
+    else:
+        tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).double()
+        nll = -Normal(pred.loc.double(), pred.scale.double(), validate_args=False).log_prob(tgt) / LN2
+        correct = bayes_correct = None
+    return ScoreTable(
+        model_entropy_bits=_to_table(h_model, mask),
+        bayes_entropy_bits=_to_table(h_bayes, mask),
+        kl_bits=_to_table(kl, mask),
+        nll_bits=_to_table(nll, mask),
+        correct=None if correct is None else _to_table(correct, mask),
+        bayes_correct=None if bayes_correct is None else _to_table(bayes_correct, mask),
+    )
+
+
+def _mean(x: torch.Tensor) -> float:
+    return float(x.nanmean().item())
+
+
+def _curve_mae(h_model: torch.Tensor, h_bayes: torch.Tensor) -> float:
+    return _mean((h_model.nanmean(0) - h_bayes.nanmean(0)).abs())
+
+
+# --- the named metrics: one definition each -------------------------------------------------------------
+
+
+def entropy_mae_bits(pred: Distribution, batch: Batch) -> float:
+    """Mean over (sequence, scored position) of |H_model - H_bayes| in bits (the headline metric)."""
+    return _mean(score_table(pred, batch).entropy_abs_err_bits)
+
+
+def entropy_mae_curve_bits(pred: Distribution, batch: Batch) -> float:
+    """|mean-over-sequences H_model - mean-over-sequences H_bayes| per position, averaged over positions."""
+    t = score_table(pred, batch)
+    return _curve_mae(t.model_entropy_bits, t.bayes_entropy_bits)
+
+
+def kl_bits(pred: Distribution, batch: Batch) -> float:
+    """KL(exact posterior || model) in bits, averaged over (sequence, scored position)."""
+    return _mean(score_table(pred, batch).kl_bits)
+
+
+def nll_bits(pred: Distribution, batch: Batch) -> float:
+    """Mean -log2 q(realised target) over scored positions (differential for real answers)."""
+    return _mean(score_table(pred, batch).nll_bits)
+
+
+def accuracy(pred: Distribution, batch: Batch) -> float | None:
+    """Fraction of scored positions where the model's argmax is the realised target; None for real answers."""
+    c = score_table(pred, batch).correct
+    return None if c is None else _mean(c)
+
+
+def bayes_accuracy(batch: Batch) -> float | None:
+    """Accuracy of the exact posterior's argmax: the best any predictor can do on average."""
+    c = score_table(batch.posterior, batch).bayes_correct
+    return None if c is None else _mean(c)
+
+
+# --- aggregation: per-position curves and bootstrap intervals --------------------------------------------
+
+PER_SEQUENCE_METRICS = {
+    "entropy_mae_bits": "entropy_abs_err_bits",
+    "kl_bits": "kl_bits",
+    "nll_bits": "nll_bits",
+    "accuracy": "correct",
+    "bayes_accuracy": "bayes_correct",
+    "model_entropy_bits": "model_entropy_bits",
+    "bayes_entropy_bits": "bayes_entropy_bits",
+}
+
+
+def _bootstrap_counts(n: int, n_boot: int, seed: int) -> torch.Tensor:
+    """(R,N) resample counts: how often each sequence appears in each bootstrap resample."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, n, (n_boot, n), generator=g)
+    counts = torch.zeros(n_boot, n, dtype=torch.float64)
+    counts.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))
+    return counts
+
+
+def summarize(table: ScoreTable, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Aggregate metrics with bootstrap intervals over sequences, plus per-position curves.
+
+    Returns {"metrics": {name: {"mean", "lo", "hi"}}, "per_position": {curve: [...]}}. Aggregates that are
+    not defined (accuracy for real answers) are None. The bootstrap resamples whole sequences (vectorised).
+    """
+    n = table.kl_bits.shape[0]
+    counts = _bootstrap_counts(n, n_boot, seed) if n_boot > 0 else None
+    alpha = (1 - level) / 2
+    metrics: dict[str, dict[str, float] | None] = {}
+
+    def interval(mean: float, boots: torch.Tensor | None) -> dict[str, float]:
+        if boots is None:
+            return {"mean": mean, "lo": mean, "hi": mean}
+        q = torch.quantile(boots, torch.tensor([alpha, 1 - alpha], dtype=torch.float64))
+        return {"mean": mean, "lo": float(q[0]), "hi": float(q[1])}
+
+    for name, attr in PER_SEQUENCE_METRICS.items():
+        x = getattr(table, attr) if attr != "entropy_abs_err_bits" else table.entropy_abs_err_bits
+        if x is None:
+            metrics[name] = None
+            continue
+        valid = ~x.isnan()
+        sums, cnts = x.nan_to_num(0.0).sum(1).cpu(), valid.sum(1).double().cpu()  # (N,) per-sequence
+        mean = float(sums.sum() / cnts.sum())
+        boots = None if counts is None else (counts @ sums) / (counts @ cnts)
+        metrics[name] = interval(mean, boots)
+
+    hm, hb = table.model_entropy_bits.cpu(), table.bayes_entropy_bits.cpu()
+    curve_mean = _curve_mae(hm, hb)
+    boots = None
+    if counts is not None:
+        v = (~hm.isnan()).double()
+        denom = counts @ v  # (R,S)
+        cm = (counts @ hm.nan_to_num(0.0)) / denom
+        cb = (counts @ hb.nan_to_num(0.0)) / denom
+        boots = (cm - cb).abs().nanmean(1)
+    metrics["entropy_mae_curve_bits"] = interval(curve_mean, boots)
+
+    def curve(x: torch.Tensor | None) -> list[float] | None:
+        return None if x is None else [float(v) for v in x.nanmean(0).cpu()]
+
+    per_position = {
+        "model_entropy_bits": curve(table.model_entropy_bits),
+        "bayes_entropy_bits": curve(table.bayes_entropy_bits),
+        "entropy_abs_err_bits": curve(table.entropy_abs_err_bits),
+        "kl_bits": curve(table.kl_bits),
+        "accuracy": curve(table.correct),
+    }
+    return {"metrics": metrics, "per_position": per_position}
+
+
+def quick_metrics(table: ScoreTable) -> dict[str, float | None]:
+    """Point estimates only (no bootstrap), for the periodic evaluation lines of metrics.jsonl."""
+    out = {k: (v["mean"] if v else None) for k, v in summarize(table, n_boot=0)["metrics"].items()}
+    return out

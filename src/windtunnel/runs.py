@@ -1,0 +1,407 @@
+"""Run directories, the unit of record: atomic files, safetensors checkpoints, and `load_run`.
+
+    run_dir/config.json                       fully resolved RunConfig
+    run_dir/metrics.jsonl                     one JSON object per logged step / evaluation (append-only)
+    run_dir/checkpoints/step_00001000.safetensors          model weights
+    run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
+    run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
+    run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
+    run_dir/eval.json                         final evaluation, one entry per evaluation setting
+    run_dir/figures/
+
+Checkpoints are loaded without unpickling (safetensors + JSON only). This module also holds the two
+never-trained predictors, `oracle` and `uniform`, so that every consumer builds a run's predictor the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from windtunnel import models, tasks
+from windtunnel.config import RunConfig, config_to_json, validate
+from windtunnel.models.base import predictive
+from windtunnel.tasks.base import Batch, TaskSpec
+
+CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, corrupted or truncated."""
+
+
+# --- atomic files ----------------------------------------------------------------------------------------
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write via a temp file in the same directory + fsync + os.replace: readers see old or new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # persist the rename itself
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """All complete lines of metrics.jsonl (a partial last line from a crash is ignored)."""
+    p = Path(run_dir) / METRICS
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            out.append(json.loads(line))
+    return out
+
+
+def truncate_metrics(run_dir: str | Path, step: int) -> None:
+    """Keep only metrics lines with step <= `step` (resume: drop what the lost steps had logged)."""
+    keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= step]
+    atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl writer: one JSON object per line, flushed at once (survives SIGKILL)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / METRICS
+        self._f = open(self.path, "a")  # noqa: SIM115 - held open for the run
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def sync(self) -> None:
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# --- checkpoints -----------------------------------------------------------------------------------------
+
+
+def _ckpt_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, torch.Tensor]:
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing")
+    raw = path.read_bytes()
+    if expected_sha is not None and _sha256(raw) != expected_sha:
+        raise CheckpointError(f"{path} is corrupted or truncated: checksum mismatch")
+    try:
+        return st_load(raw)
+    except (SafetensorError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    extra: dict | None = None,
+) -> None:
+    """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
+    d = Path(run_dir) / CKPT_DIR
+    name = _ckpt_name(step)
+    # clone: breaks storage sharing between tied weights, which safetensors refuses to save
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    w_raw = st_save(weights, metadata={"step": str(step)})
+    tensors: dict[str, torch.Tensor] = {"rng.cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    groups = None
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        for pid, st in sd["state"].items():
+            for k, v in st.items():
+                t = v if torch.is_tensor(v) else torch.tensor(v)
+                tensors[f"optim.{pid}.{k}"] = t.detach().cpu().contiguous().clone()
+        groups = sd["param_groups"]
+    s_raw = st_save(tensors)
+    atomic_write(d / f"{name}.safetensors", w_raw)
+    atomic_write(d / f"{name}.state.safetensors", s_raw)
+    meta = {"step": step, "param_groups": groups, "extra": extra or {},
+            "sha256": {"weights": _sha256(w_raw), "state": _sha256(s_raw)}}
+    write_json(d / f"{name}.state.json", meta)
+    write_json(d / "latest.json", {"step": step})
+
+
+def list_checkpoints(run_dir: str | Path) -> list[int]:
+    """Steps that have a complete checkpoint (weights + state json), ascending."""
+    d = Path(run_dir) / CKPT_DIR
+    if not d.is_dir():
+        return []
+    steps = []
+    for p in d.glob("step_*.state.json"):
+        with contextlib.suppress(ValueError):
+            s = int(p.name[len("step_"):].split(".")[0])
+            if (d / f"{_ckpt_name(s)}.safetensors").exists():
+                steps.append(s)
+    return sorted(steps)
+
+
+def latest_step(run_dir: str | Path) -> int | None:
+    """Step named by checkpoints/latest.json, or None if the run has no checkpoint yet."""
+    p = Path(run_dir) / CKPT_DIR / "latest.json"
+    return int(read_json(p)["step"]) if p.exists() else None
+
+
+def delete_checkpoint(run_dir: str | Path, step: int) -> None:
+    d = Path(run_dir) / CKPT_DIR
+    for suffix in (".state.json", ".safetensors", ".state.safetensors"):
+        with contextlib.suppress(FileNotFoundError):
+            (d / f"{_ckpt_name(step)}{suffix}").unlink()
+
+
+def load_checkpoint(
+    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = False,
+) -> dict:
+    """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
+    d = Path(run_dir) / CKPT_DIR
+    name = _ckpt_name(step)
+    meta_path = d / f"{name}.state.json"
+    if not meta_path.exists():
+        raise CheckpointError(f"{meta_path} is missing (available steps: {list_checkpoints(run_dir)})")
+    meta = read_json(meta_path)
+    sha = meta.get("sha256", {})
+    weights = _read_safetensors(d / f"{name}.safetensors", sha.get("weights"))
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{d / (name + '.safetensors')} does not match the model: {err}") from None
+    if optimizer is None and not restore_rng:
+        return meta
+    state = _read_safetensors(d / f"{name}.state.safetensors", sha.get("state"))
+    if optimizer is not None and meta.get("param_groups") is not None:
+        per_param: dict[int, dict[str, torch.Tensor]] = {}
+        for key, t in state.items():
+            if key.startswith("optim."):
+                _, pid, k = key.split(".", 2)
+                per_param.setdefault(int(pid), {})[k] = t
+        optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
+    if restore_rng:
+        torch.set_rng_state(state["rng.cpu"])
+        cuda = [state[k] for k in sorted(k for k in state if k.startswith("rng.cuda."))]
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+    return meta
+
+
+# --- data seeds ------------------------------------------------------------------------------------------
+
+
+def train_seed(seed: int, step: int) -> int:
+    """Data seed of training step `step`. Torch's CPU generator keeps only the low 32 bits of a seed, so the
+    training and evaluation ranges are kept disjoint within 32 bits: training uses offsets [0, 2^31)."""
+    return (_mix32(seed) + step) % 2**32
+
+
+def eval_seed(seed: int, index: int) -> int:
+    """Data seed of evaluation chunk `index`; offsets [2^31, 2^32) never meet a training step's seed."""
+    return (_mix32(seed) + 2**31 + index) % 2**32
+
+
+def _mix32(x: int) -> int:
+    """A fixed 32-bit hash of the run seed (splitmix-style), so nearby seeds start far apart."""
+    z = (x * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return (z ^ (z >> 31)) % 2**32
+
+
+# --- predictors: trained models and the two baselines ----------------------------------------------------
+
+
+class Oracle(nn.Module):
+    """The exact-Bayes predictor: returns the batch's posterior. Every error metric must read 0 for it."""
+
+    baseline = True
+
+    def __init__(self, spec: TaskSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def predict(self, batch: Batch) -> Distribution:
+        return batch.posterior
+
+
+class Uniform(nn.Module):
+    """The context-blind floor: uniform over the K answer classes.
+
+    For real answers it uses the task's `prior_predictive(batch)` if the task provides one, else a Normal
+    with the mean and variance of the batch's targets pooled over all scored positions.
+    """
+
+    baseline = True
+
+    def __init__(self, spec: TaskSpec, task: Any = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.task = task
+
+    def predict(self, batch: Batch) -> Distribution:
+        B, T = batch.target_mask.shape
+        if self.spec.answer_kind == "classes":
+            logits = torch.zeros(B, T, int(self.spec.n_classes), device=batch.device)
+            return Categorical(logits=logits, validate_args=False)
+        prior = getattr(self.task, "prior_predictive", None)
+        if callable(prior):
+            return prior(batch)
+        y = batch.targets[batch.target_mask.bool()].double()
+        mean, std = y.mean(), y.std().clamp_min(1e-6)
+        shape = batch.target_mask.shape
+        return Normal(mean.expand(shape).float(), std.expand(shape).float(), validate_args=False)
+
+
+def is_baseline(model: nn.Module) -> bool:
+    return bool(getattr(model, "baseline", False))
+
+
+def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
+    """Predictive distribution (batch shape (B,T)) of a model or baseline on a batch, in one forward pass."""
+    if is_baseline(model):
+        return model.predict(batch)
+    return predictive(spec, model(batch.inputs))
+
+
+def build_task(cfg: RunConfig) -> Any:
+    return tasks.make(cfg.task.name, **cfg.task.params)
+
+
+def build_model(cfg: RunConfig, spec: TaskSpec, task: Any = None) -> nn.Module:
+    """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline."""
+    if cfg.model.arch == "oracle":
+        return Oracle(spec)
+    if cfg.model.arch == "uniform":
+        return Uniform(spec, task)
+    factory = models.resolve(cfg.model.arch)
+    size = dict(cfg.model.size)
+    if cfg.model.max_len is not None and "max_len" not in size and _accepts(factory, "max_len"):
+        size["max_len"] = cfg.model.max_len
+    torch.manual_seed(cfg.seed)
+    try:
+        return factory(spec, **size)
+    except TypeError as err:  # unknown size keyword
+        raise ValueError(f"model.size: {err}") from None
+
+
+def _accepts(factory: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+# --- reading a run ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """A run directory opened for reading: config, task, model (latest weights, eval mode), metrics, eval."""
+
+    path: Path
+    config: RunConfig
+
+    @cached_property
+    def task(self) -> Any:
+        return build_task(self.config)
+
+    @cached_property
+    def model(self) -> nn.Module:
+        """The predictor with the latest checkpoint's weights (baselines need none), in eval mode."""
+        step = latest_step(self.path)
+        if step is None:
+            m = build_model(self.config, self.task.spec, self.task)
+            if not is_baseline(m):
+                raise CheckpointError(f"{self.path}: the run has no checkpoint yet")
+            return m.eval()
+        return self.load_checkpoint(step)
+
+    def load_checkpoint(self, step: int) -> nn.Module:
+        """A fresh model with the weights of checkpoint `step`, in eval mode."""
+        m = build_model(self.config, self.task.spec, self.task)
+        if not is_baseline(m):
+            load_checkpoint(self.path, step, m)
+        return m.eval()
+
+    def checkpoints(self) -> list[int]:
+        return list_checkpoints(self.path)
+
+    def metrics(self) -> list[dict]:
+        return read_metrics(self.path)
+
+    def eval(self) -> dict:
+        p = self.path / EVAL
+        return read_json(p) if p.exists() else {}
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Open a run directory (error if it has no config.json)."""
+    p = Path(run_dir)
+    cfg_path = p / CONFIG
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"run_dir: {str(p)!r} is not a run directory (no {CONFIG})")
+    return Run(path=p, config=validate(read_json(cfg_path)))
+
+
+def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
+    atomic_write(Path(run_dir) / CONFIG, config_to_json(cfg))
+
+
+def merge_eval(run_dir: str | Path, results: dict) -> dict:
+    """Merge evaluation results (by evaluation name) into run_dir/eval.json atomically; returns the merged dict."""
+    p = Path(run_dir) / EVAL
+    merged = read_json(p) if p.exists() else {}
+    merged.update(results)
+    write_json(p, merged)
+    return merged

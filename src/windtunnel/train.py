@@ -1,0 +1,236 @@
+"""One training loop for every task and architecture: AdamW, warmup + cosine, clipping, fresh data per step.
+
+Each step's batch is `task.sample(B, seed=train_seed(seed, step))` on the training device, so a run resumed from
+a checkpoint sees exactly the data it would have seen, with no data-RNG state to save. The evaluation set uses
+a disjoint seed range (`eval_seed`). Checkpoints, metrics and the final evaluation go into the run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from windtunnel import runs
+from windtunnel.config import RunConfig, resolve_config, resolve_loss, validate
+from windtunnel.evaluate import evaluate, evaluate_model
+from windtunnel.models.base import predictive
+from windtunnel.runs import eval_seed, train_seed
+from windtunnel.tasks.base import Batch, TaskSpec
+
+
+class TrainingDiverged(RuntimeError):
+    """Loss or gradients became non-finite; the last good checkpoint is kept."""
+
+    def __init__(self, step: int, what: str) -> None:
+        super().__init__(f"training diverged at step {step}: non-finite {what} (last good checkpoint kept)")
+        self.step, self.what = step, what
+
+
+def lr_at(step: int, cfg: RunConfig) -> float:
+    """Learning rate for update number `step` (1-based): linear warmup, then cosine to min_lr_ratio*lr or constant."""
+    t = cfg.train
+    if t.warmup_steps and step <= t.warmup_steps:
+        return t.lr * step / t.warmup_steps
+    if t.schedule == "constant":
+        return t.lr
+    span = max(1, t.steps - t.warmup_steps)
+    frac = min(1.0, (step - t.warmup_steps) / span)
+    floor = t.min_lr_ratio * t.lr
+    return floor + (t.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def resolve_device(choice: str) -> torch.device:
+    """'auto' -> CUDA when present, else CPU; 'cuda' without a GPU is a user error."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("train.device: 'cuda' requested but no CUDA device is available (use 'auto' or 'cpu')")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA or CPU when asked for; a no-op context for float32."""
+    if dtype == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Mean training loss over scored positions: ce on targets, soft_ce on posterior probs, or Gaussian NLL."""
+    mask = batch.target_mask.bool()
+    if kind == "ce":
+        return F.cross_entropy(out[mask].float(), batch.targets[mask].long())
+    if kind == "soft_ce":
+        probs = batch.posterior.probs[mask].float()  # (N,K)
+        return -(probs * torch.log_softmax(out[mask].float(), -1)).sum(-1).mean()
+    if kind == "gaussian_nll":
+        if spec.answer_kind != "real":
+            raise ValueError("train.loss: gaussian_nll needs a task with real answers")
+        return -predictive(spec, out).log_prob(batch.targets.float())[mask].mean()
+    raise ValueError(f"train.loss: unknown loss {kind!r}")
+
+
+def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
+    """AdamW; weight decay only on matrices of linear layers (not norms, biases or embeddings)."""
+    no_decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, rest = [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.ndim >= 2 and id(p) not in no_decay_ids else rest).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.train.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=tuple(cfg.train.betas))
+
+
+def checkpoint_steps(cfg: RunConfig) -> set[int]:
+    """Steps that get a checkpoint: every checkpoint_every, the explicit schedule, and the final step."""
+    t = cfg.train
+    steps = set(t.checkpoint_schedule or []) | {t.steps}
+    if t.checkpoint_every:
+        steps |= set(range(t.checkpoint_every, t.steps + 1, t.checkpoint_every))
+    return {s for s in steps if 1 <= s <= t.steps}
+
+
+def _prune(run_dir: Path, cfg: RunConfig) -> None:
+    """Keep the newest `keep_checkpoints` periodic checkpoints; scheduled ones are never deleted."""
+    keep = cfg.train.keep_checkpoints
+    if keep is None:
+        return
+    protected = set(cfg.train.checkpoint_schedule or [])
+    periodic = [s for s in runs.list_checkpoints(run_dir) if s not in protected]
+    for s in periodic[:-keep]:
+        runs.delete_checkpoint(run_dir, s)
+
+
+def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[RunConfig, int]:
+    """Create/clear/reopen the run directory; returns the config to use and the step to resume from."""
+    exists = run_dir.exists() and any(run_dir.iterdir())
+    if exists and resume:
+        if not (run_dir / runs.CONFIG).is_file():
+            raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
+        stored = validate(runs.read_json(run_dir / runs.CONFIG))
+        a, b = stored.model_dump(mode="json"), cfg.model_dump(mode="json")
+        a["train"].pop("steps"), b["train"].pop("steps")
+        if a != b:
+            diff = [k for k in a if a[k] != b[k]]
+            raise ValueError(f"resume: the config differs from {str(run_dir / runs.CONFIG)!r} in {diff} "
+                             "(only train.steps may change on resume)")
+        step = runs.latest_step(run_dir) or 0
+        if step > cfg.train.steps:
+            raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
+        runs.truncate_metrics(run_dir, step)
+        runs.write_config(run_dir, cfg)
+        return cfg, step
+    if exists and not overwrite:
+        raise FileExistsError(f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
+                              "to replace it or resume=True (--resume) to continue it")
+    if exists:
+        if not (run_dir / runs.CONFIG).is_file():
+            raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / runs.FIGURES).mkdir(exist_ok=True)
+    runs.write_config(run_dir, cfg)
+    return cfg, 0
+
+
+def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+
+
+def train(
+    config: RunConfig | dict, run_dir: str | Path, resume: bool = False, overwrite: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
+
+    resume=True continues from checkpoints/latest.json (metrics after that step are dropped and recomputed
+    identically); overwrite=True replaces an existing run directory. Raises TrainingDiverged on NaN/inf.
+    """
+    cfg = resolve_config(config)
+    run_dir = Path(run_dir)
+    cfg, start = _prepare_run_dir(run_dir, cfg, resume, overwrite)
+    task = runs.build_task(cfg)
+    spec = task.spec
+    device = resolve_device(cfg.train.device)
+    model = runs.build_model(cfg, spec, task).to(device)
+    if runs.is_baseline(model) or cfg.train.steps == 0:
+        if not runs.is_baseline(model) and start == 0:
+            runs.save_checkpoint(run_dir, 0, model)
+        return evaluate(runs.load_run(run_dir), device=device)
+
+    opt = make_optimizer(model, cfg)
+    if start:
+        runs.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
+    loss_kind = resolve_loss(cfg, task)
+    fwd = torch.compile(model) if cfg.train.compile else model
+    t = cfg.train
+    ckpt_at = checkpoint_steps(cfg)
+    log = runs.MetricsLog(run_dir)
+    bar = _progress_bar(t.steps, start, progress)
+    tokens = t.batch_size * spec.seq_len
+    last_eval: float | None = None
+    t_last, step_last = time.perf_counter(), start
+    try:
+        model.train()
+        for step in range(start + 1, t.steps + 1):
+            lr = lr_at(step, cfg)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            batch = task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
+            with autocast(device, t.dtype):
+                out = fwd(batch.inputs)
+            loss = compute_loss(loss_kind, spec, out, batch)
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise TrainingDiverged(step, "loss")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
+            if not torch.isfinite(gnorm):
+                raise TrainingDiverged(step, "gradients")
+            opt.step()
+            if step % t.log_every == 0 or step == t.steps:
+                now = time.perf_counter()
+                dt = max(now - t_last, 1e-9)
+                log.write({"step": step, "loss": loss_value, "lr": lr, "grad_norm": float(gnorm),
+                           "time_s": dt / (step - step_last), "tokens_per_s": tokens * (step - step_last) / dt})
+                t_last, step_last = now, step
+            if t.eval_every and step % t.eval_every == 0 and step != t.steps:
+                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0)
+                model.train()
+                log.write({"step": step, "split": "eval", **m["metrics_point"]})
+                last_eval = m["metrics_point"]["entropy_mae_bits"]
+                t_last = time.perf_counter()  # evaluation time is not training throughput
+            if step in ckpt_at:
+                log.sync()
+                runs.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
+                _prune(run_dir, cfg)
+            if bar is not None:
+                bar.update(1)
+                post = {"loss": f"{loss_value:.4f}"}
+                if last_eval is not None:
+                    post["eval_mae"] = f"{last_eval:.4f}"
+                bar.set_postfix(post, refresh=False)
+    finally:
+        log.close()
+        if bar is not None:
+            bar.close()
+    model.eval()
+    return evaluate(runs.load_run(run_dir), device=device, model=model)
+
+
+__all__ = ["TrainingDiverged", "compute_loss", "eval_seed", "lr_at", "train", "train_seed"]

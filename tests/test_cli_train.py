@@ -1,0 +1,90 @@
+"""`windtunnel train` / `windtunnel eval`: happy paths and user errors (exit 2, message names the field)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from windtunnel.cli import app
+
+runner = CliRunner()
+SMOKE = ["--preset", "smoke", "--steps", "2", "--no-progress", "--set", "task.V=5", "--set", "task.L=4",
+         "--set", "train.batch_size=4", "--set", "eval.n=8", "--set", "train.device=cpu"]
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_train_then_eval(tmp_path):
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE])
+    assert r.exit_code == 0, r.output
+    assert "entropy_mae_bits" in r.output and (out / "eval.json").exists()
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["task"]["params"]["V"] == 5 and cfg["train"]["steps"] == 2 and cfg["model"]["size"]["d_model"]
+    r = runner.invoke(app, ["eval", str(out), "--n", "6", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["default"]["n"] == 6
+    r = runner.invoke(app, ["eval", str(out), "--set", "task.L=3", "--n", "4"])
+    assert r.exit_code == 0, r.output
+    assert "L=3" in r.output and "L=3" in json.loads((out / "eval.json").read_text())
+    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE,
+                            "--resume"])
+    assert r.exit_code == 0, r.output
+
+
+def test_oracle_run_from_config_file(tmp_path):
+    (tmp_path / "c.yaml").write_text("model: {arch: oracle}\neval: {n: 20}\n")
+    r = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "o" / "eval.json").read_text())["default"]["metrics"]["kl_bits"]["mean"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [(["--set", "train.lr=-1"], "train.lr"),
+     (["--set", "task.V=1"], "bijection.V"),
+     (["--task", "nope"], "unknown task"),
+     (["--arch", "nope"], "arch"),
+     (["--preset", "huge"], "model.preset"),
+     (["--set", "train.nope=1"], "train.nope"),
+     (["--set", "oops"], "--set"),
+     (["--config", "/nonexistent.yaml"], "config"),
+     (["--steps", "-3"], "train.steps")],
+)
+def test_train_user_errors_exit_2_naming_the_field(tmp_path, args, field):
+    r = runner.invoke(app, ["train", "--out", str(tmp_path / "r"), "--no-progress", *args])
+    assert r.exit_code == 2, r.output
+    assert field in r.output and "Traceback" not in r.output
+
+
+def test_existing_dir_and_eval_errors(tmp_path):
+    out = tmp_path / "u"
+    assert runner.invoke(app, ["train", "--arch", "uniform", "--out", str(out), "--set", "eval.n=8"]).exit_code == 0
+    r = runner.invoke(app, ["train", "--arch", "uniform", "--out", str(out)])
+    assert r.exit_code == 2 and "--overwrite" in r.output
+    r = runner.invoke(app, ["eval", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "run_dir" in r.output
+    r = runner.invoke(app, ["eval", str(out), "--set", "train.lr=1"])
+    assert r.exit_code == 2 and "task." in r.output
+    r = runner.invoke(app, ["eval", str(out), "--set", "task.V=1"])
+    assert r.exit_code == 2 and "bijection.V" in r.output
+    r = runner.invoke(app, ["eval", str(out), "--n", "0"])
+    assert r.exit_code == 2 and "--n" in r.output
+
+
+def test_corrupted_checkpoint_is_reported_without_traceback(tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, ["train", "--arch", "transformer", "--out", str(out), *SMOKE]).exit_code == 0
+    ck = out / "checkpoints" / "step_00000002.safetensors"
+    ck.write_bytes(ck.read_bytes()[:100])
+    r = runner.invoke(app, ["eval", str(out)])
+    assert r.exit_code == 1 and "corrupted or truncated" in r.output and "Traceback" not in r.output

@@ -1,0 +1,89 @@
+"""RunConfig: loading, dotted overrides, validation messages, resolution and the config.json round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from windtunnel import tasks
+from windtunnel.config import (
+    RunConfig,
+    apply_overrides,
+    build_config,
+    config_to_json,
+    eval_name,
+    load_config,
+    resolve_config,
+    resolve_loss,
+)
+
+
+def test_dotted_overrides_route_task_and_model_keys():
+    data = apply_overrides({}, {"task.V": 10, "task.name": "bijection", "model.d_model": 64, "train.lr": 1e-3})
+    assert data == {"task": {"params": {"V": 10}, "name": "bijection"}, "model": {"size": {"d_model": 64}},
+                    "train": {"lr": 1e-3}}
+    cfg = build_config(overrides={"task.V": 10, "train.lr": 1e-3})
+    assert cfg.task.params == {"V": 10} and cfg.train.lr == 1e-3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [({"train.lr": -1}, "train.lr"), ({"train.schedule": "linear"}, "train.schedule"),
+     ({"train.bogus": 1}, "train.bogus"), ({"seed": -3}, "seed"), ({"model.preset": "huge"}, "model.preset"),
+     ({"train.betas": [0.9, 1.5]}, "train.betas"), ({"eval.n": 0}, "eval.n")],
+)
+def test_validation_errors_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        build_config(overrides=overrides)
+
+
+def test_yaml_and_json_files(tmp_path):
+    (tmp_path / "c.yaml").write_text("task: {name: hmm, params: {K: 10}}\ntrain: {steps: 7}\nseed: 3\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert (cfg.task.name, cfg.task.params["K"], cfg.train.steps, cfg.seed) == ("hmm", 10, 7, 3)
+    (tmp_path / "c.json").write_text(json.dumps({"train": {"lr": 0.01}}))
+    assert build_config(tmp_path / "c.json", {"train.steps": 3}).train.lr == 0.01
+    with pytest.raises(FileNotFoundError, match="config"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("- a list\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_resolve_expands_preset_defaults_and_max_len():
+    cfg = build_config(overrides={"task.name": "hmm", "model.preset": "smoke", "model.d_model": 48,
+                                  "eval.overrides": [{"K": 30}, {"K": 50}]})
+    r = resolve_config(cfg)
+    assert r.task.params == tasks.make("hmm").params.model_dump(mode="json")  # defaults filled in
+    assert r.model.size["d_model"] == 48 and "n_layers" in r.model.size  # preset expanded, override wins
+    assert r.model.max_len == tasks.make("hmm", K=50).spec.seq_len > tasks.make("hmm").spec.seq_len
+    assert resolve_config(r) == r  # idempotent
+
+
+def test_resolved_config_round_trips_through_json():
+    r = resolve_config(build_config(overrides={"model.preset": "smoke", "train.checkpoint_schedule": [5, 1, 5]}))
+    assert r.train.checkpoint_schedule == [1, 5]
+    again = RunConfig.model_validate(json.loads(config_to_json(r)))
+    assert again == r
+
+
+def test_resolve_rejects_bad_task_params_and_arch():
+    with pytest.raises(ValueError, match=r"bijection\.V"):
+        resolve_config(build_config(overrides={"task.V": 1}))
+    with pytest.raises(ValueError, match="unknown task"):
+        resolve_config(build_config(overrides={"task.name": "nope"}))
+    with pytest.raises(ValueError, match="arch"):
+        resolve_config(build_config(overrides={"model.arch": "nope"}))
+    with pytest.raises(ValueError, match="max_len"):
+        resolve_config(build_config(overrides={"model.max_len": 5}))
+    with pytest.raises(ValueError, match="model.size"):
+        build_config(overrides={"model.arch": "oracle", "model.d_model": 3})
+
+
+def test_auto_loss_and_eval_names():
+    assert resolve_loss(build_config(), tasks.make("bijection")) == "ce"
+    assert resolve_loss(build_config(overrides={"task.name": "hmm"}), tasks.make("hmm")) == "soft_ce"
+    assert resolve_loss(build_config(overrides={"task.name": "regression"}), tasks.make("regression")) == "gaussian_nll"
+    assert resolve_loss(build_config(overrides={"train.loss": "soft_ce"}), tasks.make("bijection")) == "soft_ce"
+    assert eval_name({}) == "default" and eval_name({"K": 50}) == "K=50"

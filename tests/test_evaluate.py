@@ -1,0 +1,90 @@
+"""Evaluation: baselines, eval.json layout with length-generalisation settings, one forward pass per batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from windtunnel import runs
+from windtunnel.config import build_config
+from windtunnel.evaluate import evaluate
+from windtunnel.train import train
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _hmm_run(tmp_path):
+    cfg = build_config(overrides={
+        "task.name": "hmm", "task.K": 6, "model.preset": "smoke", "train.steps": 2, "train.batch_size": 8,
+        "train.eval_every": 0, "eval.n": 24, "eval.batch_size": 10, "eval.overrides": [{"K": 9}],
+        "train.device": "cpu"})
+    train(cfg, tmp_path / "hmm", progress=False)
+    return runs.load_run(tmp_path / "hmm")
+
+
+def test_baselines_from_config_oracle_zero_uniform_floor():
+    o = evaluate(build_config(overrides={"model.arch": "oracle"}), n=100)["default"]
+    assert all(o["metrics"][k] == {"mean": 0.0, "lo": 0.0, "hi": 0.0}
+               for k in ("entropy_mae_bits", "entropy_mae_curve_bits", "kl_bits"))
+    assert o["metrics"]["accuracy"]["mean"] == o["metrics"]["bayes_accuracy"]["mean"]
+    u = evaluate(build_config(overrides={"model.arch": "uniform"}), n=100)["default"]
+    assert u["metrics"]["entropy_mae_bits"]["mean"] == pytest.approx(1.1073, abs=1e-4)
+    assert u["per_position"]["model_entropy_bits"] == pytest.approx([4.321928] * 19, abs=1e-5)
+    assert u["per_position"]["bayes_entropy_bits"][0] == pytest.approx(4.321928, abs=1e-5)
+    assert u["per_position"]["bayes_entropy_bits"][-1] == pytest.approx(1.0)
+
+
+def test_uniform_on_real_answers_is_finite_and_worse_than_oracle():
+    cfg = {"model.arch": "uniform", "task.name": "regression"}
+    u = evaluate(build_config(overrides=cfg), n=64)["default"]["metrics"]
+    assert u["accuracy"] is None and u["kl_bits"]["mean"] > 0.05
+    o = evaluate(build_config(overrides={**cfg, "model.arch": "oracle"}), n=64)["default"]["metrics"]
+    assert o["nll_bits"]["mean"] < u["nll_bits"]["mean"]
+
+
+def test_eval_json_layout_with_length_generalisation(tmp_path):
+    run = _hmm_run(tmp_path)
+    assert run.config.model.max_len >= 9 * 2 + 53  # allocated for the longest evaluated K
+    data = json.loads((run.path / "eval.json").read_text())
+    assert set(data) == {"default", "K=9"}
+    for name, K in (("default", 6), ("K=9", 9)):
+        r = data[name]
+        assert r["task_params"]["K"] == K and r["n"] == 24 and r["step"] == 2
+        assert set(r["per_position"]) == {"model_entropy_bits", "bayes_entropy_bits", "entropy_abs_err_bits",
+                                          "kl_bits", "accuracy"}
+        assert all(len(v) == K for v in r["per_position"].values())
+        m = r["metrics"]["entropy_mae_bits"]
+        assert m["lo"] <= m["mean"] <= m["hi"]
+    # the first 6 positions of the longer setting are scored on the same task prefix distribution
+    extra = evaluate(run, overrides=[{"K": 7}], n=12)
+    assert set(json.loads((run.path / "eval.json").read_text())) == {"default", "K=9", "K=7"}
+    assert extra["K=7"]["n"] == 12
+
+
+def test_deterministic_and_one_forward_pass_per_batch(tmp_path):
+    run = _hmm_run(tmp_path)
+    model = run.model
+    calls = []
+    model.register_forward_hook(lambda mod, inp, out: calls.append(tuple(inp[0].shape)))
+    a = evaluate(run, n=24, batch_size=10, write=False)
+    assert calls == [(10, 65), (10, 65), (4, 65), (10, 71), (10, 71), (4, 71)]
+    b = evaluate(run, n=24, batch_size=10, write=False)
+    assert a == b
+
+
+def test_bad_overrides_name_the_field(tmp_path):
+    run = _hmm_run(tmp_path)
+    with pytest.raises(ValueError, match=r"hmm\.K"):
+        evaluate(run, overrides=[{"K": 0}], n=4)
+    with pytest.raises(ValueError, match="max_len"):
+        evaluate(run, overrides=[{"K": 200}], n=4)
+    with pytest.raises(ValueError, match="n: must be"):
+        evaluate(run, n=0)

@@ -1,0 +1,122 @@
+"""Run directories: atomic writes, safetensors checkpoints (weights + optimiser + RNG), corruption, load_run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from windtunnel import runs
+from windtunnel.config import build_config, resolve_config
+
+
+class Tied(nn.Module):
+    """Tiny model with tied weights (safetensors refuses shared storage unless we clone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5, 3)
+        self.head = nn.Linear(3, 5, bias=False)
+        self.head.weight = self.emb.weight
+        self.norm = nn.LayerNorm(3)
+
+
+def _trained_pair():
+    torch.manual_seed(0)
+    m = Tied()
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        m.head(m.norm(m.emb(torch.tensor([1, 2, 3])))).sum().backward()
+        opt.step()
+    return m, opt
+
+
+def test_checkpoint_round_trip_restores_weights_optimizer_and_rng(tmp_path):
+    m, opt = _trained_pair()
+    torch.manual_seed(123)
+    runs.save_checkpoint(tmp_path, 3, m, opt)
+    expected_draw = torch.rand(4)
+    m2 = Tied()
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=0.1)
+    meta = runs.load_checkpoint(tmp_path, 3, m2, opt2, restore_rng=True)
+    assert meta["step"] == 3 and runs.latest_step(tmp_path) == 3 and runs.list_checkpoints(tmp_path) == [3]
+    assert torch.equal(torch.rand(4), expected_draw)
+    for a, b in zip(m.state_dict().values(), m2.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert m2.head.weight is m2.emb.weight  # tying survives loading
+    s1, s2 = opt.state_dict(), opt2.state_dict()
+    for pid in s1["state"]:
+        for k in s1["state"][pid]:
+            assert torch.equal(torch.as_tensor(s1["state"][pid][k]), torch.as_tensor(s2["state"][pid][k]))
+    assert [g["lr"] for g in s1["param_groups"]] == [g["lr"] for g in s2["param_groups"]]
+
+
+@pytest.mark.parametrize("which", ["safetensors", "state.safetensors"])
+def test_truncated_checkpoint_is_a_clear_error(tmp_path, which):
+    m, opt = _trained_pair()
+    runs.save_checkpoint(tmp_path, 3, m, opt)
+    p = tmp_path / "checkpoints" / f"step_00000003.{which}"
+    p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2])
+    with pytest.raises(runs.CheckpointError, match=r"step_00000003\..*is corrupted or truncated"):
+        runs.load_checkpoint(tmp_path, 3, Tied(), torch.optim.AdamW(Tied().parameters()), restore_rng=True)
+
+
+def test_bitflip_and_missing_checkpoint_detected(tmp_path):
+    m, _ = _trained_pair()
+    runs.save_checkpoint(tmp_path, 1, m)
+    p = tmp_path / "checkpoints" / "step_00000001.safetensors"
+    raw = bytearray(p.read_bytes())
+    raw[-1] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    with pytest.raises(runs.CheckpointError, match="corrupted or truncated: checksum"):
+        runs.load_checkpoint(tmp_path, 1, Tied())
+    with pytest.raises(runs.CheckpointError, match="missing"):
+        runs.load_checkpoint(tmp_path, 7, Tied())
+    (tmp_path / "checkpoints" / "step_00000001.state.json").write_text('{"step": 1, "sha')
+    with pytest.raises(runs.CheckpointError, match="corrupted or truncated"):
+        runs.load_checkpoint(tmp_path, 1, Tied())
+
+
+def test_atomic_write_and_metrics_truncation(tmp_path):
+    runs.atomic_write(tmp_path / "a.txt", "one")
+    runs.atomic_write(tmp_path / "a.txt", "two")
+    assert (tmp_path / "a.txt").read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]  # no temp files left
+    log = runs.MetricsLog(tmp_path)
+    for s in (1, 2, 3, 4):
+        log.write({"step": s, "loss": float(s)})
+    log.close()
+    with open(tmp_path / runs.METRICS, "a") as f:
+        f.write('{"step": 5, "lo')  # partial line from a crash
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [1, 2, 3, 4]
+    runs.truncate_metrics(tmp_path, 2)
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [1, 2]
+
+
+def test_load_run_of_baseline_and_missing_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        runs.load_run(tmp_path)
+    cfg = resolve_config(build_config(overrides={"model.arch": "uniform"}))
+    runs.write_config(tmp_path, cfg)
+    run = runs.load_run(tmp_path)
+    assert run.config == cfg and run.checkpoints() == [] and run.metrics() == [] and run.eval() == {}
+    assert isinstance(run.model, runs.Uniform)
+    assert json.loads((tmp_path / "config.json").read_text())["model"]["arch"] == "uniform"
+
+
+def test_run_without_checkpoint_has_no_model(tmp_path):
+    cfg = resolve_config(build_config(overrides={"model.preset": "smoke"}))
+    runs.write_config(tmp_path, cfg)
+    with pytest.raises(runs.CheckpointError, match="no checkpoint"):
+        _ = runs.load_run(tmp_path).model
+
+
+def test_data_seeds_are_disjoint_and_32_bit():
+    train = {runs.train_seed(s, step) for s in (0, 1) for step in range(1, 2000)}
+    ev = {runs.eval_seed(s, i) for s in (0, 1) for i in range(100)}
+    assert all(0 <= x < 2**32 for x in train | ev)
+    assert not {runs.train_seed(0, st) for st in range(1, 2000)} & {runs.eval_seed(0, i) for i in range(100)}
+    assert runs.train_seed(0, 1) != runs.train_seed(1, 1)
