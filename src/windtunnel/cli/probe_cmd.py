@@ -1,0 +1,62 @@
+"""`windtunnel probe RUN_DIR`: geometry probes of a trained run -> geometry.json and figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from windtunnel.cli import app
+from windtunnel.cli.common import guarded
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _summary(r: dict[str, Any]) -> list[str]:
+    """A few headline numbers per probe, for the terminal."""
+    lines = [f"{r['arch']} on {r['task']}, step {r['step']}: entropy error {_fmt(r['entropy_error_bits'])} bits"]
+    picks = {
+        "keys": lambda p: f"layer-0 mean |cos| {_fmt(p['mean_abs_cos_per_layer'][0])} "
+                          f"(gaussian {_fmt(p['gaussian_baseline'])})",
+        "attention": lambda p: f"entropy drop first->last layer {_fmt(p['drop_first_to_last_pct'])}%",
+        "manifold": lambda p: f"final PC1 {_fmt(p['final']['pc1_var'])}, entropy R^2 {_fmt(p['final']['entropy_r2'])}",
+        "clusters": lambda p: f"ARI {_fmt(p['ari'])}, silhouette {_fmt(p.get('silhouette'))}, "
+                              f"entropy R^2 {_fmt(p['entropy_r2'])}",
+        "lens": lambda p: "KL per layer " + " ".join(_fmt(k) for k in p["kl_bits_per_layer"]),
+        "ablation": lambda p: f"baseline {_fmt(p['baseline_entropy_error_bits'])} bits"
+                              + (f", frame head L0H{p['frame_head']['head']} {p['frame_head']['delta_bits']:+.4g} bits"
+                                 if "frame_head" in p else ""),
+        "dynamics": lambda p: f"frame 90% at step {p.get('frame_step_90')}, "
+                              f"error within 2x at step {p['precision_step_2x']}",
+    }
+    for name, pick in picks.items():
+        p = r.get(name, {})
+        if "not_applicable" in p:
+            lines.append(f"  {name}: n/a ({p['not_applicable']})")
+        elif "error" in p:
+            lines.append(f"  {name}: error ({p['error']})")
+        else:
+            lines.append(f"  {name}: {pick(p)}")
+    return lines
+
+
+@app.command()
+@guarded
+def probe(
+    run_dir: Path = typer.Argument(..., help="run directory (has config.json and checkpoints/)"),
+    checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to probe (default: the latest)"),
+    out: Path | None = typer.Option(None, "--out", help="output directory (default: the run directory)"),
+    n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
+) -> None:
+    """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
+    frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
+    from windtunnel.geometry.run import GEOMETRY_JSON, probe_run
+
+    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures)
+    for line in _summary(result):
+        typer.echo(line)
+    typer.echo(f"wrote {(out or run_dir) / GEOMETRY_JSON}")

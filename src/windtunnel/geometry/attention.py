@@ -1,0 +1,99 @@
+"""Query-key sharpening: attention entropy per layer and head at the scored positions, first layer to last.
+
+Entropy is taken per attention row and per head, then averaged over rows, then over heads; attention weights are
+never averaged before the entropy (that would under-state it by Jensen's inequality).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from windtunnel.geometry.data import ProbeData, max_entropy_bits, not_applicable
+from windtunnel.geometry.stats import entropy_bits
+
+
+def attention_maps(data: ProbeData) -> list[torch.Tensor] | None:
+    """Per-layer attention weights (B,H,T,T) from the cache, or None if the architecture has no attention."""
+    layers = data.cache.get("layers") or []
+    maps = [layer.get("attn") for layer in layers if isinstance(layer, dict)]
+    if not maps or any(m is None for m in maps):
+        return None
+    return maps
+
+
+def head_entropies(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(H,) mean attention entropy in bits of each head over the query rows where `mask` (B,T) holds."""
+    h = entropy_bits(attn)  # (B,H,T)
+    m = mask.unsqueeze(1).to(h.dtype)  # (B,1,T)
+    return (h * m).sum((0, 2)) / m.sum((0, 2)).clamp_min(1)
+
+
+def bijection_evidence(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evidence positions for each scored row of a bijection sequence (keys at even, values at odd positions).
+
+    Returns (seen (B,T) bool, evidence (B,T,T) bool). A row whose queried key was revealed earlier ("seen")
+    has as evidence that earlier key position and its value position; any other row has as evidence every
+    revealed value position before it (the values that eliminate hypotheses).
+    """
+    B, T = inputs.shape
+    pos = torch.arange(T, device=inputs.device)
+    before = pos[None, :] < pos[:, None]  # (T,T) key position j strictly before row p
+    is_key = (pos % 2 == 0)[None, :] & before  # (T,T)
+    match = (inputs[:, None, :] == inputs[:, :, None]) & is_key[None] & mask[:, :, None]  # (B,T,T)
+    seen = match.any(-1)  # (B,T)
+    match_val = torch.zeros_like(match)
+    match_val[..., 1:] = match[..., :-1]  # the value right after a matching key
+    values_before = ((pos % 2 == 1)[None, :] & before)[None].expand(B, T, T)  # (B,T,T)
+    evidence = torch.where(seen[..., None], match | (match_val & before[None]), values_before)
+    return seen & mask, evidence
+
+
+def evidence_mass(maps: list[torch.Tensor], rows: torch.Tensor, evidence: torch.Tensor) -> list[float] | None:
+    """Per layer, the attention mass on `evidence` (B,T,T) keys at `rows` (B,T), averaged over heads and rows."""
+    if not bool(rows.any()):
+        return None
+    out = []
+    for a in maps:
+        m = (a.double() * evidence[:, None].double()).sum(-1)  # (B,H,T)
+        out.append(float(m.mean(1)[rows].mean()))
+    return out
+
+
+def sharpening(data: ProbeData, task_name: str | None = None) -> dict[str, Any]:
+    """Attention entropy per layer and head at scored positions, and the first->last layer drop in %.
+
+    Beside each entropy: the same rows' uniform-attention bound (mean log2 of the number of visible keys),
+    so a reader can tell a sharp head from a short prefix.
+    """
+    maps = attention_maps(data)
+    if maps is None:
+        return not_applicable("the architecture has no attention weights in its cache")
+    mask = data.mask
+    T = mask.shape[1]
+    visible = torch.arange(1, T + 1, dtype=torch.float64, device=mask.device).log2()  # (T,) uniform bound per row
+    uniform = float(visible.expand_as(mask)[mask].mean())
+    per_head = [head_entropies(a, mask) for a in maps]  # L x (H,)
+    per_layer = [float(h.mean()) for h in per_head]
+    first, last = per_layer[0], per_layer[-1]
+    extra: dict[str, Any] = {}
+    if task_name == "bijection" and data.batch.inputs.dim() == 2:
+        seen, evidence = bijection_evidence(data.batch.inputs, mask)
+        unseen = mask & ~seen
+        unseen[:, 0] = False  # nothing revealed before the first key
+        extra = {
+            "seen_key_match_mass_per_layer": evidence_mass(maps, seen, evidence),
+            "unseen_value_mass_per_layer": evidence_mass(maps, unseen, evidence),
+            "n_seen_rows": int(seen.sum()),
+            "n_unseen_rows": int(unseen.sum()),
+        }
+    return {
+        **extra,
+        "entropy_bits_per_layer": per_layer,
+        "entropy_bits_per_head": [[float(x) for x in h] for h in per_head],
+        "uniform_bound_bits": uniform,
+        "max_bits": max_entropy_bits(T),
+        "drop_first_to_last_pct": 100.0 * (first - last) / first if first > 0 else 0.0,
+        "paper": {"drop_first_to_last_pct": "85-90 (Paper III on Paper I's wind tunnel)"},
+    }

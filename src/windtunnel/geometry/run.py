@@ -1,0 +1,50 @@
+"""`probe_run(run_dir)`: every geometry probe on a run directory's checkpoint -> geometry.json + figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from windtunnel.geometry.data import not_applicable
+from windtunnel.geometry.dynamics import frame_precision
+from windtunnel.geometry.figures import write_figures
+from windtunnel.geometry.probes import probe_model
+from windtunnel.runs import build_model, is_baseline, load_run, write_json
+
+GEOMETRY_JSON = "geometry.json"
+
+
+def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Path | None = None, n: int = 256,
+              figures: bool = True, dynamics_n: int = 64) -> dict[str, Any]:
+    """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`.
+
+    The frame-precision probe uses every checkpoint up to the probed one (train with a dense
+    `checkpoint_schedule` to get a useful curve).
+    """
+    if int(n) < 2:
+        raise ValueError(f"n: must be >= 2 (got {n})")
+    run = load_run(run_dir)
+    steps = run.checkpoints()
+    if not steps:
+        raise ValueError(f"run_dir: {str(run_dir)!r} has no checkpoint to probe")
+    step = steps[-1] if checkpoint is None else int(checkpoint)
+    if step not in steps:
+        raise ValueError(f"checkpoint: {step} is not in this run; choose one of {steps}")
+    model = run.load_checkpoint(step)
+    if is_baseline(model):
+        raise ValueError(f"run_dir: {run.config.model.arch!r} is a baseline predictor with no internals to probe")
+    task = run.task
+    init_model = build_model(run.config, task.spec, task).eval()  # same seed, step 0 weights
+    results, data = probe_model(model, task, n=n, init_model=init_model, seed=run.config.seed)
+    earlier = [s for s in steps if s <= step]
+    results["dynamics"] = (frame_precision(run.load_checkpoint, earlier, task, n=dynamics_n)
+                           if len(earlier) >= 2 else
+                           not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)"))
+    results = {"run_dir": str(run_dir), "arch": run.config.model.arch, "task": task.name, "step": step, **results}
+    out_dir = Path(out) if out is not None else Path(run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if figures:
+        results["figures"] = write_figures(results, model, data, out_dir / "figures")
+    write_json(out_dir / GEOMETRY_JSON, json.loads(json.dumps(results, default=float)))
+    return results

@@ -1,0 +1,179 @@
+"""Geometry probes on smoke-sized models of every architecture, hand-built known answers, and `windtunnel probe`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from windtunnel import models, tasks
+from windtunnel.cli import app
+from windtunnel.geometry.attention import bijection_evidence, sharpening
+from windtunnel.geometry.data import collect
+from windtunnel.geometry.dynamics import frame_precision
+from windtunnel.geometry.keys import key_orthogonality
+from windtunnel.geometry.lens import logit_lens
+from windtunnel.geometry.probes import probe_model
+from windtunnel.metrics import kl_bits
+from windtunnel.models.base import predictive
+
+SIZES = {
+    "transformer": {"n_layers": 2, "n_heads": 2, "d_model": 16},
+    "mamba": {"n_layers": 2, "d_model": 16},
+    "lstm": {"n_layers": 2, "d_model": 16},
+    "mlp": {"n_layers": 1, "d_model": 16, "d_emb": 4},
+    "mlp-pointwise": {"n_layers": 1, "d_model": 16},
+}
+TASKS = {"bijection": {"V": 6, "L": 5}, "hmm": {}, "regression": {}}
+
+
+def small(arch: str, task, seed: int = 0):
+    torch.manual_seed(seed)
+    return models.make(arch, task.spec, **SIZES[arch])
+
+
+def applied(r: dict) -> bool:
+    return "not_applicable" not in r and "error" not in r
+
+
+@pytest.mark.parametrize("task_name", list(TASKS))
+@pytest.mark.parametrize("arch", list(SIZES))
+def test_every_probe_runs_and_is_in_range(arch, task_name):
+    task = tasks.make(task_name, **TASKS[task_name])
+    r, data = probe_model(small(arch, task), task, n=16)
+    T = task.spec.seq_len
+    for name in ("keys", "attention", "manifold", "clusters", "lens", "ablation"):
+        assert "error" not in r[name], (name, r[name])
+    has_attn = arch == "transformer"
+    assert applied(r["keys"]) == (has_attn and task.spec.input_kind == "tokens")
+    assert applied(r["attention"]) == has_attn
+    if applied(r["keys"]):
+        for layer in r["keys"]["mean_abs_cos_per_head"]:
+            assert all(0 <= c <= 1 for c in layer)
+        assert 0 < r["keys"]["gaussian_baseline"] < 1
+    if has_attn:
+        for layer in r["attention"]["entropy_bits_per_head"]:
+            assert all(-1e-9 <= h <= math.log2(T) + 1e-9 for h in layer)
+    m = r["manifold"]["final"]
+    assert 0 <= m["pc1_var"] <= m["pc12_var"] <= 1 + 1e-9
+    assert m["entropy_r2"] <= 1 and -1 <= m["best_pc_spearman"] <= 1 and m["dim95"] >= 1
+    assert applied(r["manifold"]["values"]) == has_attn
+    # clusters only where the posterior has a definite most likely state (HMM)
+    assert applied(r["clusters"]) == (task_name == "hmm")
+    if task_name == "hmm":
+        c = r["clusters"]
+        assert -1 <= c["ari"] <= 1 and -1 <= c["silhouette"] <= 1 and c["entropy_r2"] <= 1 and c["k"] == 5
+    kl = r["lens"]["kl_bits_per_layer"]
+    assert len(kl) == len(data.cache["resid"]) and all(k >= -1e-9 for k in kl)
+    ab = r["ablation"]
+    assert len(ab["layers"]["block"]) == len(data.cache["resid"]) - 1
+    assert applied(ab["heads"]) == has_attn
+    assert any(abs(x) > 0 for x in ab["layers"]["block"])  # the ablation hook really changes the output
+    if has_attn:
+        assert any(abs(x) > 0 for x in ab["heads"][0]) and ab["frame_head"]["layer"] == 0
+
+
+def test_lens_last_layer_is_the_models_own_kl():
+    task = tasks.make("bijection", V=6, L=5)
+    model = small("transformer", task)
+    data = collect(model, task, n=16)
+    lens = logit_lens(model, data)
+    assert lens["kl_bits_per_layer"][-1] == pytest.approx(kl_bits(predictive(task.spec, data.out), data.batch))
+
+
+def test_orthogonal_and_identical_answer_keys():
+    task = tasks.make("bijection", V=4, L=4)
+    model = small("transformer", task)  # d_model 16, 2 heads of 8
+    d = model.d_model
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight[d : 2 * d] = torch.eye(d)  # W_K = I
+        emb = model.embed.tok.weight
+        emb[4:8] = torch.eye(d)[[0, 1, 8, 9]] * 3  # answer tokens: distinct basis vectors
+    r = key_orthogonality(model, init_model=small("transformer", task))
+    assert r["n_tokens"] == 4 and r["d_head"] == 8
+    assert r["mean_abs_cos_per_layer"] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert len(r["init_mean_abs_cos_per_layer"]) == 2
+    with torch.no_grad():
+        model.embed.tok.weight[4:8] = torch.ones(d)
+    assert key_orthogonality(model)["mean_abs_cos_per_layer"] == pytest.approx([1.0, 1.0])
+
+
+def test_sharpening_on_hand_built_attention():
+    task = tasks.make("bijection", V=6, L=5)
+    data = collect(small("transformer", task), task, n=4)
+    T = data.mask.shape[1]
+    causal = torch.ones(T, T).tril()
+    uniform = (causal / causal.sum(-1, keepdim=True)).expand(4, 2, T, T)  # (B,H,T,T)
+    one_hot = torch.eye(T).expand(4, 2, T, T)  # every row attends to itself
+    data.cache["layers"] = [{"attn": uniform}, {"attn": one_hot}]
+    r = sharpening(data)
+    rows = torch.arange(T)[data.mask[0]]
+    assert r["entropy_bits_per_layer"][0] == pytest.approx(float(torch.log2(rows + 1.0).mean()))
+    assert r["entropy_bits_per_layer"][1] == pytest.approx(0.0, abs=1e-12)
+    assert r["drop_first_to_last_pct"] == pytest.approx(100.0)
+
+
+def test_bijection_evidence_positions():
+    # paired format: k0 v0 k1 v1 ?k0 -> the query row's evidence is the k0 key and its value
+    inputs = torch.tensor([[0, 3, 1, 2, 0]])
+    mask = torch.tensor([[True, False, True, False, True]])
+    seen, ev = bijection_evidence(inputs, mask)
+    assert seen.tolist() == [[False, False, False, False, True]]
+    assert ev[0, 4].tolist() == [True, True, False, False, False]
+    assert ev[0, 2].tolist() == [False, True, False, False, False]  # unseen key: the revealed value
+
+
+def test_frame_precision_identical_checkpoints():
+    task = tasks.make("bijection", V=6, L=5)
+    model = small("transformer", task)
+    r = frame_precision(lambda step: model, [10, 20, 30], task, n=8)
+    assert [c["frame_cosine"] for c in r["checkpoints"]] == pytest.approx([1.0] * 3)
+    assert [c["frame_1mjs"] for c in r["checkpoints"]] == pytest.approx([1.0] * 3)
+    assert r["frame_step_90"] == 10 and r["precision_step_2x"] == 10
+    other = {10: small("transformer", task, seed=1), 20: model}
+    r2 = frame_precision(other.__getitem__, [10, 20], task, n=8)
+    assert 0 <= r2["checkpoints"][0]["frame_cosine"] < 1
+    lstm = small("lstm", task)
+    r3 = frame_precision(lambda step: lstm, [1, 2], task, n=8)
+    assert "not_applicable" in r3["frame"] and len(r3["checkpoints"]) == 2
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from windtunnel.train import train
+
+    d = tmp_path_factory.mktemp("geo") / "run"
+    cfg = {"task": {"name": "bijection", "params": {"V": 6, "L": 5}},
+           "model": {"arch": "transformer", "size": SIZES["transformer"]},
+           "train": {"steps": 8, "batch_size": 16, "warmup_steps": 2, "eval_every": 0, "log_every": 4,
+                     "checkpoint_every": 0, "checkpoint_schedule": [2, 4], "device": "cpu"},
+           "eval": {"n": 16}, "seed": 0}
+    train(cfg, d, progress=False)
+    return d
+
+
+def test_probe_cli_writes_json_and_figures(run_dir, tmp_path):
+    out = tmp_path / "probe"
+    res = CliRunner().invoke(app, ["probe", str(run_dir), "--n", "16", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    r = json.loads((out / "geometry.json").read_text())
+    assert r["step"] == 8 and r["arch"] == "transformer"
+    assert [c["step"] for c in r["dynamics"]["checkpoints"]] == [2, 4, 8]
+    assert r["dynamics"]["checkpoints"][-1]["frame_cosine"] == pytest.approx(1.0)
+    names = {p.split("/")[-1] for p in r["figures"]}
+    assert {"key_cosines.png", "attention_entropy.png", "value_manifold.png", "lens_kl.png", "ablation.png",
+            "frame_precision.png"} <= names
+    assert all((out / "figures" / n).stat().st_size > 0 for n in names)
+
+
+def test_probe_cli_bad_input(run_dir, tmp_path):
+    res = CliRunner().invoke(app, ["probe", str(run_dir), "--checkpoint", "3", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "checkpoint" in res.output
+    res = CliRunner().invoke(app, ["probe", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "run_dir" in res.output
+    res = CliRunner().invoke(app, ["probe", str(run_dir), "--n", "1", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "n:" in res.output

@@ -1,0 +1,108 @@
+"""Geometry statistics on synthetic inputs whose answer is known in closed form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from windtunnel.geometry import stats
+
+
+def test_entropy_one_hot_and_uniform():
+    rows = torch.zeros(3, 8)
+    rows[0, 3] = 1.0
+    rows[1] = 1 / 8
+    rows[2, :5] = 1 / 5
+    h = stats.entropy_bits(rows)
+    assert h[0].item() == pytest.approx(0.0, abs=1e-12)
+    assert h[1].item() == pytest.approx(3.0)
+    assert h[2].item() == pytest.approx(math.log2(5))
+
+
+def test_kl_and_js():
+    p = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    assert stats.kl_bits(p, torch.log(p.clamp_min(1e-30)))[0].item() == pytest.approx(0.0, abs=1e-9)
+    q = torch.full((3,), 1 / 3)
+    # KL(one-hot || uniform over 3) = log2 3
+    assert stats.kl_bits(p[1], torch.log(q)).item() == pytest.approx(math.log2(3))
+    a, b = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    assert stats.js_bits(a, b).item() == pytest.approx(1.0)
+    assert stats.js_bits(a, a).item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_orthonormal_keys_cosine_zero_and_parallel_one():
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((16, 16)))
+    assert stats.mean_abs_offdiag_cosine(q[:10] * 3.0) == pytest.approx(0.0, abs=1e-10)
+    same = np.tile(np.arange(1.0, 5.0), (6, 1))
+    same[::2] *= -1  # anti-parallel counts as |cos| = 1
+    assert stats.mean_abs_offdiag_cosine(same) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="keys"):
+        stats.mean_abs_offdiag_cosine(np.ones((1, 4)))
+
+
+@pytest.mark.parametrize("d", [8, 32, 192])
+def test_gaussian_baseline_matches_closed_form(d):
+    exact = stats.expected_abs_cosine_random(d)
+    assert exact == pytest.approx(math.sqrt(2 / (math.pi * d)), rel=0.15)
+    assert stats.gaussian_keys_baseline(40, d, seed=1, repeats=20) == pytest.approx(exact, rel=0.05)
+
+
+def test_linear_function_of_entropy_gives_r2_one_and_spearman_one():
+    rng = np.random.default_rng(0)
+    h = rng.uniform(0, 4, size=400)
+    direction = rng.standard_normal(12)
+    x = np.outer(h, direction) + 0.5  # every point on one line through the offset
+    out = stats.manifold_stats(x, h)
+    assert out["pc1_var"] == pytest.approx(1.0, abs=1e-9)
+    assert out["dim95"] == 1
+    assert abs(out["best_pc_spearman"]) == pytest.approx(1.0)
+    assert abs(out["best_pc_pearson"]) == pytest.approx(1.0)
+    assert out["entropy_r2"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_r2_of_noise_is_not_positive_and_never_above_one():
+    rng = np.random.default_rng(1)
+    r2 = stats.linear_probe_r2(rng.standard_normal((300, 5)), rng.standard_normal(300))
+    assert r2 < 0.1
+    assert r2 <= 1.0
+
+
+def test_pca_ratios_and_effective_dim():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2000, 3)) * np.array([3.0, 1.0, 0.1])
+    ratios, scores = stats.pca(x)
+    expected = np.array([9.0, 1.0, 0.01]) / 10.01
+    np.testing.assert_allclose(ratios, expected, atol=0.01)
+    assert scores.shape == (2000, 3)
+    assert stats.effective_dim(ratios, 0.95) == 2
+    assert stats.effective_dim(ratios, 0.5) == 1
+    with pytest.raises(ValueError, match="threshold"):
+        stats.effective_dim(ratios, 1.5)
+
+
+def test_well_separated_clusters_ari_one():
+    rng = np.random.default_rng(3)
+    labels = np.repeat(np.arange(5), 60)
+    centres = rng.standard_normal((5, 8)) * 50
+    x = centres[labels] + rng.standard_normal((300, 8)) * 0.1
+    out = stats.cluster_stats(x, labels, k=5)
+    assert out["ari"] == pytest.approx(1.0)
+    assert out["silhouette"] > 0.9
+    shuffled = rng.permutation(labels)
+    bad = stats.cluster_stats(x, shuffled, k=5)
+    assert -1 <= bad["ari"] < 0.1
+    assert bad["silhouette"] < 0.1
+
+
+def test_first_step_where_settles():
+    steps = [0, 10, 20, 30, 40]
+    assert stats.first_step_where(steps, [False, True, False, True, True]) == 30
+    assert stats.first_step_where(steps, [True] * 5) == 0
+    assert stats.first_step_where(steps, [True, True, True, True, False]) is None
+
+
+def test_correlations_constant_input_is_zero():
+    assert stats.correlations(np.ones(10), np.arange(10)) == {"pearson": 0.0, "spearman": 0.0}
