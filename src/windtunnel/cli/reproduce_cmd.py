@@ -1,0 +1,53 @@
+"""`windtunnel reproduce`, `windtunnel report` and `windtunnel demo`: the paper's table and figures in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from windtunnel.cli import app
+from windtunnel.cli.common import fail, guarded, parse_kv
+
+
+@app.command()
+@guarded
+def reproduce(
+    tier: str = typer.Option("quick", help="smoke (seconds), quick (2-core CPU, ~30 min) or paper (GPU budgets)"),
+    out: Path = typer.Option(Path("runs/paper-quick"), help="output directory (runs/ and the report)"),
+    seeds: int = typer.Option(1, help="seeds per trained cell (paper: 5)"),
+    jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
+    only: list[str] = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
+    probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
+) -> None:
+    """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
+    from windtunnel.reproduce import reproduce as run
+    from windtunnel.suites import TIERS
+
+    if tier not in TIERS:
+        fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    meta = run(tier, out, seeds=seeds, jobs=jobs, only=parse_kv(only, "--only") or None, probe=probe,
+               echo=typer.echo)
+    typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
+
+
+@app.command()
+@guarded
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="run directories, or directories containing them"),
+    out: Path = typer.Option(Path("report"), help="where to write report.md, report.html, figures/, results.json"),
+) -> None:
+    """Rebuild the report from existing run directories (made here, on a GPU box, anywhere)."""
+    from windtunnel.report import build_report
+
+    results = build_report(list(run_dirs), out)
+    typer.echo(f"{len(results['runs'])} runs -> {out / 'report.md'}, {out / 'report.html'}")
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("runs/paper-quick"), help="output directory"),
+    jobs: int = typer.Option(2, help="runs trained in parallel"),
+) -> None:
+    """The main job: reproduce the paper's table at the quick tier on this machine and print where the report is."""
+    reproduce(tier="quick", out=out, seeds=1, jobs=jobs, only=None, probe=True)

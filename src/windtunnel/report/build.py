@@ -1,0 +1,155 @@
+"""Build the report (report.md, self-contained report.html, figures/*.png, results.json) from run directories."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from windtunnel.report import figures, tables
+from windtunnel.report.collect import RunRecord, find_runs
+from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
+    """Hypothesis-space size of each task at the size it was trained at (from the task itself)."""
+    from windtunnel import tasks
+
+    out = {}
+    for r in records:
+        try:
+            out[r.task] = float(tasks.make(r.task, **r.config["task"].get("params", {})).spec.log10_hypotheses)
+        except (ValueError, KeyError):
+            continue
+    return out
+
+
+def _deviation_lines(records: list[RunRecord], meta: dict[str, Any]) -> list[str]:
+    lines = list(meta.get("deviations", []))
+    return lines or ["none recorded (runs made outside `windtunnel reproduce`; see each run's config.json)"]
+
+
+def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
+    """One row per probed run: the headline number of each probe, where it applies."""
+    rows = []
+    for r in records:
+        g = r.geometry
+        if not g:
+            continue
+        summary = g.get("summary", {})
+        if not summary:
+            continue
+        rows.append([r.task, r.arch] + [
+            "—" if summary.get(k) is None else
+            (f"{summary[k]:.3f}" if isinstance(summary[k], float) else str(summary[k]))
+            for k in GEOMETRY_KEYS
+        ])
+    return rows
+
+
+GEOMETRY_KEYS = ["key_cos_layer0", "key_cos_random", "attn_entropy_drop_pct", "pc1_var", "entropy_probe_r2",
+                 "cluster_ari"]
+
+
+def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read run directories under `paths`, write the report into `out`, return the results dict."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta or {})
+    meta_file = out / "reproduce.json"
+    if meta_file.exists() and not meta:
+        meta = json.loads(meta_file.read_text())
+    records = find_runs(paths)
+    doc = Document("windtunnel report: is each architecture doing exact Bayesian inference?")
+
+    header, rows, data = tables.primitives_table(records)
+    doc.add(Heading("Table 1: architecture × inference primitive"))
+    doc.add(Paragraph(
+        "Entropy error = mean over held-out sequences and scored positions of |H_model − H_Bayes| in bits "
+        "(differential entropy for regression); recall = argmax accuracy at the answer slot. Brackets: bootstrap "
+        f"95% interval over sequences. ✓ = entropy error ≤ {tables.MAX_ENTROPY_ERROR_BITS} bits or accuracy ≥ "
+        f"{100 * tables.MIN_RECALL_ACCURACY:.0f}%. Paper numbers (v3 table) in parentheses; they were measured "
+        "at the paper's budgets, which may differ from this run's (see Deviations)."))
+    doc.add(Table(header, rows))
+
+    fig_paths = []
+    for task in ("bijection", "hmm", "recall", "regression"):
+        p = figures.calibration_figure(records, task, out)
+        if p:
+            fig_paths.append((p, f"{task}: per-position predictive entropy against the exact Bayes entropy"))
+    for task in ("hmm", "recall", "regression"):
+        p = figures.length_generalisation_figure(records, task, out)
+        if p:
+            fig_paths.append((p, f"{task}: per-position entropy error at the training length and longer"))
+    p = figures.training_curves_figure(records, out)
+    if p:
+        fig_paths.append((p, "held-out error during training"))
+    if fig_paths:
+        doc.add(Heading("Figures"))
+        for path, caption in fig_paths:
+            doc.add(Figure(path, caption))
+
+    lg_rows = []
+    for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):
+        if len(r.evals) > 1:
+            cells = []
+            for name, ev in r.evals.items():
+                m = ev.get("metrics", {}).get("entropy_mae_bits") or ev.get("metrics", {}).get("accuracy")
+                if m:
+                    cells.append(f"{name}: {m['mean']:.4f}")
+            lg_rows.append([r.task, r.arch, "; ".join(cells)])
+    if lg_rows:
+        doc.add(Heading("Length generalisation"))
+        doc.add(Paragraph("Trained at the default length, evaluated at longer ones (mean over all scored positions; "
+                          "entropy error in bits, or accuracy for recall)."))
+        doc.add(Table(["Task", "Architecture", "Per evaluation"], lg_rows))
+
+    geo = _geometry_rows(records)
+    if geo:
+        doc.add(Heading("Geometry"))
+        doc.add(Paragraph("Headline number of each probe (definitions in docs/geometry.md). Paper: layer-0 key "
+                          "cosine 0.052 vs 0.082 random; attention entropy drop 85–90%; PC1 84–90%; Mamba five "
+                          "clusters, entropy R² 0.40 (Mamba) vs 0.004 (LSTM)."))
+        doc.add(Table(["Task", "Architecture"] + GEOMETRY_KEYS, geo))
+
+    doc.add(Heading("Why memorisation is ruled out"))
+    doc.add(Table(["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
+                  tables.memorisation_table(records, _log10_hypotheses(records))))
+
+    doc.add(Heading("What was run"))
+    info = [f"{k}: {meta[k]}" for k in ("tier", "machine", "device", "torch", "seeds", "total_wall_s",
+                                         "command") if k in meta]
+    doc.add(Bullets(info or ["run metadata not recorded"]))
+    run_rows = []
+    for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):
+        wall = f"{r.wall_s:.0f}" if r.wall_s is not None else "—"
+        run_rows.append([r.path.name, r.task, r.arch, str(r.seed), f"{r.steps:,}", str(r.batch_size), wall])
+    doc.add(Table(["Run", "Task", "Arch", "Seed", "Steps", "Batch", "Train wall (s)"], run_rows))
+    doc.add(Heading("Deviations from the paper's settings", 3))
+    doc.add(Bullets(_deviation_lines(records, meta)))
+
+    _atomic_write(out / "report.md", doc.markdown(out))
+    _atomic_write(out / "report.html", doc.html())
+    results = {
+        "table1": data,
+        "runs": [{"name": r.path.name, "task": r.task, "arch": r.arch, "seed": r.seed, "steps": r.steps,
+                  "wall_s": r.wall_s, "evals": {k: v.get("metrics", {}) for k, v in r.evals.items()}}
+                 for r in records],
+        "meta": meta,
+    }
+    _atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
+    return results
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and math.isinf(o):
+        return "inf"
+    return str(o)

@@ -1,0 +1,95 @@
+"""The paper's figures from run records: calibration curves, length generalisation, training curves."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from windtunnel.report.collect import RunRecord  # noqa: E402
+
+ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "mlp-pointwise": "C4",
+               "uniform": "C7", "oracle": "k"}
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def _first_seed(records: list[RunRecord]) -> dict[str, RunRecord]:
+    out: dict[str, RunRecord] = {}
+    for r in sorted(records, key=lambda r: r.seed):
+        out.setdefault(r.arch, r)
+    return out
+
+
+def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
+    """Per-position predictive entropy of each architecture against the exact Bayes entropy."""
+    runs = _first_seed([r for r in records if r.task == task and r.arch != "oracle"])
+    curves = {a: r.default.get("per_position", {}) for a, r in runs.items()}
+    curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits")}
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    bayes = next(iter(curves.values()))["bayes_entropy_bits"]
+    ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
+    for arch, c in curves.items():
+        ys = c["model_entropy_bits"]
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=arch)
+    ax.set_xlabel("scored position")
+    ax.set_ylabel("predictive entropy (bits)")
+    ax.set_title(f"{task}: model entropy vs exact posterior entropy")
+    ax.legend(fontsize=8)
+    return _save(fig, out / "figures" / f"calibration_{task}.png")
+
+
+def length_generalisation_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
+    """Per-position entropy error at the training length and each longer evaluation, one panel per architecture."""
+    runs = _first_seed([r for r in records if r.task == task and r.arch not in ("oracle",)])
+    runs = {a: r for a, r in runs.items() if len(r.evals) > 1}
+    if not runs:
+        return None
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
+    for ax, (arch, r) in zip(axes[0], runs.items(), strict=True):
+        for name, ev in r.evals.items():
+            ys = ev.get("per_position", {}).get("entropy_abs_err_bits")
+            if ys:
+                label = "train length" if name == "default" else name
+                ax.plot(range(1, len(ys) + 1), ys, label=label)
+        ax.set_title(arch)
+        ax.set_xlabel("scored position")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("|H_model - H_Bayes| (bits)")
+    fig.suptitle(f"{task}: length generalisation")
+    return _save(fig, out / "figures" / f"length_generalisation_{task}.png")
+
+
+def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
+    """Held-out headline metric against training step, one panel per task."""
+    by_task: dict[str, list[RunRecord]] = defaultdict(list)
+    for r in records:
+        if r.eval_curve:
+            by_task[r.task].append(r)
+    if not by_task:
+        return None
+    fig, axes = plt.subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
+    for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
+        for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
+            xs, ys = zip(*r.eval_curve, strict=True)
+            ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=r.arch if r.seed == 0 else None)
+        ax.set_title(task)
+        ax.set_xlabel("step")
+        if task != "recall":
+            ax.set_yscale("log")
+        ax.set_ylabel("accuracy" if task == "recall" else "entropy error (bits)")
+        ax.legend(fontsize=7)
+    return _save(fig, out / "figures" / "training_curves.png")

@@ -1,0 +1,124 @@
+"""`reproduce`: train what is missing, evaluate, probe, and write the report, for one tier of the paper suite.
+
+Interruptible: a finished run has `done.json` and is skipped; an unfinished one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from windtunnel.suites import SuiteRun, deviations, suite
+
+DONE = "done.json"
+
+
+def machine_description() -> dict[str, Any]:
+    """Where the runs were made: CPU model and cores, accelerator, torch version."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return {"machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
+            "device": device, "torch": torch.__version__, "python": platform.python_version()}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -> dict[str, Any]:
+    """Train (or resume), evaluate at every length, probe; mark done. Runs in a worker process."""
+    from windtunnel import evaluate as evaluation
+    from windtunnel import train as training
+    from windtunnel.config import validate
+
+    torch.set_num_threads(max(1, threads))
+    run_dir = runs_dir / entry.name
+    if (run_dir / DONE).exists():
+        return {"name": entry.name, "skipped": True, **json.loads((run_dir / DONE).read_text())}
+    start = time.time()
+    config = validate(entry.config)
+    training.train(config, run_dir, resume=run_dir.exists(), progress=False)
+    evaluation.evaluate(run_dir)
+    probe_note = None
+    if probe:
+        try:
+            from windtunnel.geometry import probe_run
+
+            probe_run(run_dir)
+        except ImportError:
+            probe_note = "geometry probes not installed"
+    info = {"wall_s": round(time.time() - start, 1), "probe": probe_note or ("done" if probe else "skipped")}
+    _write_json(run_dir / DONE, info)
+    return {"name": entry.name, "skipped": False, **info}
+
+
+def reproduce(
+    tier: str,
+    out: str | Path,
+    seeds: int = 1,
+    jobs: int = 1,
+    only: dict[str, str] | None = None,
+    probe: bool = True,
+    echo: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Run the paper suite at `tier` into `out/runs/`, then write the report into `out/`."""
+    from windtunnel.report import build_report
+
+    if jobs < 1:
+        raise ValueError(f"jobs: must be >= 1 (got {jobs})")
+    out = Path(out)
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    entries = suite(tier, seeds=seeds, only=only)
+    if not entries:
+        raise ValueError(f"only: no run of the {tier} suite matches {only}")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    start = time.time()
+    results = []
+    echo(f"{len(entries)} runs, tier {tier}, {jobs} job(s) x {threads} thread(s) -> {out}")
+    if jobs == 1:
+        for e in entries:
+            results.append(run_one(e, runs_dir, threads, probe))
+            echo(_line(results[-1]))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(run_one, e, runs_dir, threads, probe) for e in entries]
+            for f in as_completed(futures):
+                results.append(f.result())
+                echo(_line(results[-1]))
+    meta = {
+        "tier": tier,
+        **machine_description(),
+        "seeds": seeds,
+        "jobs": jobs,
+        "total_wall_s": round(time.time() - start, 1),
+        "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
+        "command": f"windtunnel reproduce --tier {tier} --out {out} --seeds {seeds} --jobs {jobs}"
+                   + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
+        "deviations": deviations(tier),
+    }
+    _write_json(out / "reproduce.json", meta)
+    build_report([runs_dir], out, meta)
+    return meta
+
+
+def _line(r: dict[str, Any]) -> str:
+    state = "skipped (done)" if r.get("skipped") else "finished"
+    return f"  {r['name']}: {state} in {r.get('wall_s', '?')} s"

@@ -1,0 +1,162 @@
+"""The paper suite: every wind tunnel x every architecture (+ oracle and uniform rows), at three tiers.
+
+A suite is a plain list of run configs. Tiers:
+    smoke  seconds; the tests run it end to end
+    quick  the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed)
+    paper  the paper's task sizes, model sizes and budgets, meant for a GPU
+
+Every setting that differs from the paper tier is reported by `deviations(tier)`, computed from the configs
+themselves, so the report can never forget one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from windtunnel import tasks
+
+TIERS = ("smoke", "quick", "paper")
+TASKS = ("bijection", "hmm", "recall", "regression")
+ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
+BASELINES = ("oracle", "uniform")
+
+# The primitive each wind tunnel isolates, and the headline metric of its column in Table 1.
+PRIMITIVE = {
+    "bijection": ("belief accumulation", "entropy_mae_bits"),
+    "hmm": ("belief transport", "entropy_mae_bits"),
+    "recall": ("random-access binding", "accuracy"),
+    "regression": ("continuous inference", "entropy_mae_bits"),
+}
+
+# Task sizes per tier (parameters not listed take the task's paper defaults).
+TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
+    "paper": {"bijection": {}, "hmm": {}, "recall": {}, "regression": {}},
+    "quick": {
+        "bijection": {},
+        "hmm": {},
+        "recall": {"N": 16, "key_vocab": 64, "value_vocab": 64, "n_filler": 8},
+        "regression": {},
+    },
+    "smoke": {
+        "bijection": {"V": 6, "L": 5},
+        "hmm": {"S": 3, "O": 3, "K": 6},
+        "recall": {"N": 4, "key_vocab": 8, "value_vocab": 8, "n_filler": 2, "M": 2},
+        "regression": {"d": 2, "n": 6},
+    },
+}
+
+# Length generalisation: evaluate at longer sequences than trained on (paper: HMM K=20 -> 30, 50).
+LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
+    "paper": {"hmm": [{"K": 30}, {"K": 50}], "recall": [{"N": 96}], "regression": [{"n": 48}]},
+    "quick": {"hmm": [{"K": 30}, {"K": 50}], "recall": [{"N": 24}], "regression": [{"n": 48}]},
+    "smoke": {"hmm": [{"K": 9}]},
+}
+
+# Training budgets: (steps, batch size) per tier and task; per-architecture learning rates and step factors.
+BUDGET: dict[str, dict[str, tuple[int, int]]] = {
+    "paper": {"bijection": (100_000, 128), "hmm": (150_000, 64), "recall": (100_000, 64), "regression": (50_000, 128)},
+    "quick": {"bijection": (1_600, 64), "hmm": (2_000, 32), "recall": (1_500, 32), "regression": (1_000, 64)},
+    "smoke": {"bijection": (6, 8), "hmm": (6, 8), "recall": (6, 8), "regression": (6, 8)},
+}
+LR: dict[str, float] = {"transformer": 1e-3, "mamba": 2e-3, "lstm": 3e-3, "mlp": 1e-3, "mlp-pointwise": 1e-3}
+PAPER_LR: dict[str, float] = {"transformer": 3e-4, "mamba": 1e-4, "lstm": 3e-4, "mlp": 3e-4, "mlp-pointwise": 3e-4}
+# The flat MLP controls learn nothing from context at any budget; the quick tier gives them a quarter.
+STEP_FACTOR: dict[str, float] = {"mlp": 0.25, "mlp-pointwise": 0.25}
+EVAL_N = {"smoke": 64, "quick": 1000, "paper": 2000}
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One entry of a suite: a run name (its directory) and its config as a plain dict."""
+
+    name: str
+    config: dict[str, Any]
+
+
+def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
+    steps, batch = BUDGET[tier][task]
+    if tier == "paper":
+        return {"steps": steps, "batch_size": batch, "lr": PAPER_LR.get(arch, 3e-4), "warmup_steps": 2000,
+                "eval_every": 5000, "checkpoint_every": 5000, "weight_decay": 0.1}
+    if tier == "quick":
+        steps = max(50, int(steps * STEP_FACTOR.get(arch, 1.0)))
+    return {"steps": steps, "batch_size": batch, "lr": LR.get(arch, 1e-3), "warmup_steps": max(1, steps // 20),
+            "eval_every": max(1, steps // 4), "checkpoint_every": max(1, steps // 4), "weight_decay": 0.01}
+
+
+def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]:
+    """The config of one cell of the table, as a plain dict ready for `RunConfig.model_validate`."""
+    if tier not in TIERS:
+        raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    trained = arch not in BASELINES
+    train = _train_settings(task, arch, tier) if trained else {"steps": 0}
+    return {
+        "task": {"name": task, "params": dict(TASK_PARAMS[tier].get(task, {}))},
+        "model": {"arch": arch, "preset": tier if trained else None},
+        "train": train,
+        "eval": {"n": EVAL_N[tier], "overrides": list(LENGTH_GEN[tier].get(task, []))},
+        "seed": seed,
+    }
+
+
+def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:
+    if not only:
+        return True
+    unknown = set(only) - {"task", "arch"}
+    if unknown:
+        raise ValueError(f"only: filter keys must be task or arch (got {', '.join(sorted(unknown))})")
+    cell = {"task": task, "arch": arch}
+    return all(cell[k] in v.split(",") for k, v in only.items())
+
+
+def suite(tier: str, seeds: int = 1, only: dict[str, str] | None = None) -> list[SuiteRun]:
+    """Every (task, architecture, seed) cell of the paper table at `tier`; baselines once per task."""
+    if seeds < 1:
+        raise ValueError(f"seeds: must be >= 1 (got {seeds})")
+    runs = []
+    for task in TASKS:
+        for arch in (*ARCHS, *BASELINES):
+            if not _matches(task, arch, only):
+                continue
+            for seed in range(seeds if arch not in BASELINES else 1):
+                name = f"{task}-{arch}" + (f"-s{seed}" if seeds > 1 else "")
+                runs.append(SuiteRun(name, run_config(task, arch, tier, seed)))
+    return runs
+
+
+def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
+    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read "default"."""
+    out = []
+    for key in sorted(set(ours) | set(paper)):
+        if key in skip:
+            continue
+        a, b = ours.get(key, "default"), paper.get(key, "default")
+        if a != b:
+            out.append(f"{key} = {a} (paper: {b})")
+    return out
+
+
+def _prefixed(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in d.items()}
+
+
+def deviations(tier: str) -> list[str]:
+    """Every setting in which `tier` differs from the paper tier, one line per task or cell, from the configs."""
+    if tier == "paper":
+        return []
+    lines = [f"model sizes: the '{tier}' presets of windtunnel.models.presets (paper: the 'paper' presets)"]
+    for task in TASKS:
+        ours, paper = run_config(task, "transformer", tier), run_config(task, "transformer", "paper")
+        defaults = tasks.make(task).params.model_dump()
+        task_diff = _diff(_prefixed("task", {**defaults, **ours["task"]["params"]}),
+                          _prefixed("task", {**defaults, **paper["task"]["params"]}))
+        task_diff += _diff(_prefixed("eval", ours["eval"]), _prefixed("eval", paper["eval"]))
+        if task_diff:
+            lines.append(f"{task}: " + "; ".join(task_diff))
+        for arch in ARCHS:
+            skip = ("eval_every", "checkpoint_every")
+            train_diff = _diff(run_config(task, arch, tier)["train"], run_config(task, arch, "paper")["train"], skip)
+            if train_diff:
+                lines.append(f"{task} / {arch} training: " + "; ".join(train_diff))
+    return lines

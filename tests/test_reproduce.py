@@ -1,0 +1,89 @@
+"""The smoke tier end to end: train every cell, evaluate, report; then resume and rebuild the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from windtunnel.cli import app
+from windtunnel.report import build_report
+from windtunnel.reproduce import reproduce
+from windtunnel.suites import ARCHS, BASELINES, TASKS, deviations, suite
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    meta = reproduce("smoke", out, jobs=1, probe=False)
+    return out, meta
+
+
+def test_suite_covers_every_cell():
+    names = {r.name for r in suite("quick")}
+    assert names == {f"{t}-{a}" for t in TASKS for a in (*ARCHS, *BASELINES)}
+    assert len(suite("paper", seeds=3)) == len(TASKS) * (3 * len(ARCHS) + len(BASELINES))
+    assert {r.name for r in suite("quick", only={"task": "hmm", "arch": "transformer,lstm"})} == {
+        "hmm-transformer", "hmm-lstm"}
+    with pytest.raises(ValueError, match="only"):
+        suite("quick", only={"colour": "red"})
+    with pytest.raises(ValueError, match="tier"):
+        suite("huge")
+
+
+def test_deviations_are_computed_from_configs():
+    assert deviations("paper") == []
+    lines = deviations("quick")
+    assert any("recall" in line and "task.N = 16 (paper: 64)" in line for line in lines)
+    assert any("steps" in line for line in lines)
+
+
+def test_smoke_report_structure(smoke):
+    out, meta = smoke
+    for name in ("report.md", "report.html", "results.json", "reproduce.json"):
+        assert (out / name).is_file(), name
+    results = json.loads((out / "results.json").read_text())
+    table = results["table1"]
+    # The oracle is the exact posterior: every error metric reads 0 and recall is perfect.
+    for task in ("bijection", "hmm", "regression"):
+        assert table["oracle"][task]["mean"] == pytest.approx(0.0, abs=1e-6)
+    assert table["oracle"]["recall"]["mean"] == pytest.approx(1.0)
+    assert set(table) >= set(ARCHS) | set(BASELINES)
+    md = (out / "report.md").read_text()
+    assert "Table 1" in md and "Why memorisation is ruled out" in md and "Deviations" in md
+    assert "| oracle |" in md
+    html = (out / "report.html").read_text()
+    assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
+    assert (out / "figures" / "calibration_bijection.png").is_file()
+    assert (out / "figures" / "length_generalisation_hmm.png").is_file()
+    assert meta["tier"] == "smoke" and meta["deviations"]
+
+
+def test_rerun_skips_finished_runs(smoke):
+    out, _ = smoke
+    meta = reproduce("smoke", out, jobs=1, probe=False)
+    assert all(v is not None for v in meta["run_wall_s"].values())
+    before = (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text()
+    reproduce("smoke", out, jobs=1, probe=False, only={"task": "bijection"})
+    assert (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text() == before
+
+
+def test_report_cli_rebuilds_from_run_dirs(smoke, tmp_path):
+    out, _ = smoke
+    res = CliRunner().invoke(app, ["report", str(out / "runs"), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "rep" / "report.md").is_file()
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "nothing-here"), "--out", str(tmp_path / "r2")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_reproduce_cli_rejects_bad_tier(tmp_path):
+    res = CliRunner().invoke(app, ["reproduce", "--tier", "huge", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--tier" in res.output
+
+
+def test_build_report_on_a_single_run(smoke, tmp_path):
+    out, _ = smoke
+    results = build_report([out / "runs" / "hmm-oracle"], tmp_path)
+    assert results["runs"][0]["arch"] == "oracle"
