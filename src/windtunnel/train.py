@@ -184,6 +184,9 @@ def train(
     tokens = t.batch_size * spec.seq_len
     last_eval: float | None = None
     t_last, step_last = time.perf_counter(), start
+    # Wall time accumulated over every (re)start of this run, so an interrupted run reports its true cost.
+    elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in runs.read_metrics(run_dir)), default=0.0)
+    t_start = t_last
     try:
         model.train()
         for step in range(start + 1, t.steps + 1):
@@ -207,7 +210,8 @@ def train(
                 now = time.perf_counter()
                 dt = max(now - t_last, 1e-9)
                 log.write({"step": step, "loss": loss_value, "lr": lr, "grad_norm": float(gnorm),
-                           "time_s": dt / (step - step_last), "tokens_per_s": tokens * (step - step_last) / dt})
+                           "time_s": dt / (step - step_last), "tokens_per_s": tokens * (step - step_last) / dt,
+                           "elapsed_s": round(elapsed0 + now - t_start, 3)})
                 t_last, step_last = now, step
             if t.eval_every and step % t.eval_every == 0 and step != t.steps:
                 m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0)

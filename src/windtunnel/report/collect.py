@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from windtunnel import runs
 
 
 @dataclass
@@ -41,7 +42,7 @@ class RunRecord:
     @property
     def wall_s(self) -> float | None:
         """Training wall time from the last logged line (None for untrained baselines)."""
-        times = [h["time_s"] for h in self.history if isinstance(h.get("time_s"), (int, float))]
+        times = [h["elapsed_s"] for h in self.history if isinstance(h.get("elapsed_s"), (int, float))]
         return max(times) if times else None
 
     @property
@@ -57,7 +58,7 @@ class RunRecord:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.exists() else None
+    return runs.read_json(path) if path.exists() else None
 
 
 def read_run(path: str | Path) -> RunRecord:
@@ -66,15 +67,6 @@ def read_run(path: str | Path) -> RunRecord:
     config = _read_json(p / "config.json")
     if config is None:
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
-    history = []
-    if (p / "metrics.jsonl").exists():
-        for line in (p / "metrics.jsonl").read_text().splitlines():
-            line = line.strip()
-            if line:
-                try:
-                    history.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut by an interrupt is skipped, never fatal
     return RunRecord(
         path=p,
         task=config["task"]["name"],
@@ -82,7 +74,7 @@ def read_run(path: str | Path) -> RunRecord:
         seed=int(config.get("seed", 0)),
         config=config,
         evals=_read_json(p / "eval.json") or {},
-        history=history,
+        history=runs.read_metrics(p),
         geometry=_read_json(p / "geometry.json"),
     )
 
