@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from windtunnel.suites import SuiteRun, deviations, suite
+from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
 
 DONE = "done.json"
 
@@ -56,15 +56,12 @@ def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -
     config = validate(entry.config)
     training.train(config, run_dir, resume=run_dir.exists(), progress=False)
     evaluation.evaluate(run_dir)
-    probe_note = None
-    if probe:
-        try:
-            from windtunnel.geometry import probe_run
+    probed = probe and config.model.arch not in BASELINES
+    if probed:
+        from windtunnel.geometry.run import probe_run
 
-            probe_run(run_dir)
-        except ImportError:
-            probe_note = "geometry probes not installed"
-    info = {"wall_s": round(time.time() - start, 1), "probe": probe_note or ("done" if probe else "skipped")}
+        probe_run(run_dir)
+    info = {"wall_s": round(time.time() - start, 1), "probe": "done" if probed else "skipped"}
     _write_json(run_dir / DONE, info)
     return {"name": entry.name, "skipped": False, **info}
 

@@ -32,31 +32,52 @@ def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
     return out
 
 
-def _deviation_lines(records: list[RunRecord], meta: dict[str, Any]) -> list[str]:
+def _deviation_lines(meta: dict[str, Any]) -> list[str]:
     lines = list(meta.get("deviations", []))
     return lines or ["none recorded (runs made outside `windtunnel reproduce`; see each run's config.json)"]
 
 
+def _dig(d: Any, *path: Any) -> Any:
+    """d[path0][path1]... or None where any step is missing (probes that do not apply have no numbers)."""
+    for p in path:
+        try:
+            d = d[p]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return d
+
+
+# (column, path into geometry.json) -- the headline number of each probe; definitions in docs/geometry.md.
+GEOMETRY_COLUMNS = [
+    ("L0 key |cos|", ("keys", "mean_abs_cos_per_layer", 0)),
+    ("init L0 |cos|", ("keys", "init_mean_abs_cos_per_layer", 0)),
+    ("Gaussian |cos|", ("keys", "gaussian_baseline")),
+    ("attn entropy drop %", ("attention", "drop_first_to_last_pct")),
+    ("PC1 var", ("manifold", "final", "pc1_var")),
+    ("entropy R²", ("manifold", "final", "entropy_r2")),
+    ("cluster ARI", ("clusters", "ari")),
+    ("silhouette", ("clusters", "silhouette")),
+    ("lens KL first→last", ("lens", "kl_bits_per_layer")),
+    ("frame step / precision step", ("dynamics",)),
+]
+
+
+def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
+    v = _dig(g, *path)
+    if path[0] == "lens" and isinstance(v, list) and v:
+        return f"{v[0]:.3f} → {v[-1]:.3f}"
+    if path[0] == "dynamics" and isinstance(v, dict):
+        frame, precision = v.get("frame_step_90_progress"), v.get("precision_step_2x")
+        return f"{frame if frame is not None else '—'} / {precision if precision is not None else '—'}"
+    if isinstance(v, (int, float)):
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+    return "—"
+
+
 def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
-    """One row per probed run: the headline number of each probe, where it applies."""
-    rows = []
-    for r in records:
-        g = r.geometry
-        if not g:
-            continue
-        summary = g.get("summary", {})
-        if not summary:
-            continue
-        rows.append([r.task, r.arch] + [
-            "—" if summary.get(k) is None else
-            (f"{summary[k]:.3f}" if isinstance(summary[k], float) else str(summary[k]))
-            for k in GEOMETRY_KEYS
-        ])
-    return rows
-
-
-GEOMETRY_KEYS = ["key_cos_layer0", "key_cos_random", "attn_entropy_drop_pct", "pc1_var", "entropy_probe_r2",
-                 "cluster_ari"]
+    """One row per probed run: the headline number of each probe, "—" where it does not apply."""
+    return [[r.task, r.arch] + [_geometry_cell(r.geometry, path) for _, path in GEOMETRY_COLUMNS]
+            for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)) if r.geometry]
 
 
 def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -118,7 +139,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         doc.add(Paragraph("Headline number of each probe (definitions in docs/geometry.md). Paper: layer-0 key "
                           "cosine 0.052 vs 0.082 random; attention entropy drop 85–90%; PC1 84–90%; Mamba five "
                           "clusters, entropy R² 0.40 (Mamba) vs 0.004 (LSTM)."))
-        doc.add(Table(["Task", "Architecture"] + GEOMETRY_KEYS, geo))
+        doc.add(Table(["Task", "Architecture"] + [c for c, _ in GEOMETRY_COLUMNS], geo))
 
     doc.add(Heading("Why memorisation is ruled out"))
     doc.add(Table(["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
@@ -134,7 +155,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         run_rows.append([r.path.name, r.task, r.arch, str(r.seed), f"{r.steps:,}", str(r.batch_size), wall])
     doc.add(Table(["Run", "Task", "Arch", "Seed", "Steps", "Batch", "Train wall (s)"], run_rows))
     doc.add(Heading("Deviations from the paper's settings", 3))
-    doc.add(Bullets(_deviation_lines(records, meta)))
+    doc.add(Bullets(_deviation_lines(meta)))
 
     _atomic_write(out / "report.md", doc.markdown(out))
     _atomic_write(out / "report.html", doc.html())
