@@ -1,0 +1,22 @@
+"""Every Python block of the README runs, in order, in one namespace (the docs cannot rot)."""
+
+import re
+from pathlib import Path
+
+from windtunnel import models, tasks
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_python_blocks_run():
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 3
+    namespace: dict = {}
+    try:
+        for block in blocks:
+            exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own documentation
+        assert "coin" in tasks.names() and "running-mean" in models.names()
+        assert tuple(namespace["pred"].batch_shape) == (8, tasks.make("regression").spec.seq_len)
+    finally:  # the examples register a task and a model; leave the registries as they were
+        tasks.registry._FACTORIES.pop("coin", None)
+        models.registry._FACTORIES.pop("running-mean", None)
