@@ -163,3 +163,13 @@ def test_fused_scan_under_bf16_autocast():
     torch.testing.assert_close(a.float(), b.float(), atol=0.05, rtol=0.05)
     a.float().sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fused.parameters())
+
+
+def test_fused_scan_promotes_low_precision_to_float32():
+    """bf16 inputs (as autocast makes them) are scanned in float32: the result matches the exact scan of them."""
+    xs = [x.detach().to(torch.bfloat16) for x in make_inputs(2, 37, 8, 16, torch.float32, seed=7)]
+    xs[2] = xs[2].float()  # A = -exp(A_log) stays float32 under autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = selective_scan(*xs)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y.double(), reference(*(x.double() for x in xs)), atol=1e-5, rtol=1e-4)
