@@ -42,6 +42,20 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+# Relative cost per token of each architecture's training step on a CPU (measured at the quick presets).
+ARCH_COST = {"transformer": 1.0, "mamba": 1.5, "lstm": 0.4, "mlp": 0.6, "mlp-pointwise": 0.6}
+
+
+def estimated_cost(entry: SuiteRun) -> float:
+    """Tokens processed in training, weighted by architecture: orders runs so the longest start first."""
+    from windtunnel import tasks
+
+    cfg = entry.config
+    seq_len = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).spec.seq_len
+    train = cfg["train"]
+    return train.get("steps", 0) * train.get("batch_size", 0) * seq_len * ARCH_COST.get(cfg["model"]["arch"], 1.0)
+
+
 def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -> dict[str, Any]:
     """Train (or resume), evaluate at every length, probe; mark done. Runs in a worker process."""
     from windtunnel import evaluate as evaluation
@@ -86,6 +100,7 @@ def reproduce(
     entries = suite(tier, seeds=seeds, only=only)
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
+    entries.sort(key=estimated_cost, reverse=True)  # longest first: parallel jobs finish close together
     threads = max(1, (os.cpu_count() or 1) // jobs)
     start = time.time()
     results = []

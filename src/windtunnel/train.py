@@ -12,6 +12,7 @@ import math
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,22 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN can run bf16 matmuls natively on this CPU (AVX512-BF16 / AMX)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA or CPU when asked for; a no-op context for float32."""
+    """bf16 autocast on CUDA or on a CPU with native bf16; float32 (a no-op context) otherwise.
+
+    A CPU without native bf16 would emulate it slower than float32, so there bf16 falls back, with a warning.
+    """
+    if dtype == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.warn("train.dtype: this CPU has no native bf16; training in float32", stacklevel=2)
+        return contextlib.nullcontext()
     if dtype == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
