@@ -32,12 +32,12 @@ def test_answers_are_the_stored_values(params):
         assert len(store) == p.N and len(set(store.values())) == p.N  # distinct keys and values
         assert x[4 * p.N : 4 * p.N + p.n_filler] == [FILLER] * p.n_filler
         slots = b.target_mask[i].nonzero().flatten().tolist()
-        assert len(slots) == p.M and slots[-1] == len(x) - 1  # no filler after the last query
+        assert len(slots) == p.M and slots[-1] == len(x) - 2  # no filler after the last query's answer slot
         asked = []
-        for pos in slots:
-            assert x[pos] == ANS and x[pos - 2] == QUERY
-            value = store[x[pos - 1]]
-            asked.append(x[pos - 1])
+        for pos in slots:  # scored at the queried key: QUERY k(scored) ANS
+            assert x[pos - 1] == QUERY and x[pos + 1] == ANS
+            value = store[x[pos]]
+            asked.append(x[pos])
             assert int(b.targets[i, pos]) == value
             assert b.posterior.probs[i, pos, value].item() == pytest.approx(1.0)
         assert len(set(asked)) == p.M  # distinct queried keys
