@@ -35,7 +35,7 @@ def test_suite_covers_every_cell():
 def test_deviations_are_computed_from_configs():
     assert deviations("paper") == []
     lines = deviations("quick")
-    assert any("recall" in line and "task.N = 16 (paper: 64)" in line for line in lines)
+    assert any("recall" in line and "task.N = 4 (paper: 64)" in line for line in lines)
     assert any("steps" in line for line in lines)
 
 

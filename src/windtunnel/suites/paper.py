@@ -35,7 +35,7 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "quick": {
         "bijection": {},
         "hmm": {},
-        "recall": {"N": 16, "key_vocab": 64, "value_vocab": 64, "n_filler": 8},
+        "recall": {"N": 4, "key_vocab": 16, "value_vocab": 16, "n_filler": 4, "M": 4},
         "regression": {},
     },
     "smoke": {
@@ -49,7 +49,7 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
 # Length generalisation: evaluate at longer sequences than trained on (paper: HMM K=20 -> 30, 50).
 LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
     "paper": {"hmm": [{"K": 30}, {"K": 50}], "recall": [{"N": 96}], "regression": [{"n": 48}]},
-    "quick": {"hmm": [{"K": 30}, {"K": 50}], "recall": [{"N": 24}], "regression": [{"n": 48}]},
+    "quick": {"hmm": [{"K": 30}, {"K": 50}], "recall": [{"N": 6}], "regression": [{"n": 48}]},
     "smoke": {"hmm": [{"K": 9}]},
 }
 
@@ -62,18 +62,18 @@ PAPER_LR: dict[str, float] = {"transformer": 3e-4, "mamba": 1e-4, "lstm": 3e-4, 
 # in about half an hour (docs/reproduce.md). The flat MLP controls cannot use context at any budget; they get a
 # short run, enough to reach their context-blind floor.
 QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
-    ("bijection", "transformer"): (2_000, 64, 1e-3),
+    ("bijection", "transformer"): (2_500, 64, 1e-3),
     ("bijection", "mamba"): (1_500, 64, 2e-3),
-    ("bijection", "lstm"): (2_000, 64, 3e-3),
+    ("bijection", "lstm"): (5_000, 64, 2e-3),
     ("hmm", "transformer"): (2_600, 64, 1e-3),
-    ("hmm", "mamba"): (1_200, 64, 2e-3),
-    ("hmm", "lstm"): (1_500, 64, 3e-3),
-    ("recall", "transformer"): (2_500, 32, 1e-3),
-    ("recall", "mamba"): (1_200, 32, 2e-3),
-    ("recall", "lstm"): (1_200, 32, 3e-3),
-    ("regression", "transformer"): (1_500, 64, 1e-3),
+    ("hmm", "mamba"): (1_500, 32, 2e-3),
+    ("hmm", "lstm"): (2_500, 64, 2e-3),
+    ("recall", "transformer"): (1_500, 64, 1e-3),
+    ("recall", "mamba"): (1_500, 64, 2e-3),
+    ("recall", "lstm"): (2_500, 64, 2e-3),
+    ("regression", "transformer"): (2_000, 64, 1e-3),
     ("regression", "mamba"): (1_000, 64, 2e-3),
-    ("regression", "lstm"): (1_000, 64, 3e-3),
+    ("regression", "lstm"): (2_500, 64, 2e-3),
 }
 QUICK_MLP = (400, 64, 1e-3)
 SMOKE = (6, 8, 1e-3)
