@@ -1,4 +1,5 @@
-"""Test-wide settings: one intra-op thread (tiny models run faster, and parallel test workers don't fight)."""
+"""Test-wide settings: one intra-op thread (tiny models run faster on a shared 2-core machine; thread pools
+spinning against each other made them ~20x slower there)."""
 
 import pytest
 import torch
@@ -6,5 +7,7 @@ import torch
 
 @pytest.fixture(autouse=True)
 def _one_thread():
+    n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
+    torch.set_num_threads(n)

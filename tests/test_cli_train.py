@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
@@ -13,14 +12,6 @@ from windtunnel.cli import app
 runner = CliRunner()
 SMOKE = ["--preset", "smoke", "--steps", "2", "--no-progress", "--set", "task.V=5", "--set", "task.L=4",
          "--set", "train.batch_size=4", "--set", "eval.n=8", "--set", "train.device=cpu"]
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_train_then_eval(tmp_path):

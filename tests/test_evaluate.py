@@ -5,20 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from windtunnel import runs
 from windtunnel.config import build_config
 from windtunnel.evaluate import evaluate
 from windtunnel.train import train
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _hmm_run(tmp_path):

@@ -13,15 +13,6 @@ TASK = tasks.make("bijection", V=4, L=4)
 # Exact posterior entropies log 4, log 3, log 2, 0: a context-blind model sits at KL ~0.59 nats from Bayes.
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models run far faster on one thread, especially on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def fit_kl(arch: str, steps: int = 200) -> float:
     """Train on fresh batches with cross-entropy; return the mean KL(posterior || model) in nats on held-out data."""
     torch.manual_seed(0)
@@ -44,9 +35,9 @@ def fit_kl(arch: str, steps: int = 200) -> float:
 
 
 @pytest.mark.parametrize("arch", ["transformer", "mamba", "lstm", "mlp"])
-def test_context_models_approach_bayes(arch, one_thread):
+def test_context_models_approach_bayes(arch):
     assert fit_kl(arch) < 0.15
 
 
-def test_pointwise_mlp_stays_context_blind(one_thread):
+def test_pointwise_mlp_stays_context_blind():
     assert fit_kl("mlp-pointwise") > 0.45

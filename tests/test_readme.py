@@ -18,5 +18,5 @@ def test_readme_python_blocks_run():
         assert "coin" in tasks.names() and "running-mean" in models.names()
         assert tuple(namespace["pred"].batch_shape) == (8, tasks.make("regression").spec.seq_len)
     finally:  # the examples register a task and a model; leave the registries as they were
-        tasks.registry._FACTORIES.pop("coin", None)
-        models.registry._FACTORIES.pop("running-mean", None)
+        tasks.registry.unregister("coin")
+        models.registry.unregister("running-mean")

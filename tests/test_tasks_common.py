@@ -138,7 +138,7 @@ def test_register_a_users_tunnel(monkeypatch):
 
     from windtunnel.tasks import Batch, Task, TaskParams, TaskSpec
 
-    monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))
+    monkeypatch.setattr(registry._REGISTRY, "_factories", dict(registry._REGISTRY._factories))
 
     class CoinParams(TaskParams):
         n: int = Field(8, ge=1)

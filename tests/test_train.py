@@ -18,16 +18,6 @@ from windtunnel import models, runs
 from windtunnel.config import build_config
 from windtunnel.train import TrainingDiverged, lr_at, train
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """One intra-op thread: on a shared 2-core machine, spinning thread pools make tiny models ~20x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # Small task settings so a smoke run of every pair stays fast.
 TINY_TASKS = {
     "bijection": {"V": 6, "L": 5},

@@ -10,37 +10,27 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
 
-_FACTORIES: dict[str, Callable[..., Any]] = {}
+_REGISTRY = Registry("arch")
 
-
-def register(name: str, factory: Callable[..., Any], *, overwrite: bool = False) -> None:
-    """Add an architecture; `factory(spec, **size)` returns an nn.Module following the model protocol."""
-    if not name or not isinstance(name, str):
-        raise ValueError("register: name must be a non-empty string")
-    if name in _FACTORIES and not overwrite:
-        raise ValueError(f"register: architecture {name!r} already exists (pass overwrite=True)")
-    if not callable(factory):
-        raise TypeError("register: factory must be callable")
-    _FACTORIES[name] = factory
-
-
-def names() -> list[str]:
-    return list(_FACTORIES)
+register = _REGISTRY.register  # register(name, factory, overwrite=False); factory(spec, **size) -> nn.Module
+unregister = _REGISTRY.unregister
+names = _REGISTRY.names
 
 
 def resolve(arch: str) -> Callable[..., Any]:
     """The factory for a registered name or a `module:attr` import string."""
-    if arch in _FACTORIES:
-        return _FACTORIES[arch]
+    if arch in _REGISTRY:
+        return _REGISTRY.get(arch)
     if ":" in arch:
         mod_name, _, attr = arch.partition(":")
         try:
             return getattr(importlib.import_module(mod_name), attr)
         except (ImportError, AttributeError) as err:
             raise ValueError(f"arch: cannot import {arch!r}: {err}") from None
-    raise ValueError(f"arch: unknown architecture {arch!r}; choose one of {', '.join(_FACTORIES)} "
+    raise ValueError(f"arch: unknown architecture {arch!r}; choose one of {', '.join(names())} "
                      "or give an import string 'package.module:Class'")
 
 

@@ -49,9 +49,9 @@ def _dig(d: Any, *path: Any) -> Any:
 
 # (column, path into geometry.json) -- the headline number of each probe; definitions in docs/geometry.md.
 GEOMETRY_COLUMNS = [
-    ("L0 key |cos|", ("keys", "mean_abs_cos_per_layer", 0)),
-    ("init L0 |cos|", ("keys", "init_mean_abs_cos_per_layer", 0)),
-    ("Gaussian |cos|", ("keys", "gaussian_baseline")),
+    ("L0 key mean abs cos", ("keys", "mean_abs_cos_per_layer", 0)),
+    ("same at init", ("keys", "init_mean_abs_cos_per_layer", 0)),
+    ("Gaussian keys", ("keys", "gaussian_baseline")),
     ("attn entropy drop %", ("attention", "drop_first_to_last_pct")),
     ("PC1 var", ("manifold", "final", "pc1_var")),
     ("entropy R²", ("manifold", "final", "entropy_r2")),
@@ -95,7 +95,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc.add(Heading("Table 1: architecture × inference primitive"))
     doc.add(Paragraph(
         "Entropy error = mean over held-out sequences and scored positions of |H_model − H_Bayes| in bits "
-        "(differential entropy for regression); recall = argmax accuracy at the answer slot. Brackets: bootstrap "
+        "(differential entropy for regression); recall = argmax accuracy at the queried key (the value for its "
+        "answer slot). Brackets: bootstrap "
         f"95% interval over sequences. ✓ = entropy error ≤ {tables.MAX_ENTROPY_ERROR_BITS} bits or accuracy ≥ "
         f"{100 * tables.MIN_RECALL_ACCURACY:.0f}%. Paper numbers (v3 table) in parentheses; they were measured "
         "at the paper's budgets, which may differ from this run's (see Deviations)."))
@@ -146,14 +147,19 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                   tables.memorisation_table(records, _log10_hypotheses(records))))
 
     doc.add(Heading("What was run"))
-    info = [f"{k}: {meta[k]}" for k in ("tier", "machine", "device", "torch", "seeds", "total_wall_s",
-                                         "command") if k in meta]
+    if meta.get("run_wall_s"):  # the cost of the whole tier, whatever interrupted or resumed it
+        meta["sum_run_wall_s"] = round(sum(v or 0.0 for v in meta["run_wall_s"].values()), 1)
+    info = [f"{k}: {meta[k]}" for k in ("tier", "machine", "device", "torch", "seeds", "jobs", "total_wall_s",
+                                         "sum_run_wall_s", "command") if k in meta]
     doc.add(Bullets(info or ["run metadata not recorded"]))
     run_rows = []
     for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):
         wall = f"{r.wall_s:.0f}" if r.wall_s is not None else "—"
-        run_rows.append([r.path.name, r.task, r.arch, str(r.seed), f"{r.steps:,}", str(r.batch_size), wall])
-    doc.add(Table(["Run", "Task", "Arch", "Seed", "Steps", "Batch", "Train wall (s)"], run_rows))
+        total = meta.get("run_wall_s", {}).get(r.path.name)
+        run_rows.append([r.path.name, r.task, r.arch, str(r.seed), f"{r.steps:,}", str(r.batch_size), wall,
+                         f"{total:.0f}" if isinstance(total, (int, float)) else "—"])
+    doc.add(Table(["Run", "Task", "Arch", "Seed", "Steps", "Batch", "Train wall (s)", "Train+eval+probe (s)"],
+                  run_rows))
     doc.add(Heading("Deviations from the paper's settings", 3))
     doc.add(Bullets(_deviation_lines(meta)))
 

@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def _cell(text: str) -> str:
+    """A Markdown table cell: a literal `|` would end the cell."""
+    return str(text).replace("|", "\\|")
+
+
 @dataclass
 class Heading:
     text: str
@@ -56,8 +61,8 @@ class Document:
             elif isinstance(b, Bullets):
                 out += [f"- {item}" for item in b.items] + [""]
             elif isinstance(b, Table):
-                out += ["| " + " | ".join(b.header) + " |", "|" + "---|" * len(b.header)]
-                out += ["| " + " | ".join(r) + " |" for r in b.rows]
+                out += ["| " + " | ".join(map(_cell, b.header)) + " |", "|" + "---|" * len(b.header)]
+                out += ["| " + " | ".join(map(_cell, r)) + " |" for r in b.rows]
                 out += (["", f"*{b.caption}*"] if b.caption else []) + [""]
             elif isinstance(b, Figure):
                 rel = b.path.relative_to(base) if b.path.is_relative_to(base) else b.path
