@@ -39,8 +39,8 @@ def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dic
     return {"s_per_step": s_per_step, "steps_per_s": 1 / s_per_step, "tokens_per_s": tokens, "params": params}
 
 
-def bench_eval(n: int, tier: str) -> float:
-    cfg = build_config(overrides={"model.arch": "transformer", "model.preset": tier})
+def bench_eval(n: int, tier: str, dtype: str) -> float:
+    cfg = build_config(overrides={"model.arch": "transformer", "model.preset": tier, "eval.dtype": dtype})
     evaluate(cfg, n=50)  # warm-up
     t = time.perf_counter()
     evaluate(cfg, n=n)
@@ -62,8 +62,9 @@ def main() -> None:
             r = bench_train(task, c["batch"], steps, dtype, args.tier)
             print(f"train {task:<9} batch {c['batch']:>3} {dtype:<7} params {r['params'] / 1e6:.2f}M  "
                   f"{r['s_per_step']:.3f} s/step  {r['steps_per_s']:.2f} steps/s  {r['tokens_per_s']:,.0f} tokens/s")
-    dt = bench_eval(2000, args.tier)
-    print(f"eval  bijection 2000 sequences: {dt:.2f} s  ({2000 / dt:,.0f} sequences/s)")
+    for dtype in args.dtype:
+        dt = bench_eval(2000, args.tier, dtype)
+        print(f"eval  bijection 2000 sequences {dtype:<7}: {dt:.2f} s  ({2000 / dt:,.0f} sequences/s)")
 
 
 if __name__ == "__main__":

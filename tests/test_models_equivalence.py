@@ -19,8 +19,8 @@ def tokens(B: int, T: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("pos", ["learned", "none", "rotary"])
 def test_fused_equals_explicit_attention(pos):
     torch.manual_seed(0)
-    fused = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, pos=pos)
-    explicit = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, pos=pos, explicit=True)
+    fused = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, pos=pos, attention="fused")
+    explicit = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, pos=pos, attention="explicit")
     explicit.load_state_dict(fused.state_dict())
     x = tokens(3, 17)
     a, b = fused(x), explicit(x)
@@ -29,6 +29,17 @@ def test_fused_equals_explicit_attention(pos):
     gb = torch.autograd.grad(b.square().sum(), list(explicit.parameters()))
     for u, v in zip(ga, gb, strict=True):
         torch.testing.assert_close(u, v, atol=1e-5, rtol=1e-3)
+
+
+def test_auto_attention_is_explicit_on_cpu_and_matches_fused():
+    torch.manual_seed(0)
+    auto = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32)
+    fused = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, attention="fused")
+    fused.load_state_dict(auto.state_dict())
+    x = tokens(2, 11)
+    torch.testing.assert_close(auto(x), fused(x), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="attention"):
+        models.make("transformer", SPEC, attention="flash")
 
 
 def test_rotary_is_relative():

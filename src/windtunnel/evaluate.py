@@ -15,6 +15,7 @@ from torch import nn
 
 from windtunnel import metrics, runs, tasks
 from windtunnel.config import RunConfig, eval_name, eval_settings, resolve_config
+from windtunnel.precision import autocast
 
 
 def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[str, Any]) -> Any:
@@ -26,7 +27,8 @@ def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[st
 
 @torch.inference_mode()
 def score(
-    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str
+    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
+    dtype: str = "float32",
 ) -> metrics.ScoreTable:
     """ScoreTable of `model` on n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i))."""
     spec = task.spec
@@ -34,7 +36,8 @@ def score(
     for i, start in enumerate(range(0, n, batch_size)):
         b = min(batch_size, n - start)
         batch = task.sample(b, seed=runs.eval_seed(seed, i), device=device)
-        pred = runs.predict(model, spec, batch)
+        with autocast(device, dtype):
+            pred = runs.predict(model, spec, batch)
         tables.append(metrics.score_table(pred, batch))
     return metrics.ScoreTable.cat(tables)
 
@@ -54,7 +57,7 @@ def evaluate_model(
     was_training = model.training
     model.eval()
     try:
-        table = score(model, task, cfg.seed, n, bs, dev)
+        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype)
     finally:
         model.train(was_training)
     summary = metrics.summarize(table, n_boot=n_boot, seed=cfg.seed)

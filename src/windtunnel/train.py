@@ -7,12 +7,10 @@ a disjoint seed range (`eval_seed`). Checkpoints, metrics and the final evaluati
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from windtunnel import runs
 from windtunnel.config import RunConfig, resolve_config, resolve_loss, validate
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.models.base import predictive
+from windtunnel.precision import autocast
 from windtunnel.runs import eval_seed, train_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
@@ -56,27 +55,6 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(choice)
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether oneDNN can run bf16 matmuls natively on this CPU (AVX512-BF16 / AMX)."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA or on a CPU with native bf16; float32 (a no-op context) otherwise.
-
-    A CPU without native bf16 would emulate it slower than float32, so there bf16 falls back, with a warning.
-    """
-    if dtype == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
-        warnings.warn("train.dtype: this CPU has no native bf16; training in float32", stacklevel=2)
-        return contextlib.nullcontext()
-    if dtype == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
