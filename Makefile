@@ -11,7 +11,6 @@ TORCH := torch==2.13.0
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip >/dev/null
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install $(TORCH)

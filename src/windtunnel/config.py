@@ -194,14 +194,6 @@ def eval_settings(cfg: RunConfig) -> list[dict[str, Any]]:
     return out
 
 
-def _preset(task_name: str, arch: str, tier: str, spec: Any) -> dict[str, Any]:
-    try:
-        from windtunnel.models.presets import preset
-    except ImportError as err:  # pragma: no cover - presets are part of the package
-        raise ValueError(f"model.preset: presets are unavailable ({err})") from None
-    return dict(preset(task_name, arch, tier, spec=spec))
-
-
 def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """Expand a config into the fully explicit one a run records.
 
@@ -210,6 +202,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     The model size itself is validated when the run builds the model (runs.build_model).
     """
     from windtunnel import models, tasks
+    from windtunnel.models.presets import preset
 
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     task = tasks.make(cfg.task.name, **cfg.task.params)
@@ -227,7 +220,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     if cfg.model.arch not in BASELINES:
         models.resolve(cfg.model.arch)  # unknown arch -> ValueError naming it
         if cfg.model.preset is not None:
-            size = {**_preset(cfg.task.name, cfg.model.arch, cfg.model.preset, task.spec), **size}
+            size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec), **size}
     data = cfg.model_dump(mode="json")
     data["task"]["params"] = params
     data["model"]["size"] = size

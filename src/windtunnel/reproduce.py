@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from windtunnel.runs import write_json
 from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
 
 DONE = "done.json"
@@ -34,12 +35,6 @@ def machine_description() -> dict[str, Any]:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {"machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
             "device": device, "torch": torch.__version__, "python": platform.python_version()}
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
 
 
 # Relative cost per token of each architecture's training step on a CPU (measured at the quick presets).
@@ -76,7 +71,7 @@ def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -
 
         probe_run(run_dir)
     info = {"wall_s": round(time.time() - start, 1), "probe": "done" if probed else "skipped"}
-    _write_json(run_dir / DONE, info)
+    write_json(run_dir / DONE, info)
     return {"name": entry.name, "skipped": False, **info}
 
 
@@ -126,7 +121,7 @@ def reproduce(
                    + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
         "deviations": deviations(tier),
     }
-    _write_json(out / "reproduce.json", meta)
+    write_json(out / "reproduce.json", meta)
     build_report([runs_dir], out, meta)
     return meta
 

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from windtunnel import runs
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
@@ -163,8 +157,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc.add(Heading("Deviations from the paper's settings", 3))
     doc.add(Bullets(_deviation_lines(meta)))
 
-    _atomic_write(out / "report.md", doc.markdown(out))
-    _atomic_write(out / "report.html", doc.html())
+    runs.atomic_write(out / "report.md", doc.markdown(out))
+    runs.atomic_write(out / "report.html", doc.html())
     results = {
         "table1": data,
         "runs": [{"name": r.path.name, "task": r.task, "arch": r.arch, "seed": r.seed, "steps": r.steps,
@@ -172,7 +166,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                  for r in records],
         "meta": meta,
     }
-    _atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
+    runs.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
     return results
 
 
