@@ -122,6 +122,23 @@ def test_heads_and_predictive(task):
     assert dist.batch_shape == (2, 5)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_head_computes_float32_logits_under_bf16_autocast(tie):
+    """bf16 logits would quantise the posterior (spacing ~0.03 at |logit| ~5); the head stays float32 (and float64
+    models stay float64)."""
+    spec = tasks.make("bijection").spec
+    emb = InputEmbedding(spec, 16)
+    head = OutputHead(spec, 16, tie=tie, embedding=emb)
+    h = torch.randn(2, 5, 16) * 20
+    exact = head(h)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(h)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, exact)
+    emb.double()  # the tied weight lives in the embedding, not in the head
+    assert head.double()(h.double()).dtype == torch.float64
+
+
 def test_untied_head_when_asked():
     spec = tasks.make("bijection").spec
     tied = models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8)
