@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from windtunnel import runs
 from windtunnel.config import build_config
@@ -79,3 +80,31 @@ def test_bad_overrides_name_the_field(tmp_path):
         evaluate(run, overrides=[{"K": 200}], n=4)
     with pytest.raises(ValueError, match="n: must be"):
         evaluate(run, n=0)
+
+
+class _WindowFilter(torch.nn.Module):
+    """A 'model' that computes the HMM's one-observation filter exactly (baseline-style predict)."""
+
+    baseline = True
+
+    def __init__(self, task):
+        super().__init__()
+        self.task = task
+
+    def predict(self, batch):
+        return self.task.approximations(batch)["last 1 obs"]
+
+
+def test_approximations_identify_the_filter_a_model_computes():
+    cfg = build_config(overrides={"task.name": "hmm", "model.arch": "oracle", "eval.n": 60, "eval.batch_size": 25})
+    task = runs.build_task(cfg)
+    r = evaluate(cfg, model=_WindowFilter(task), overrides=[{}], write=False)["default"]
+    approx = r["approximations"]
+    assert list(approx) == ["last 1 obs", "last 2 obs", "last 3 obs"]
+    assert approx["last 1 obs"]["kl_from_model_bits"] == pytest.approx(0.0, abs=1e-6)
+    assert approx["last 2 obs"]["kl_from_model_bits"] > 0.005
+    # the approximation's own errors are the model's errors when the model is that approximation
+    assert approx["last 1 obs"]["kl_bits"] == pytest.approx(r["metrics"]["kl_bits"]["mean"], rel=1e-4)
+    assert approx["last 1 obs"]["entropy_mae_bits"] == pytest.approx(r["metrics"]["entropy_mae_bits"]["mean"], rel=1e-4)
+    # tasks without approximations get no entry
+    assert "approximations" not in evaluate(build_config(overrides={"model.arch": "oracle"}), n=20)["default"]

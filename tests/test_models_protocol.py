@@ -266,3 +266,18 @@ def test_layer_ablation_makes_identity(arch):
     torch.testing.assert_close(cache["resid"][2], cache["resid"][1])
     with pytest.raises(ValueError, match="parts"), model.ablate(layers={0}, parts="attn"):
         pass
+
+
+def test_transformer_init_std():
+    spec = tasks.make("hmm").spec
+    torch.manual_seed(0)
+    wide = models.make("transformer", spec, n_layers=2, n_heads=2, d_model=64, init_std=0.06)
+    torch.manual_seed(0)
+    default = models.make("transformer", spec, n_layers=2, n_heads=2, d_model=64)
+    qkv = wide.blocks[0].attn.qkv.weight.detach()
+    assert abs(float(qkv.std()) - 0.06) < 0.003
+    assert abs(float(default.blocks[0].attn.qkv.weight.detach().std()) - 0.02) < 0.001
+    # residual projections keep GPT-2's 1/sqrt(2 L) scaling of the chosen std
+    assert abs(float(wide.blocks[0].attn.out_proj.weight.detach().std()) - 0.06 / 2) < 0.003
+    with pytest.raises(ValueError, match="init_std"):
+        models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8, init_std=0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from windtunnel import tasks
-from windtunnel.tasks.hmm import discretise_cents, forward_filter
+from windtunnel.tasks.hmm import discretise_cents, forward_filter, window_filter
 
 
 def official_discretise(row: np.ndarray) -> np.ndarray:
@@ -109,6 +109,58 @@ def test_forward_filter_on_arbitrary_matrices():
     for i in range(3):
         want = path_sum_posterior(T[i].numpy(), E[i].numpy(), obs[i].tolist())
         np.testing.assert_allclose(got[i].numpy(), want, atol=1e-12)
+
+
+def window_path_sum(T: np.ndarray, E: np.ndarray, obs: list[int], w: int) -> np.ndarray:
+    """The windowed filter by brute force: p(s_t | o_{t-w+1..t}) over every path through the window, the first
+    state drawn from uniform (window at the start) or from one transition after a uniform state."""
+    S, K = T.shape[0], len(obs)
+    prior = np.full(S, 1.0 / S) @ T
+    out = np.zeros((K, S))
+    for t in range(K):
+        start = max(0, t - w + 1)
+        p0 = np.full(S, 1.0 / S) if start == 0 else prior
+        for path in itertools.product(range(S), repeat=t - start + 1):
+            x = p0[path[0]] * E[path[0], obs[start]]
+            for k in range(1, len(path)):
+                x *= T[path[k - 1], path[k]] * E[path[k], obs[start + k]]
+            out[t, path[-1]] += x
+        out[t] /= out[t].sum()
+    return out
+
+
+@pytest.mark.parametrize("w", [1, 2, 3])
+def test_window_filter_matches_path_sum(w):
+    g = torch.Generator().manual_seed(w)
+    T = torch.rand(2, 3, 3, generator=g, dtype=torch.float64) + 0.01
+    E = torch.rand(2, 3, 2, generator=g, dtype=torch.float64) + 0.01
+    T, E = T / T.sum(-1, keepdim=True), E / E.sum(-1, keepdim=True)
+    obs = torch.randint(0, 2, (2, 6), generator=g)
+    got = window_filter(T.log(), E.log(), obs, w)
+    for i in range(2):
+        want = window_path_sum(T[i].numpy(), E[i].numpy(), obs[i].tolist(), w)
+        np.testing.assert_allclose(got[i].numpy(), want, atol=1e-12)
+    # a window as long as the sequence is the exact filter
+    torch.testing.assert_close(window_filter(T.log(), E.log(), obs, 6), forward_filter(T.log(), E.log(), obs))
+    with pytest.raises(ValueError, match="window"):
+        window_filter(T.log(), E.log(), obs, 0)
+
+
+def test_approximations_ladder():
+    """The task's approximate filters, scattered like the posterior; longer windows are closer to Bayes."""
+    task = tasks.make("hmm")
+    b = task.sample(200, seed=3)
+    approx = task.approximations(b)
+    assert list(approx) == ["last 1 obs", "last 2 obs", "last 3 obs"]
+    mask = b.target_mask
+    exact = b.posterior.probs[mask].double()
+    kls = []
+    for dist in approx.values():
+        assert dist.probs.shape == b.posterior.probs.shape
+        torch.testing.assert_close(dist.probs[:, 54], b.posterior.probs[:, 54])  # first observation: exact
+        p = dist.probs[mask].double()
+        kls.append(float((exact * (exact.log() - p.log())).sum(-1).mean()))
+    assert kls[0] > kls[1] > kls[2] > 0
 
 
 def test_state_sampling_follows_the_matrices():

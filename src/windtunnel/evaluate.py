@@ -7,15 +7,18 @@ generalisation), and merges the results into run_dir/eval.json.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.distributions import Distribution
 
 from windtunnel import metrics, runs, tasks
 from windtunnel.config import RunConfig, eval_name, eval_settings, resolve_config
 from windtunnel.precision import autocast
+from windtunnel.tasks.base import Batch
 
 
 def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[str, Any]) -> Any:
@@ -25,28 +28,60 @@ def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[st
         raise ValueError(f"eval override {override}: {err}") from None
 
 
+def _predictions(
+    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, dtype: str,
+) -> Iterator[tuple[Batch, Distribution]]:
+    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i)), one
+    forward pass per chunk."""
+    for i, start in enumerate(range(0, n, batch_size)):
+        batch = task.sample(min(batch_size, n - start), seed=runs.eval_seed(seed, i), device=device)
+        with autocast(device, dtype):
+            pred = runs.predict(model, task.spec, batch)
+        yield batch, pred
+
+
 @torch.inference_mode()
 def score(
     model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
     dtype: str = "float32",
 ) -> metrics.ScoreTable:
     """ScoreTable of `model` on n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i))."""
-    spec = task.spec
-    tables = []
-    for i, start in enumerate(range(0, n, batch_size)):
-        b = min(batch_size, n - start)
-        batch = task.sample(b, seed=runs.eval_seed(seed, i), device=device)
-        with autocast(device, dtype):
-            pred = runs.predict(model, spec, batch)
-        tables.append(metrics.score_table(pred, batch))
-    return metrics.ScoreTable.cat(tables)
+    preds = _predictions(model, task, seed, n, batch_size, device, dtype)
+    return metrics.ScoreTable.cat([metrics.score_table(pred, batch) for batch, pred in preds])
+
+
+class ApproximationScores:
+    """Which approximate posterior does the model compute? For a task with `approximations(batch)` (the HMM's
+    window filters), accumulated over batches: per approximation, mean KL(approximation || model) in bits over
+    scored positions (the model is closest to the approximation with the smallest), and the approximation's own
+    entropy error and KL(exact || approximation)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[float]] = {}
+        self.count = 0
+
+    def add(self, task: Any, batch: Batch, pred: Distribution) -> None:
+        mask = batch.target_mask.bool()
+        self.count += int(mask.sum())
+        for name, approx in task.approximations(batch).items():
+            acc = self.sums.setdefault(name, [0.0, 0.0, 0.0])
+            acc[0] += float(metrics.kl_divergence_bits(approx, pred)[mask].double().sum())
+            err = metrics.entropy_bits(approx) - metrics.entropy_bits(batch.posterior)
+            acc[1] += float(err[mask].abs().double().sum())
+            acc[2] += float(metrics.kl_divergence_bits(batch.posterior, approx)[mask].double().sum())
+
+    def result(self) -> dict[str, dict[str, float]]:
+        n = max(self.count, 1)
+        return {name: {"kl_from_model_bits": a / n, "entropy_mae_bits": e / n, "kl_bits": k / n}
+                for name, (a, e, k) in self.sums.items()}
 
 
 def evaluate_model(
     model: nn.Module, task: Any, cfg: RunConfig, n: int | None = None, batch_size: int | None = None,
-    device: torch.device | str | None = None, n_boot: int = 1000,
+    device: torch.device | str | None = None, n_boot: int = 1000, approximations: bool = True,
 ) -> dict[str, Any]:
-    """One evaluation setting: {"task_params", "n", "metrics", "per_position", "metrics_point"}."""
+    """One evaluation setting: {"task_params", "n", "metrics", "per_position", "metrics_point"}, plus
+    "approximations" (`ApproximationScores`) for a task that defines them, unless approximations=False."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
     if n < 1:
@@ -57,18 +92,28 @@ def evaluate_model(
     was_training = model.training
     model.eval()
     try:
-        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype)
+        approx = ApproximationScores() if approximations and hasattr(task, "approximations") else None
+        tables = []
+        with torch.inference_mode():
+            for batch, pred in _predictions(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype):
+                tables.append(metrics.score_table(pred, batch))
+                if approx is not None:
+                    approx.add(task, batch, pred)
+        table = metrics.ScoreTable.cat(tables)
     finally:
         model.train(was_training)
     summary = metrics.summarize(table, n_boot=n_boot, seed=cfg.seed)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else {}
-    return {
+    out = {
         "task_params": params,
         "n": n,
         "metrics": summary["metrics"],
         "per_position": summary["per_position"],
         "metrics_point": {k: (v["mean"] if v else None) for k, v in summary["metrics"].items()},
     }
+    if approx is not None:
+        out["approximations"] = approx.result()
+    return out
 
 
 def _model_device(model: nn.Module) -> torch.device:

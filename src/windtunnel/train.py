@@ -207,7 +207,7 @@ def train(
                            "elapsed_s": round(elapsed0 + now - t_start, 3)})
                 t_last, step_last = now, step
             if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0)
+                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, approximations=False)
                 model.train()
                 log.write({"step": step, "split": "eval", **m["metrics_point"]})
                 last_eval = m["metrics_point"]["entropy_mae_bits"]

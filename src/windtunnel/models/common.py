@@ -40,17 +40,18 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     return str(value)
 
 
-def init_weights(module: nn.Module) -> None:
-    """N(0, 0.02) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`)."""
+def init_weights(module: nn.Module, std: float = INIT_STD) -> None:
+    """N(0, std) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`)."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+        nn.init.normal_(module.weight, mean=0.0, std=std)
         if getattr(module, "bias", None) is not None:
             nn.init.zeros_(module.bias)
 
 
-def scale_residual_projections(model: nn.Module, n_layers: int, suffix: str = "out_proj") -> None:
-    """GPT-2's scaled init: residual output projections get std 0.02/sqrt(2 L) so the stream stays O(1)."""
-    std = INIT_STD / math.sqrt(2 * max(n_layers, 1))
+def scale_residual_projections(model: nn.Module, n_layers: int, suffix: str = "out_proj",
+                               base_std: float = INIT_STD) -> None:
+    """GPT-2's scaled init: residual output projections get std base_std/sqrt(2 L) so the stream stays O(1)."""
+    std = base_std / math.sqrt(2 * max(n_layers, 1))
     for name, p in model.named_parameters():
         if name.endswith(f"{suffix}.weight"):
             nn.init.normal_(p, mean=0.0, std=std)

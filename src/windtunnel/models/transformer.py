@@ -10,6 +10,7 @@ step of the paper bijection model at batch 128 on 2 cores: 0.42 s fused, 0.19 s 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -18,6 +19,7 @@ from torch import nn
 
 from windtunnel.models.base import SequenceModel
 from windtunnel.models.common import (
+    INIT_STD,
     Ablatable,
     Ablation,
     FeedForward,
@@ -94,7 +96,10 @@ class Block(nn.Module):
 
 
 class Transformer(Ablatable, SequenceModel):
-    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie.
+    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std.
+
+    `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02 by default; residual
+    output projections get std/sqrt(2 n_layers)).
 
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
     CUDA, explicit on CPU, where it is faster); `cache=True` always uses the explicit path. `explicit=True` is an
@@ -106,7 +111,8 @@ class Transformer(Ablatable, SequenceModel):
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
                  d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
-                 eps: float = 1e-5, attention: str = "auto", explicit: bool = False) -> None:
+                 eps: float = 1e-5, attention: str = "auto", explicit: bool = False,
+                 init_std: float = INIT_STD) -> None:
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
@@ -125,8 +131,10 @@ class Transformer(Ablatable, SequenceModel):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, pos == "rotary", eps) for _ in range(n_layers))
         self.norm = nn.RMSNorm(d_model, eps=eps)
         self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
-        self.apply(init_weights)
-        scale_residual_projections(self, n_layers)
+        if not init_std > 0:
+            raise ValueError(f"init_std: must be > 0 (got {init_std})")
+        self.apply(functools.partial(init_weights, std=float(init_std)))
+        scale_residual_projections(self, n_layers, base_std=float(init_std))
 
     def forward(self, inputs: torch.Tensor, cache: bool = False):
         explicit = cache or self.attention == "explicit" or (self.attention == "auto" and inputs.device.type != "cuda")

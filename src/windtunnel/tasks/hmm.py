@@ -12,6 +12,7 @@ import math
 
 import torch
 from pydantic import Field
+from torch.distributions import Categorical
 
 from windtunnel.tasks._util import sample_rows, scatter_posterior, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
@@ -88,6 +89,32 @@ def forward_filter(
     return torch.stack(out, dim=1).exp()  # (B,K,S)
 
 
+def window_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor, window: int) -> torch.Tensor:
+    """Approximate filter p(s_t | o_{t-w+1..t}) that forgets everything older than the last `window` observations.
+
+    The restarted filter's prior is the state distribution one transition after a uniform state (column means of T);
+    where the window reaches back to the first observation it is the exact filter. window=1 is "current observation
+    with the marginal prior" -- what a model computes before it has learnt to transport belief through T.
+    Same shapes as `forward_filter`; returns (B,K,S) float64 probabilities.
+    """
+    if window < 1:
+        raise ValueError(f"window: must be >= 1 (got {window})")
+    B, S, _ = log_T.shape
+    K = obs.shape[1]
+    log_e = log_E.gather(2, obs[:, None, :].expand(B, S, K)).transpose(1, 2)  # (B,K,S)
+    log_u = torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device)  # (B,S) uniform
+    log_prior = (log_u[:, :, None] + log_T).logsumexp(1)  # (B,S) one step after a uniform state
+    out = []
+    for t in range(K):
+        start = max(0, t - window + 1)
+        log_a = (log_u if start == 0 else log_prior) + log_e[:, start]
+        for s in range(start + 1, t + 1):
+            log_a = log_a - log_a.logsumexp(-1, keepdim=True)
+            log_a = (log_a[:, :, None] + log_T).logsumexp(1) + log_e[:, s]
+        out.append(log_a - log_a.logsumexp(-1, keepdim=True))
+    return torch.stack(out, dim=1).exp()  # (B,K,S)
+
+
 def log10_rows(n_cols: int) -> float:
     """log10 of the number of discretised rows: compositions of 100 cents into n_cols parts >= 5."""
     return math.log10(math.comb(100 - MIN_CENTS * n_cols + n_cols - 1, n_cols - 1))
@@ -158,6 +185,22 @@ class HMM(Task):
                 "observations": obs_t,
             },
         )
+
+    approximation_windows = (1, 2, 3)
+
+    def approximations(self, batch: Batch) -> dict[str, Categorical]:
+        """Approximate filters to compare a model against ("which filter does it compute?"): the filter restarted
+        w observations back (`window_filter`), w = 1, 2, 3; batch shape (B,T) like `batch.posterior`."""
+        cents = [(batch.latent[k].double() * 100).round() for k in ("transition", "emission")]  # exact, as sampled
+        log_T, log_E = (c.log() - math.log(100) for c in cents)
+        obs, mask = batch.latent["observations"], batch.target_mask
+        B, T = mask.shape
+        S = log_T.shape[-1]
+        out = {}
+        for w in self.approximation_windows:
+            post = window_filter(log_T, log_E, obs, w)  # (B,K,S)
+            out[f"last {w} obs"] = scatter_posterior(post.reshape(-1, S), mask, (B, T, S))
+        return out
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Probabilities as `0.23`, markers `[TRANS]` `[EMIT]` `[SEP]` `[OBS]`, observations `o2`."""
