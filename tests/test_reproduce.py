@@ -53,6 +53,13 @@ def test_smoke_report_structure(smoke):
     md = (out / "report.md").read_text()
     assert "Table 1" in md and "Why memorisation is ruled out" in md and "Deviations" in md
     assert "| oracle |" in md
+    # HMM runs say which approximate filter they are closest to; the oracle is closest to the exact one
+    assert "Which filter does each model compute?" in md
+    hmm_oracle = next(r for r in results["runs"] if r["name"] == "hmm-oracle")
+    assert set(hmm_oracle["approximations"]) == {"last 1 obs", "last 2 obs", "last 3 obs"}
+    assert "| hmm | oracle |" in md.split("Which filter")[1].split("##")[0]
+    oracle_row = next(line for line in md.split("Which filter")[1].splitlines() if line.startswith("| hmm | oracle |"))
+    assert oracle_row.rstrip(" |").endswith("exact")
     html = (out / "report.html").read_text()
     assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
     assert (out / "figures" / "calibration_bijection.png").is_file()

@@ -102,3 +102,29 @@ def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, flo
             verdict = f"seen fraction 10^-{ratio:.1f}" if seen else "no training"
         rows.append([task, h_txt, f"{seen:,}", verdict])
     return rows
+
+
+def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
+    """Which approximate posterior each model computes (tasks whose eval.json has "approximations", e.g. HMM window
+    filters): per run, KL(approximation || model) for each approximation and KL(exact || model), the closest marked;
+    a last row per task gives each approximation's own entropy error against the exact posterior."""
+    with_approx = [r for r in records if r.default.get("approximations")]
+    if not with_approx:
+        return None
+    names = list(with_approx[0].default["approximations"])
+    header = ["Task", "Architecture", *(f"KL from '{n}'" for n in names), "KL from exact", "Closest"]
+    rows = []
+    for r in sorted(with_approx, key=lambda r: (r.task, r.arch, r.seed)):
+        approx = r.default["approximations"]
+        kl = {n: approx[n]["kl_from_model_bits"] for n in names if n in approx}
+        exact = r.metric("kl_bits")
+        if exact is not None:
+            kl["exact"] = exact["mean"]
+        closest = min(kl, key=kl.get) if kl else "—"
+        rows.append([r.task, r.arch, *(f"{kl[n]:.4f}" if n in kl else "—" for n in names),
+                     f"{kl['exact']:.4f}" if "exact" in kl else "—", closest])
+    for task in sorted({r.task for r in with_approx}):
+        ref = next(r for r in with_approx if r.task == task).default["approximations"]
+        rows.append([task, "(the approximation's own entropy error)",
+                     *(f"{ref[n]['entropy_mae_bits']:.4f}" if n in ref else "—" for n in names), "0", ""])
+    return header, rows
