@@ -65,7 +65,7 @@ QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
     ("bijection", "transformer"): (2_500, 64, 1e-3),
     ("bijection", "mamba"): (1_500, 64, 2e-3),
     ("bijection", "lstm"): (5_000, 64, 2e-3),
-    ("hmm", "transformer"): (5_000, 64, 1e-3),
+    ("hmm", "transformer"): (4_000, 64, 1e-3),
     ("hmm", "mamba"): (3_000, 32, 1e-3),
     ("hmm", "lstm"): (2_500, 64, 2e-3),
     ("recall", "transformer"): (1_500, 64, 1e-3),
