@@ -65,17 +65,17 @@ QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
     ("bijection", "transformer"): (2_500, 64, 1e-3),
     ("bijection", "mamba"): (1_500, 64, 2e-3),
     ("bijection", "lstm"): (5_000, 64, 2e-3),
-    ("hmm", "transformer"): (4_000, 64, 1e-3),
+    ("hmm", "transformer"): (5_000, 64, 1e-3),
     ("hmm", "mamba"): (3_000, 32, 1e-3),
-    ("hmm", "lstm"): (2_500, 64, 2e-3),
+    ("hmm", "lstm"): (1_500, 64, 2e-3),
     ("recall", "transformer"): (1_500, 64, 1e-3),
     ("recall", "mamba"): (1_500, 64, 2e-3),
     ("recall", "lstm"): (2_500, 64, 2e-3),
-    ("regression", "transformer"): (2_000, 64, 1e-3),
-    ("regression", "mamba"): (1_000, 64, 2e-3),
-    ("regression", "lstm"): (2_500, 64, 2e-3),
+    ("regression", "transformer"): (1_000, 64, 1e-3),
+    ("regression", "mamba"): (600, 64, 2e-3),
+    ("regression", "lstm"): (1_500, 64, 2e-3),
 }
-QUICK_MLP = (400, 64, 1e-3)
+QUICK_MLP = (250, 64, 1e-3)
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 1000, "paper": 2000}
 
