@@ -40,16 +40,6 @@ def _predictions(
         yield batch, pred
 
 
-@torch.inference_mode()
-def score(
-    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
-    dtype: str = "float32",
-) -> metrics.ScoreTable:
-    """ScoreTable of `model` on n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i))."""
-    preds = _predictions(model, task, seed, n, batch_size, device, dtype)
-    return metrics.ScoreTable.cat([metrics.score_table(pred, batch) for batch, pred in preds])
-
-
 class ApproximationScores:
     """Which approximate posterior does the model compute? For a task with `approximations(batch)` (the HMM's
     window filters), accumulated over batches: per approximation, mean KL(approximation || model) in bits over
@@ -76,6 +66,21 @@ class ApproximationScores:
                 for name, (a, e, k) in self.sums.items()}
 
 
+@torch.inference_mode()
+def score(
+    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
+    dtype: str = "float32", approximations: ApproximationScores | None = None,
+) -> metrics.ScoreTable:
+    """ScoreTable of `model` on n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i)); the same
+    forward passes also feed `approximations` when given."""
+    tables = []
+    for batch, pred in _predictions(model, task, seed, n, batch_size, device, dtype):
+        tables.append(metrics.score_table(pred, batch))
+        if approximations is not None:
+            approximations.add(task, batch, pred)
+    return metrics.ScoreTable.cat(tables)
+
+
 def evaluate_model(
     model: nn.Module, task: Any, cfg: RunConfig, n: int | None = None, batch_size: int | None = None,
     device: torch.device | str | None = None, n_boot: int = 1000, approximations: bool = True,
@@ -93,13 +98,7 @@ def evaluate_model(
     model.eval()
     try:
         approx = ApproximationScores() if approximations and hasattr(task, "approximations") else None
-        tables = []
-        with torch.inference_mode():
-            for batch, pred in _predictions(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype):
-                tables.append(metrics.score_table(pred, batch))
-                if approx is not None:
-                    approx.add(task, batch, pred)
-        table = metrics.ScoreTable.cat(tables)
+        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype, approximations=approx)
     finally:
         model.train(was_training)
     summary = metrics.summarize(table, n_boot=n_boot, seed=cfg.seed)

@@ -68,6 +68,21 @@ def discretise_cents(p: torch.Tensor) -> torch.Tensor:
     return flat.reshape(cents.shape)
 
 
+def _emission_logs(log_E: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+    """(B,K,S) log E[s, o_t] for log_E (B,S,O) and obs (B,K)."""
+    B, S, _ = log_E.shape
+    return log_E.gather(2, obs[:, None, :].expand(B, S, obs.shape[1])).transpose(1, 2)
+
+
+def _transport(log_a: torch.Tensor, log_T: torch.Tensor) -> torch.Tensor:
+    """(B,S) log of (a T): one transition of the (normalised) log belief log_a (B,S) through log_T (B,S,S)."""
+    return (log_a[:, :, None] + log_T).logsumexp(1)
+
+
+def _normalise(log_a: torch.Tensor) -> torch.Tensor:
+    return log_a - log_a.logsumexp(-1, keepdim=True)
+
+
 def forward_filter(
     log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor
 ) -> torch.Tensor:
@@ -76,15 +91,11 @@ def forward_filter(
     log_T: (B,S,S), log_E: (B,S,O) float64; obs: (B,K) long. Returns (B,K,S) float64 probabilities.
     """
     B, S, _ = log_T.shape
-    K = obs.shape[1]
-    log_e = log_E.gather(2, obs[:, None, :].expand(B, S, K)).transpose(1, 2)  # (B,K,S) log E[s, o_t]
-    out = []
-    log_a = torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device) + log_e[:, 0]  # (B,S)
-    log_a = log_a - log_a.logsumexp(-1, keepdim=True)
-    out.append(log_a)
-    for t in range(1, K):
-        log_a = (log_a[:, :, None] + log_T).logsumexp(1) + log_e[:, t]  # (B,S): sum over previous state
-        log_a = log_a - log_a.logsumexp(-1, keepdim=True)
+    log_e = _emission_logs(log_E, obs)  # (B,K,S)
+    log_a = _normalise(torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device) + log_e[:, 0])
+    out = [log_a]
+    for t in range(1, obs.shape[1]):
+        log_a = _normalise(_transport(log_a, log_T) + log_e[:, t])  # (B,S): sum over the previous state
         out.append(log_a)
     return torch.stack(out, dim=1).exp()  # (B,K,S)
 
@@ -100,18 +111,16 @@ def window_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor, w
     if window < 1:
         raise ValueError(f"window: must be >= 1 (got {window})")
     B, S, _ = log_T.shape
-    K = obs.shape[1]
-    log_e = log_E.gather(2, obs[:, None, :].expand(B, S, K)).transpose(1, 2)  # (B,K,S)
+    log_e = _emission_logs(log_E, obs)  # (B,K,S)
     log_u = torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device)  # (B,S) uniform
-    log_prior = (log_u[:, :, None] + log_T).logsumexp(1)  # (B,S) one step after a uniform state
+    log_prior = _transport(log_u, log_T)  # (B,S) one step after a uniform state
     out = []
-    for t in range(K):
+    for t in range(obs.shape[1]):
         start = max(0, t - window + 1)
-        log_a = (log_u if start == 0 else log_prior) + log_e[:, start]
+        log_a = _normalise((log_u if start == 0 else log_prior) + log_e[:, start])
         for s in range(start + 1, t + 1):
-            log_a = log_a - log_a.logsumexp(-1, keepdim=True)
-            log_a = (log_a[:, :, None] + log_T).logsumexp(1) + log_e[:, s]
-        out.append(log_a - log_a.logsumexp(-1, keepdim=True))
+            log_a = _normalise(_transport(log_a, log_T) + log_e[:, s])
+        out.append(log_a)
     return torch.stack(out, dim=1).exp()  # (B,K,S)
 
 
