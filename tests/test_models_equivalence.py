@@ -16,7 +16,7 @@ def tokens(B: int, T: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, SPEC.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("pos", ["learned", "none", "rotary"])
+@pytest.mark.parametrize("pos", ["learned", "none", "rotary", "learned+rotary"])
 def test_fused_equals_explicit_attention(pos):
     torch.manual_seed(0)
     fused = models.make("transformer", SPEC, n_layers=2, n_heads=4, d_model=32, pos=pos, attention="fused")
@@ -52,6 +52,24 @@ def test_rotary_is_relative():
     s = (rq[..., 3, :] * rk[..., 1, :]).sum(), (rq[..., 5, :] * rk[..., 3, :]).sum()
     torch.testing.assert_close(s[0], s[1])
     assert not torch.allclose((rq[..., 3, :] * rk[..., 1, :]).sum(), (rq[..., 3, :] * rk[..., 2, :]).sum())
+
+
+def test_learned_plus_rotary_uses_both_position_signals():
+    """pos="learned+rotary" = the learned model's absolute embedding plus rotary q/k: with the same weights it
+    matches neither a learned-only nor a rotary-only model; with the table zeroed it is the rotary model."""
+    torch.manual_seed(0)
+    kw = dict(n_layers=2, n_heads=4, d_model=32)
+    both = models.make("transformer", SPEC, pos="learned+rotary", **kw)
+    learned = models.make("transformer", SPEC, pos="learned", **kw)
+    rot = models.make("transformer", SPEC, pos="rotary", **kw)
+    learned.load_state_dict(both.state_dict())
+    rot.load_state_dict({k: v for k, v in both.state_dict().items() if k != "embed.pos.weight"})
+    x = tokens(2, 13)
+    with torch.no_grad():
+        y = both(x)
+        assert not torch.allclose(y, learned(x), atol=1e-4) and not torch.allclose(y, rot(x), atol=1e-4)
+        both.embed.pos.weight.zero_()
+        torch.testing.assert_close(both(x), rot(x))
 
 
 @pytest.mark.parametrize("kernel", ["hillis-steele", "loop"])

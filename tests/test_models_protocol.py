@@ -13,7 +13,8 @@ from windtunnel.models.common import InputEmbedding, OutputHead
 
 ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
 TASKS = ["bijection", "hmm", "recall", "regression"]
-VARIANTS = [(a, {}) for a in ARCHS] + [("mamba", {"variant": "paper"}), ("transformer", {"pos": "rotary"})]
+VARIANTS = [(a, {}) for a in ARCHS] + [("mamba", {"variant": "paper"}), ("transformer", {"pos": "rotary"}),
+            ("transformer", {"pos": "learned+rotary"})]
 
 
 def build(arch: str, task: str, **extra) -> SequenceModel:

@@ -98,6 +98,9 @@ class Block(nn.Module):
 class Transformer(Ablatable, SequenceModel):
     """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std.
 
+    `pos`: "learned" (absolute table, GPT-2 and the official code), "rotary" (relative, on q and k), "none", or
+    "learned+rotary" (both: absolute slots to read a prompt's header, relative offsets to find earlier tokens).
+
     `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02 by default; residual
     output projections get std/sqrt(2 n_layers)).
 
@@ -121,14 +124,15 @@ class Transformer(Ablatable, SequenceModel):
         if d_model % n_heads:
             raise ValueError(f"d_model: must be divisible by n_heads={n_heads} (got {d_model})")
         d_ff = check_int("d_ff", 4 * d_model if d_ff is None else d_ff, 1)
-        self.pos = check_choice("pos", pos, ("learned", "none", "rotary"))
-        if pos == "rotary" and (d_model // n_heads) % 2:
+        self.pos = check_choice("pos", pos, ("learned", "none", "rotary", "learned+rotary"))
+        rope = pos in ("rotary", "learned+rotary")
+        if rope and (d_model // n_heads) % 2:
             raise ValueError(f"pos: rotary needs an even head dim (got d_model/n_heads = {d_model // n_heads})")
         self.attention = "explicit" if explicit else check_choice("attention", attention, ("auto", "fused", "explicit"))
         self.d_model = d_model
-        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned" if pos == "learned" else "none")
+        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned" if pos.startswith("learned") else "none")
         self.max_len = self.embed.max_len
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, pos == "rotary", eps) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, rope, eps) for _ in range(n_layers))
         self.norm = nn.RMSNorm(d_model, eps=eps)
         self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
         if not init_std > 0:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
+from windtunnel.models.presets import preset
 
 TIERS = ("smoke", "quick", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
@@ -152,13 +153,14 @@ def suite(tier: str, seeds: int = 1, only: dict[str, str] | None = None) -> list
     return runs
 
 
-def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
-    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read "default"."""
+def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = (),
+          absent: str = "default") -> list[str]:
+    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read `absent`."""
     out = []
     for key in sorted(set(ours) | set(paper)):
         if key in skip:
             continue
-        a, b = ours.get(key, "default"), paper.get(key, "default")
+        a, b = ours.get(key, absent), paper.get(key, absent)
         if a != b:
             out.append(f"{key} = {a} (paper: {b})")
     return out
@@ -172,7 +174,8 @@ def deviations(tier: str) -> list[str]:
     """Every setting in which `tier` differs from the paper tier, one line per task or cell, from the configs."""
     if tier == "paper":
         return []
-    lines = [f"model sizes: the '{tier}' presets of windtunnel.models.presets (paper: the 'paper' presets)"]
+    lines = [f"model sizes: the '{tier}' presets of windtunnel.models.presets (paper: the 'paper' presets); the MLPs"
+             " are capacity-matched to the transformer of the same preset"]
     for task in TASKS:
         ours, paper = run_config(task, "transformer", tier), run_config(task, "transformer", "paper")
         defaults = tasks.make(task).params.model_dump()
@@ -181,6 +184,10 @@ def deviations(tier: str) -> list[str]:
         task_diff += _diff(_prefixed("eval", ours["eval"]), _prefixed("eval", paper["eval"]))
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
+        for arch in ("transformer", "mamba", "lstm"):
+            model_diff = _diff(preset(task, arch, tier), preset(task, arch, "paper"), absent="the model's default")
+            if model_diff:
+                lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
         for arch in ARCHS:
             skip = ("eval_every", "checkpoint_every", "checkpoint_schedule")
             train_diff = _diff(run_config(task, arch, tier)["train"], run_config(task, arch, "paper")["train"], skip)
