@@ -11,11 +11,13 @@ themselves, so the report can never forget one.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
 from windtunnel.models.presets import preset
+from windtunnel.models.registry import resolve
 
 TIERS = ("smoke", "quick", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
@@ -66,7 +68,7 @@ QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
     ("bijection", "transformer"): (2_500, 64, 1e-3),
     ("bijection", "mamba"): (1_500, 64, 2e-3),
     ("bijection", "lstm"): (5_000, 64, 2e-3),
-    ("hmm", "transformer"): (5_000, 64, 1e-3),
+    ("hmm", "transformer"): (4_000, 64, 1e-3),
     ("hmm", "mamba"): (3_000, 32, 1e-3),
     ("hmm", "lstm"): (1_500, 64, 2e-3),
     ("recall", "transformer"): (1_500, 64, 1e-3),
@@ -153,14 +155,13 @@ def suite(tier: str, seeds: int = 1, only: dict[str, str] | None = None) -> list
     return runs
 
 
-def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = (),
-          absent: str = "default") -> list[str]:
-    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read `absent`."""
+def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
+    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read "default"."""
     out = []
     for key in sorted(set(ours) | set(paper)):
         if key in skip:
             continue
-        a, b = ours.get(key, absent), paper.get(key, absent)
+        a, b = ours.get(key, "default"), paper.get(key, "default")
         if a != b:
             out.append(f"{key} = {a} (paper: {b})")
     return out
@@ -185,7 +186,9 @@ def deviations(tier: str) -> list[str]:
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
         for arch in ("transformer", "mamba", "lstm"):
-            model_diff = _diff(preset(task, arch, tier), preset(task, arch, "paper"), absent="the model's default")
+            defaults = {k: p.default for k, p in inspect.signature(resolve(arch)).parameters.items()
+                        if p.default is not inspect.Parameter.empty}
+            model_diff = _diff({**defaults, **preset(task, arch, tier)}, {**defaults, **preset(task, arch, "paper")})
             if model_diff:
                 lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
         for arch in ARCHS:
