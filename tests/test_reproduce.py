@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
-from windtunnel.report import build_report
+from windtunnel.report import build_report, tables
 from windtunnel.reproduce import reproduce
 from windtunnel.suites import ARCHS, BASELINES, TASKS, deviations, suite
 
@@ -67,6 +67,21 @@ def test_smoke_report_structure(smoke):
     assert (out / "figures" / "calibration_bijection.png").is_file()
     assert (out / "figures" / "length_generalisation_hmm.png").is_file()
     assert meta["tier"] == "smoke" and meta["deviations"]
+    # the sentence under Table 1 lists exactly the cells whose pass mark differs from the paper's number
+    split = tables.disagreements(table)
+    assert not any(s.startswith("oracle") for s in split)  # the oracle passes everywhere, like the paper's 0
+    assert ("Where this run and the paper fall on different sides of the pass mark: "
+            + ("; ".join(split) if split else "nowhere") + ".") in md
+
+
+def test_disagreements_compare_pass_marks_not_numbers():
+    cell = {"metric": "entropy_mae_bits"}
+    data = {"mamba": {"hmm": {**cell, "mean": 0.083, "pass": False, "paper": 0.024},
+                      "bijection": {**cell, "mean": 0.045, "pass": True, "paper": 0.010}},
+            "lstm": {"recall": {"metric": "accuracy", "mean": 0.96, "pass": True, "paper": 0.005},
+                     "regression": {**cell, "mean": 1.2, "pass": False, "paper": None}}}
+    assert tables.disagreements(data) == ["mamba on hmm: 0.083 here fails; the paper's 0.024 passes",
+                                          "lstm on recall: 96.0% here passes; the paper's 0.5% fails"]
 
 
 def test_rerun_skips_finished_runs(smoke):

@@ -95,6 +95,9 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         f"{100 * tables.MIN_RECALL_ACCURACY:.0f}%. Paper numbers (v3 table) in parentheses; they were measured "
         "at the paper's budgets, which may differ from this run's (see Deviations)."))
     doc.add(Table(header, rows))
+    split = tables.disagreements(data)
+    doc.add(Paragraph("Where this run and the paper fall on different sides of the pass mark: "
+                      + ("; ".join(split) if split else "nowhere") + "."))
 
     fig_paths = []
     for task in ("bijection", "hmm", "recall", "regression"):

@@ -86,6 +86,18 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     return header, rows, data
 
 
+def disagreements(data: dict[str, Any]) -> list[str]:
+    """Cells of Table 1 (`primitives_table`'s data) that fall on the other side of the pass mark from the paper's."""
+    out = []
+    for arch, cells in data.items():
+        for task, c in cells.items():
+            if c["paper"] is not None and passes(task, c["paper"]) != c["pass"]:
+                mark = {True: "passes", False: "fails"}
+                out.append(f"{arch} on {task}: {_fmt(c['mean'], c['metric'])} here {mark[c['pass']]}; the paper's "
+                           f"{_fmt(c['paper'], c['metric'])} {mark[not c['pass']]}")
+    return out
+
+
 def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, float]) -> list[list[str]]:
     """Per task: hypotheses in the space against the most sequences any run of it saw in training."""
     rows = []
