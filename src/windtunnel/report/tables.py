@@ -88,11 +88,11 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
 
 def disagreements(data: dict[str, Any]) -> list[str]:
     """Cells of Table 1 (`primitives_table`'s data) that fall on the other side of the pass mark from the paper's."""
+    mark = {True: "passes", False: "fails"}
     out = []
     for arch, cells in data.items():
         for task, c in cells.items():
             if c["paper"] is not None and passes(task, c["paper"]) != c["pass"]:
-                mark = {True: "passes", False: "fails"}
                 out.append(f"{arch} on {task}: {_fmt(c['mean'], c['metric'])} here {mark[c['pass']]}; the paper's "
                            f"{_fmt(c['paper'], c['metric'])} {mark[not c['pass']]}")
     return out

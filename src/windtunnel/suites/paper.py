@@ -171,6 +171,12 @@ def _prefixed(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in d.items()}
 
 
+def _size_defaults(arch: str) -> dict[str, Any]:
+    """The size keywords an architecture's constructor defaults, so presets that leave one unset still compare."""
+    params = inspect.signature(resolve(arch)).parameters
+    return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
 def deviations(tier: str) -> list[str]:
     """Every setting in which `tier` differs from the paper tier, one line per task or cell, from the configs."""
     if tier == "paper":
@@ -186,9 +192,8 @@ def deviations(tier: str) -> list[str]:
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
         for arch in ("transformer", "mamba", "lstm"):
-            defaults = {k: p.default for k, p in inspect.signature(resolve(arch)).parameters.items()
-                        if p.default is not inspect.Parameter.empty}
-            model_diff = _diff({**defaults, **preset(task, arch, tier)}, {**defaults, **preset(task, arch, "paper")})
+            size = _size_defaults(arch)
+            model_diff = _diff({**size, **preset(task, arch, tier)}, {**size, **preset(task, arch, "paper")})
             if model_diff:
                 lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
         for arch in ARCHS:
