@@ -177,3 +177,92 @@ def test_probe_cli_bad_input(run_dir, tmp_path):
     assert res.exit_code == 2 and "run_dir" in res.output
     res = CliRunner().invoke(app, ["probe", str(run_dir), "--n", "1", "--out", str(tmp_path)])
     assert res.exit_code == 2 and "n:" in res.output
+
+
+def test_authors_key_statistic_is_signed_mean_of_raw_embedding_keys():
+    task = tasks.make("bijection", V=4, L=4)
+    model = small("transformer", task)  # 2 layers, 2 heads of 8
+    d, tok = model.d_model, torch.arange(4, 8)  # the V answer tokens
+    with torch.no_grad():
+        for block in model.blocks:
+            block.norm1.weight.uniform_(0.1, 3.0)  # changes ours, must not change the authors' (raw embeddings)
+    r = key_orthogonality(model)
+    emb = model.embed.tok.weight[tok].detach().double()  # (n,d)
+    for l, block in enumerate(model.blocks):
+        w_k = block.attn.qkv.weight[d : 2 * d].detach().double()  # (d,d)
+        for h in range(2):
+            k = emb @ w_k[8 * h : 8 * (h + 1)].T  # (n,dh)
+            k = k / k.norm(dim=1, keepdim=True)
+            off = (k @ k.T)[~torch.eye(4, dtype=torch.bool)]
+            assert r["authors_signed_mean_cos_per_head"][l][h] == pytest.approx(float(off.mean()))
+            assert r["authors_signed_std_cos_per_head"][l][h] == pytest.approx(float(off.std(unbiased=False)))
+        assert r["authors_signed_mean_cos_per_layer"][l] == pytest.approx(
+            sum(r["authors_signed_mean_cos_per_head"][l]) / 2)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.norm1.weight.fill_(1.0)
+    again = key_orthogonality(model)
+    def flat(x):  # (L,H) -> (L*H,)
+        return [c for layer in x for c in layer]
+
+    assert flat(again["authors_signed_mean_cos_per_head"]) == pytest.approx(flat(r["authors_signed_mean_cos_per_head"]))
+    assert flat(again["mean_abs_cos_per_head"]) != pytest.approx(flat(r["mean_abs_cos_per_head"]))
+    g = r["authors_gaussian_baseline"]
+    assert g["expected_std"] == pytest.approx(math.sqrt(2 / (4 * 3 * 8))) and g["std"] > 0
+
+
+def test_layer0_direction_words_follow_the_change_from_init():
+    task = tasks.make("bijection", V=4, L=4)
+    ortho, same = small("transformer", task), small("transformer", task)
+    d = ortho.d_model
+    with torch.no_grad():
+        for m in (ortho, same):
+            for block in m.blocks:
+                block.attn.qkv.weight[d : 2 * d] = torch.eye(d)  # W_K = I
+        ortho.embed.tok.weight[4:8] = torch.eye(d)[[0, 1, 8, 9]] * 3  # answer keys orthogonal in both heads
+        same.embed.tok.weight[4:8] = torch.ones(d)  # answer keys identical: cos 1 in both statistics
+    got = key_orthogonality(ortho, init_model=same)
+    assert got["authors_signed_mean_cos_per_layer"] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert got["init_authors_signed_mean_cos_per_layer"] == pytest.approx([1.0, 1.0])
+    assert got["layer0_direction"] == {"ours_mean_abs_cos": "more orthogonal than at init",
+                                       "authors_signed_mean_cos": "closer to 0 than at init"}
+    assert key_orthogonality(same, init_model=ortho)["layer0_direction"] == {
+        "ours_mean_abs_cos": "less orthogonal than at init", "authors_signed_mean_cos": "further from 0 than at init"}
+    assert set(key_orthogonality(ortho, init_model=ortho)["layer0_direction"].values()) == {"unchanged"}
+    assert "layer0_direction" not in key_orthogonality(ortho)
+
+
+def test_lens_authors_direction_is_brute_force_kl_of_lens_to_floored_posterior():
+    task = tasks.make("bijection", V=6, L=5)
+    model = small("transformer", task)
+    data = collect(model, task, n=8)
+    lens = logit_lens(model, data)
+    p = data.batch.posterior.probs.double()[data.mask]  # (N,K) exact posterior at scored positions
+    assert (p == 0).any()  # revealed values: the unfloored authors' KL would be infinite
+    for l, h in enumerate(data.cache["resid"]):
+        with torch.no_grad():
+            q = torch.softmax(model.head(model.norm(h)).double(), -1)[data.mask]  # (N,K) lens
+        brute = (q * (q.log() - (p + 1e-12).log())).sum(-1).mean() / math.log(2)
+        assert lens["kl_lens_to_posterior_bits_per_layer"][l] == pytest.approx(float(brute), rel=1e-5)
+        forward = torch.where(p > 0, p * (p.log() - q.log()), 0.0).sum(-1).mean() / math.log(2)
+        assert lens["kl_bits_per_layer"][l] == pytest.approx(float(forward), rel=1e-5)
+        assert lens["lens_mass_on_impossible_per_layer"][l] == pytest.approx(float((q * (p == 0)).sum(-1).mean()))
+    assert lens["posterior_floor"] == 1e-12 and "lens" in lens["direction"]["kl_lens_to_posterior_bits_per_layer"]
+
+
+def test_report_geometry_cells_show_both_statistics_and_directions():
+    from windtunnel.report.build import GEOMETRY_COLUMNS, _geometry_cell
+
+    g = {"keys": {"mean_abs_cos_per_layer": [0.324], "authors_signed_mean_cos_per_layer": [0.25],
+                  "init_authors_signed_mean_cos_per_layer": [0.01],
+                  "authors_gaussian_baseline": {"mean": 0.0, "std": 0.02},
+                  "layer0_direction": {"ours_mean_abs_cos": "less orthogonal than at init",
+                                       "authors_signed_mean_cos": "further from 0 than at init"}},
+         "lens": {"kl_bits_per_layer": [1.5, 0.01], "kl_lens_to_posterior_bits_per_layer": [12.0, 0.4]}}
+    cells = {name: _geometry_cell(g, path) for name, path in GEOMETRY_COLUMNS}
+    assert cells["authors' L0 signed key cos (trained / init / Gaussian)"] == "0.250 / 0.010 / 0.000 ± 0.020"
+    assert cells["L0 keys in training"] == ("ours: less orthogonal than at init; "
+                                            "authors': further from 0 than at init")
+    assert cells["lens KL(Bayes‖lens) first→last"] == "1.500 → 0.010"
+    assert cells["lens KL(lens‖Bayes) first→last"] == "12.000 → 0.400"
+    assert _geometry_cell({}, ("keys", "layer0_direction")) == "—"

@@ -106,3 +106,22 @@ def test_first_step_where_settles():
 
 def test_correlations_constant_input_is_zero():
     assert stats.correlations(np.ones(10), np.arange(10)) == {"pearson": 0.0, "spearman": 0.0}
+
+
+def test_signed_offdiag_cosine_hand_case():
+    keys = np.array([[2.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])  # pairs: 0, -1, 0 (each twice off the diagonal)
+    mean, std = stats.signed_offdiag_cosine(keys)
+    assert mean == pytest.approx(-1 / 3)
+    assert std == pytest.approx(math.sqrt(1 / 3 - 1 / 9))
+    assert stats.signed_offdiag_cosine(np.tile([1.0, 2.0], (5, 1))) == pytest.approx((1.0, 0.0))
+
+
+@pytest.mark.parametrize("n,d", [(6, 8), (20, 32)])
+def test_gaussian_signed_baseline_centred_with_closed_form_spread(n, d):
+    b = stats.gaussian_signed_cosine_baseline(n, d, seed=3, repeats=400)
+    assert b["expected_std"] == pytest.approx(math.sqrt(2 / (n * (n - 1) * d)))
+    assert abs(b["mean"]) < 4 * b["expected_std"] / math.sqrt(400)
+    assert b["std"] == pytest.approx(b["expected_std"], rel=0.15)
+    assert b["cos_std"] == pytest.approx(1 / math.sqrt(d), rel=0.15)
+    with pytest.raises(ValueError, match="n, d"):
+        stats.gaussian_signed_cosine_baseline(1, d)

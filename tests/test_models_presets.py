@@ -34,8 +34,10 @@ def test_paper_transformer_bijection_is_2_67m():
 def test_paper_hmm_sizes():
     assert presets.preset("hmm", "transformer", "paper") == dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024)
     assert presets.preset("hmm", "mamba", "paper") == dict(n_layers=9, d_model=256)
-    assert presets.preset("hmm", "lstm", "paper") == dict(n_layers=9, d_model=256)
-    assert presets.preset("bijection", "lstm", "paper") == dict(n_layers=6, d_model=192)
+    assert presets.preset("hmm", "lstm", "paper") == dict(n_layers=9, d_model=256, dropout=0.1)
+    # the authors' bijection LSTM and Mamba read learned positions; their LSTMs use inter-layer dropout 0.1
+    assert presets.preset("bijection", "lstm", "paper") == dict(n_layers=6, d_model=192, pos="learned", dropout=0.1)
+    assert presets.preset("bijection", "mamba", "paper") == dict(n_layers=6, d_model=192, pos="learned")
     # official LSTMHMM (no positions, untied 5-way head, LayerNorm): 4,765,701
     assert n_params("hmm", "lstm", "paper") == 4_765_701
 

@@ -114,9 +114,40 @@ def test_run_without_checkpoint_has_no_model(tmp_path):
         _ = runs.load_run(tmp_path).model
 
 
-def test_data_seeds_are_disjoint_and_32_bit():
-    train = {runs.train_seed(s, step) for s in (0, 1) for step in range(1, 2000)}
-    ev = {runs.eval_seed(s, i) for s in (0, 1) for i in range(100)}
-    assert all(0 <= x < 2**32 for x in train | ev)
-    assert not {runs.train_seed(0, st) for st in range(1, 2000)} & {runs.eval_seed(0, i) for i in range(100)}
-    assert runs.train_seed(0, 1) != runs.train_seed(1, 1)
+def test_data_streams_are_disjoint_and_32_bit():
+    """Training, validation and test seeds never meet, across run seeds too; test is the same for every run."""
+    train = {runs.train_seed(s, step) for s in (0, 1, 7) for step in (0, 1, 2**20, 2**31 - 1, 2**31 + 5)}
+    val = {runs.val_seed(s, i) for s in (0, 1, 7) for i in (0, 1, 2**29, 2**30 + 3)}
+    test = {runs.test_seed(i) for i in (0, 1, 2**29, 2**30 - 1, 2**30 + 2)}
+    for seeds, (lo, hi) in ((train, runs.TRAIN_RANGE), (val, runs.VALIDATION_RANGE), (test, runs.TEST_RANGE)):
+        assert all(lo <= x < hi for x in seeds)
+    assert runs.TRAIN_RANGE[1] <= runs.VALIDATION_RANGE[0] and runs.VALIDATION_RANGE[1] <= runs.TEST_RANGE[0]
+    assert runs.TEST_RANGE[1] <= 2**32
+    assert not train & val and not train & test and not val & test
+    assert runs.train_seed(0, 1) != runs.train_seed(1, 1) and runs.val_seed(0, 0) != runs.val_seed(1, 0)
+    assert runs.stream_seed("test", 3, 5) == runs.stream_seed("test", 4, 5) == runs.test_seed(5)
+    with pytest.raises(ValueError, match="stream"):
+        runs.stream_seed("train", 0, 0)
+
+
+def test_training_reads_validation_and_evaluation_reads_test(monkeypatch, tmp_path):
+    """Which seeds each stage samples: training steps from train_seed, periodic evaluation from val_seed, the
+    final (reported) evaluation from test_seed."""
+    from windtunnel import train
+    from windtunnel.tasks.bijection import Bijection
+
+    seen: list[int] = []
+    sample = Bijection.sample
+
+    def spy(self, batch_size, seed=None, generator=None, device=None):
+        seen.append(seed)
+        return sample(self, batch_size, seed=seed, generator=generator, device=device)
+
+    monkeypatch.setattr(Bijection, "sample", spy)
+    cfg = build_config(overrides={"model.preset": "smoke", "train.steps": 4, "train.eval_every": 2,
+                                  "train.eval_size": 8, "eval.n": 8, "eval.batch_size": 8, "seed": 3})
+    train.train(cfg, tmp_path / "run", progress=False)
+    assert seen[:2] == [runs.train_seed(3, 1), runs.train_seed(3, 2)]
+    assert runs.val_seed(3, 0) in seen
+    assert seen[-1] == runs.test_seed(0)
+    assert not any(runs.TEST_RANGE[0] <= s < runs.TEST_RANGE[1] for s in seen[:-1])

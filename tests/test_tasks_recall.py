@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from windtunnel import tasks
+from windtunnel import metrics, tasks
+from windtunnel.runs import Oracle, Uniform
 from windtunnel.tasks.recall import ANS, FILLER, KEY_OFFSET, QUERY, SEP, STORE
 
 
@@ -18,12 +19,14 @@ def test_default_spec():
     assert spec.log10_hypotheses == pytest.approx(want)
 
 
+@pytest.mark.parametrize("score_at", ["slot", "key"])
 @pytest.mark.parametrize("params", [dict(), dict(N=5, key_vocab=7, value_vocab=9, n_filler=3, M=5)])
-def test_answers_are_the_stored_values(params):
-    task = tasks.make("recall", **params)
+def test_answers_are_the_stored_values(params, score_at):
+    task = tasks.make("recall", **params, score_at=score_at)
     p = task.params
     b = task.sample(8, seed=1)
     voff = KEY_OFFSET + p.key_vocab
+    key_at = 0 if score_at == "key" else -1  # offset from a scored position to its queried key
     assert b.inputs.shape == (8, task.spec.seq_len)
     for i in range(8):
         x = b.inputs[i].tolist()
@@ -32,12 +35,14 @@ def test_answers_are_the_stored_values(params):
         assert len(store) == p.N and len(set(store.values())) == p.N  # distinct keys and values
         assert x[4 * p.N : 4 * p.N + p.n_filler] == [FILLER] * p.n_filler
         slots = b.target_mask[i].nonzero().flatten().tolist()
-        assert len(slots) == p.M and slots[-1] == len(x) - 2  # no filler after the last query's answer slot
+        # no filler after the last query's answer slot, which ends the sequence
+        assert len(slots) == p.M and slots[-1] == len(x) - 2 - key_at
         asked = []
-        for pos in slots:  # scored at the queried key: QUERY k(scored) ANS
-            assert x[pos - 1] == QUERY and x[pos + 1] == ANS
-            value = store[x[pos]]
-            asked.append(x[pos])
+        for pos in slots:  # QUERY k ANS, scored at ANS ("slot") or at k ("key")
+            k = pos + key_at
+            assert x[k - 1] == QUERY and x[k + 1] == ANS
+            value = store[x[k]]
+            asked.append(x[k])
             assert int(b.targets[i, pos]) == value
             assert b.posterior.probs[i, pos, value].item() == pytest.approx(1.0)
         assert len(set(asked)) == p.M  # distinct queried keys
@@ -46,11 +51,42 @@ def test_answers_are_the_stored_values(params):
         assert gaps == [p.n_filler // 2] * (p.M - 1)
 
 
-def test_latent_binds_keys_to_values():
-    b = tasks.make("recall", N=6, key_vocab=10, value_vocab=8, n_filler=2, M=2).sample(4, seed=0)
-    keys, values = b.latent["keys"], b.latent["values"]
-    assert torch.equal(b.inputs[:, 1:24:4], keys + KEY_OFFSET)
-    assert torch.equal(b.inputs[:, 3:24:4], values + KEY_OFFSET + 10)
+def test_default_scores_at_the_answer_slot():
+    """The authors' convention: the target sits on the ANS token after the queried key."""
+    task = tasks.make("recall", N=5, key_vocab=7, value_vocab=9, n_filler=3, M=4)
+    assert task.params.score_at == "slot"
+    b = task.sample(16, seed=3)
+    assert bool((b.inputs[b.target_mask] == ANS).all())
+    assert int(b.target_mask.sum()) == 16 * 4
+
+
+@pytest.mark.parametrize("params", [dict(), dict(N=5, key_vocab=7, value_vocab=9, n_filler=3, M=5),
+                                    dict(N=3, key_vocab=3, value_vocab=3, n_filler=0, M=3)])
+def test_slot_and_key_differ_only_by_one_position(params):
+    """Same seed: identical inputs, targets and posterior; the mask moves exactly one position right."""
+    slot = tasks.make("recall", **params, score_at="slot").sample(6, seed=7)
+    key = tasks.make("recall", **params, score_at="key").sample(6, seed=7)
+    assert torch.equal(slot.inputs, key.inputs)
+    assert not bool(key.target_mask[:, -1].any()) and not bool(slot.target_mask[:, 0].any())
+    assert torch.equal(slot.target_mask[:, 1:], key.target_mask[:, :-1])
+    assert torch.equal(slot.targets[slot.target_mask], key.targets[key.target_mask])
+    assert torch.equal(slot.posterior.probs[slot.target_mask], key.posterior.probs[key.target_mask])
+    assert bool((slot.inputs[slot.target_mask] == ANS).all())
+    assert bool((key.inputs[key.target_mask] >= KEY_OFFSET).all())
+    assert bool((key.inputs[:, 1:][key.target_mask[:, :-1]] == ANS).all())  # each scored key is followed by ANS
+    for name in ("keys", "values", "queries"):
+        assert torch.equal(slot.latent[name], key.latent[name])
+
+
+@pytest.mark.parametrize("score_at", ["slot", "key"])
+def test_oracle_perfect_uniform_chance(score_at):
+    """At either scored position the oracle recalls every answer and the uniform baseline scores chance."""
+    task = tasks.make("recall", N=8, key_vocab=16, value_vocab=16, n_filler=4, M=3, score_at=score_at)
+    b = task.sample(1024, seed=11)
+    assert metrics.accuracy(Oracle(task.spec).predict(b), b) == pytest.approx(1.0)
+    assert metrics.bayes_accuracy(b) == pytest.approx(1.0)
+    assert metrics.entropy_mae_bits(Oracle(task.spec).predict(b), b) == pytest.approx(0.0, abs=1e-6)
+    assert metrics.accuracy(Uniform(task.spec, task).predict(b), b) == pytest.approx(1 / 16, abs=0.015)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +98,7 @@ def test_latent_binds_keys_to_values():
         (dict(M=0), r"recall\.M: .*greater than or equal to 1"),
         (dict(N=2, M=3), r"recall\.M: must be <= N=2"),
         (dict(n_filler=-1), r"recall\.n_filler: .*greater than or equal to 0"),
+        (dict(score_at="value"), r"recall\.score_at: "),
     ],
 )
 def test_bad_params(params, match):

@@ -1,8 +1,9 @@
 """Evaluation against the exact posterior: every position of a batch in one forward pass, metrics in bits.
 
-`evaluate(run)` scores a run's model on a fixed held-out set (seeds from `runs.eval_seed`, disjoint from
-training) for the training setting and each `eval.overrides` setting (e.g. {"K": 50} for length
-generalisation), and merges the results into run_dir/eval.json.
+`evaluate(run)` scores a run's model on the test stream (`runs.test_seed`: the same sequences for every run,
+disjoint from training and from the validation stream that training-time evaluation reads) for the training
+setting and each `eval.overrides` setting (e.g. {"K": 50} for length generalisation), and merges the results into
+run_dir/eval.json.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[st
 
 def _predictions(
     model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, dtype: str,
+    stream: str,
 ) -> Iterator[tuple[Batch, Distribution]]:
-    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i)), one
-    forward pass per chunk."""
+    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with runs.stream_seed(stream, seed,
+    i)), one forward pass per chunk."""
     for i, start in enumerate(range(0, n, batch_size)):
-        batch = task.sample(min(batch_size, n - start), seed=runs.eval_seed(seed, i), device=device)
+        batch = task.sample(min(batch_size, n - start), seed=runs.stream_seed(stream, seed, i), device=device)
         with autocast(device, dtype):
             pred = runs.predict(model, task.spec, batch)
         yield batch, pred
@@ -69,12 +71,12 @@ class ApproximationScores:
 @torch.inference_mode()
 def score(
     model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
-    dtype: str = "float32", approximations: ApproximationScores | None = None,
+    dtype: str = "float32", approximations: ApproximationScores | None = None, stream: str = "test",
 ) -> metrics.ScoreTable:
-    """ScoreTable of `model` on n held-out sequences of `task` (chunk i sampled with eval_seed(seed, i)); the same
-    forward passes also feed `approximations` when given."""
+    """ScoreTable of `model` on n held-out sequences of `task` from `stream` ("test": the reported numbers;
+    "validation": training-time evaluation and tuning); the same forward passes also feed `approximations`."""
     tables = []
-    for batch, pred in _predictions(model, task, seed, n, batch_size, device, dtype):
+    for batch, pred in _predictions(model, task, seed, n, batch_size, device, dtype, stream):
         tables.append(metrics.score_table(pred, batch))
         if approximations is not None:
             approximations.add(task, batch, pred)
@@ -84,9 +86,11 @@ def score(
 def evaluate_model(
     model: nn.Module, task: Any, cfg: RunConfig, n: int | None = None, batch_size: int | None = None,
     device: torch.device | str | None = None, n_boot: int = 1000, approximations: bool = True,
+    stream: str = "test",
 ) -> dict[str, Any]:
-    """One evaluation setting: {"task_params", "n", "metrics", "per_position", "metrics_point"}, plus
-    "approximations" (`ApproximationScores`) for a task that defines them, unless approximations=False."""
+    """One evaluation setting on `stream`: {"task_params", "n", "stream", "metrics", "per_position",
+    "metrics_point"}, plus "approximations" (`ApproximationScores`) for a task that defines them, unless
+    approximations=False."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
     if n < 1:
@@ -98,7 +102,7 @@ def evaluate_model(
     model.eval()
     try:
         approx = ApproximationScores() if approximations and hasattr(task, "approximations") else None
-        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype, approximations=approx)
+        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype, approximations=approx, stream=stream)
     finally:
         model.train(was_training)
     summary = metrics.summarize(table, n_boot=n_boot, seed=cfg.seed)
@@ -106,6 +110,7 @@ def evaluate_model(
     out = {
         "task_params": params,
         "n": n,
+        "stream": stream,
         "metrics": summary["metrics"],
         "per_position": summary["per_position"],
         "metrics_point": {k: (v["mean"] if v else None) for k, v in summary["metrics"].items()},

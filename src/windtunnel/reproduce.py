@@ -65,7 +65,7 @@ def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -
     config = validate(entry.config)
     training.train(config, run_dir, resume=run_dir.exists(), progress=False)
     evaluation.evaluate(run_dir)
-    probed = probe and config.model.arch not in BASELINES
+    probed = probe and config.model.arch not in BASELINES and config.seed == 0  # geometry of each cell's first seed
     if probed:
         from windtunnel.geometry.run import probe_run
 
@@ -78,7 +78,7 @@ def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -
 def reproduce(
     tier: str,
     out: str | Path,
-    seeds: int = 1,
+    seeds: int | None = None,
     jobs: int = 1,
     only: dict[str, str] | None = None,
     probe: bool = True,
@@ -113,11 +113,13 @@ def reproduce(
     meta = {
         "tier": tier,
         **machine_description(),
-        "seeds": seeds,
+        "seeds": {f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1 for e in
+                  sorted(entries, key=lambda e: e.config["seed"])},
         "jobs": jobs,
         "total_wall_s": round(time.time() - start, 1),
         "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
-        "command": f"windtunnel reproduce --tier {tier} --out {out} --seeds {seeds} --jobs {jobs}"
+        "command": f"windtunnel reproduce --tier {tier} --out {out} --jobs {jobs}"
+                   + (f" --seeds {seeds}" if seeds is not None else "")
                    + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
         "deviations": deviations(tier),
     }

@@ -239,15 +239,43 @@ def load_checkpoint(
 # --- data seeds ------------------------------------------------------------------------------------------
 
 
+# Three disjoint data streams in the 32 bits a torch CPU generator keeps of a seed:
+#   training    [0, 2^31)            train_seed(seed, step): a fresh batch per step, shifted per run seed
+#   validation  [2^31, 2^31 + 2^30)  val_seed(seed, index): training-time evaluation, checkpoint choice, tuning
+#   test        [2^31 + 2^30, 2^32)  test_seed(index): the reported numbers and the geometry probes; the same
+#                                    sequences for every run seed and architecture (paired comparisons), and
+#                                    nothing else reads them
+TRAIN_RANGE = (0, 2**31)
+VALIDATION_RANGE = (2**31, 2**31 + 2**30)
+TEST_RANGE = (2**31 + 2**30, 2**32)
+STREAMS = ("validation", "test")
+
+
 def train_seed(seed: int, step: int) -> int:
-    """Data seed of training step `step`. Torch's CPU generator keeps only the low 32 bits of a seed, so the
-    training and evaluation ranges are kept disjoint within 32 bits: training uses offsets [0, 2^31)."""
-    return (_mix32(seed) + step) % 2**32
+    """Data seed of training step `step` of a run with seed `seed`: in TRAIN_RANGE."""
+    return (_mix32(seed) + step) % 2**31
 
 
-def eval_seed(seed: int, index: int) -> int:
-    """Data seed of evaluation chunk `index`; offsets [2^31, 2^32) never meet a training step's seed."""
-    return (_mix32(seed) + 2**31 + index) % 2**32
+def val_seed(seed: int, index: int) -> int:
+    """Data seed of validation chunk `index` of a run with seed `seed`: in VALIDATION_RANGE."""
+    return VALIDATION_RANGE[0] + (_mix32(seed) + index) % 2**30
+
+
+def test_seed(index: int) -> int:
+    """Data seed of test chunk `index`, the same for every run: in TEST_RANGE."""
+    return TEST_RANGE[0] + int(index) % 2**30
+
+
+test_seed.__test__ = False  # type: ignore[attr-defined]  # a library function, not a pytest test
+
+
+def stream_seed(stream: str, seed: int, index: int) -> int:
+    """Data seed of chunk `index` of the "validation" or "test" stream."""
+    if stream == "validation":
+        return val_seed(seed, index)
+    if stream == "test":
+        return test_seed(index)
+    raise ValueError(f"stream: must be one of {', '.join(STREAMS)} (got {stream!r})")
 
 
 def _mix32(x: int) -> int:

@@ -1,8 +1,9 @@
 """One training loop for every task and architecture: AdamW, warmup + cosine, clipping, fresh data per step.
 
 Each step's batch is `task.sample(B, seed=train_seed(seed, step))` on the training device, so a run resumed from
-a checkpoint sees exactly the data it would have seen, with no data-RNG state to save. The evaluation set uses
-a disjoint seed range (`eval_seed`). Checkpoints, metrics and the final evaluation go into the run directory.
+a checkpoint sees exactly the data it would have seen, with no data-RNG state to save. Periodic evaluation reads
+the validation stream (`val_seed`); the final evaluation, the one reported, reads the test stream (`test_seed`):
+three disjoint seed ranges (runs.py). Checkpoints, metrics and the final evaluation go into the run directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from windtunnel.config import RunConfig, resolve_config, resolve_loss, validate
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.models.base import predictive
 from windtunnel.precision import autocast
-from windtunnel.runs import eval_seed, train_seed
+from windtunnel.runs import train_seed, val_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
 
@@ -207,7 +208,8 @@ def train(
                            "elapsed_s": round(elapsed0 + now - t_start, 3)})
                 t_last, step_last = now, step
             if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, approximations=False)
+                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, approximations=False,
+                                   stream="validation")
                 model.train()
                 log.write({"step": step, "split": "eval", **m["metrics_point"]})
                 last_eval = m["metrics_point"]["entropy_mae_bits"]
@@ -230,4 +232,4 @@ def train(
     return evaluate(runs.load_run(run_dir), device=device, model=model)
 
 
-__all__ = ["TrainingDiverged", "compute_loss", "eval_seed", "lr_at", "train", "train_seed"]
+__all__ = ["TrainingDiverged", "compute_loss", "lr_at", "train", "train_seed", "val_seed"]

@@ -15,7 +15,8 @@ from windtunnel.cli.common import fail, guarded, parse_kv
 def reproduce(
     tier: str = typer.Option("quick", help="smoke (seconds), quick (2-core CPU, ~30 min) or paper (GPU budgets)"),
     out: Path = typer.Option(Path("runs/paper-quick"), help="output directory (runs/ and the report)"),
-    seeds: int = typer.Option(1, help="seeds per trained cell (paper: 5)"),
+    seeds: int | None = typer.Option(None, help="seeds per trained cell (default: the tier's, 3 for every "
+                                                 "transformer and Mamba cell and 1 for the controls)"),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
     only: list[str] = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
     probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
@@ -50,4 +51,4 @@ def demo(
     jobs: int = typer.Option(2, help="runs trained in parallel"),
 ) -> None:
     """The main job: reproduce the paper's table at the quick tier on this machine and print where the report is."""
-    reproduce(tier="quick", out=out, seeds=1, jobs=jobs, only=None, probe=True)
+    reproduce(tier="quick", out=out, seeds=None, jobs=jobs, only=None, probe=True)

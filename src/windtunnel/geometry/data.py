@@ -1,7 +1,8 @@
 """Held-out probe data: one forward pass with the activation cache over sequences the model never trained on.
 
-Training draws seeds from small integers; every probe samples from `HELDOUT_SEED` upward, so no probe can read
-the training set (the official analysis scripts rebuilt the training dataset with the same seed).
+Probes read the test stream (`runs.test_seed`) from index `PROBE_OFFSET` upward: never a training or validation
+sequence (the official analysis scripts rebuilt the training dataset with the same seed), and never the chunks
+the evaluation scores (indices below PROBE_OFFSET).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import torch
 from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
+from windtunnel.runs import test_seed
 from windtunnel.tasks.base import Batch
 
-HELDOUT_SEED = 10**9
+PROBE_OFFSET = 2**29  # test-stream index of the first probe batch
 
 
 def not_applicable(reason: str) -> dict[str, str]:
@@ -50,10 +52,10 @@ def entropy_error_bits(model: torch.nn.Module, batch: Batch) -> float:
 
 
 def heldout_batch(task: Any, n: int, offset: int = 0, device: torch.device | str = "cpu") -> Batch:
-    """`n` held-out sequences of `task` from seed HELDOUT_SEED + offset."""
+    """`n` held-out sequences of `task` from the test stream, index PROBE_OFFSET + offset."""
     if int(n) < 1:
         raise ValueError(f"n: must be >= 1 (got {n})")
-    return task.sample(int(n), seed=HELDOUT_SEED + int(offset), device=device)
+    return task.sample(int(n), seed=test_seed(PROBE_OFFSET + int(offset)), device=device)
 
 
 def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) -> ProbeData:

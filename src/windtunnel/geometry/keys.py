@@ -9,6 +9,12 @@ answer tokens when the spec says answers are input tokens (bijection values), el
 Reported: mean |off-diagonal cosine| per layer and head, beside the same architecture at initialisation and
 i.i.d. Gaussian keys of the same shape (E|cos| ~ sqrt(2/(pi d_head))).
 
+Beside it, the authors' statistic (official qkv_analysis.py:cmd_orthogonality): K = E[tokens] @ W_K^{(l,h)T} from
+the RAW embeddings (no norm, no positions, at every layer), rows normalised, the SIGNED mean (and std) of the
+off-diagonal cosines per head; per layer the mean over heads. Same probe tokens as ours. Its Gaussian baseline
+has mean 0 and spread sqrt(2/(n(n-1) d_head)). With an init model, `layer0_direction` says in words
+(DIRECTION_WORDS) how training moved layer 0 on both statistics.
+
 Model contract relied on (models/transformer.py): `model.embed.token_weight` (V,d), `model.blocks[l].norm1`,
 `model.blocks[l].attn.qkv` (a bias-free Linear d -> 3d laid out [q; k; v], heads contiguous), `.attn.n_heads`.
 """
@@ -26,10 +32,21 @@ from windtunnel.geometry.stats import (
     cosine_matrix,
     expected_abs_cosine_random,
     gaussian_keys_baseline,
+    gaussian_signed_cosine_baseline,
     mean_abs_offdiag_cosine,
+    signed_offdiag_cosine,
 )
 
 PAPER = {"layer0_mean_abs_cos": 0.052, "random_baseline": 0.082, "source": "v3 (MC); official checklist: < 0.1"}
+
+# The one vocabulary for how training moved layer 0 (trained vs init): ours compares mean |cos| (lower = more
+# orthogonal); the authors' compares |signed mean cos| (closer to 0 = more orthogonal on average). A change
+# of at most DIRECTION_TOL (cosine units) either way is "unchanged".
+DIRECTION_TOL = 0.005
+DIRECTION_WORDS = {
+    "ours_mean_abs_cos": {-1: "more orthogonal than at init", 1: "less orthogonal than at init", 0: "unchanged"},
+    "authors_signed_mean_cos": {-1: "closer to 0 than at init", 1: "further from 0 than at init", 0: "unchanged"},
+}
 
 
 def _frame_parts(model: nn.Module) -> str | None:
@@ -65,6 +82,27 @@ def token_keys(model: nn.Module) -> list[torch.Tensor]:
     return out
 
 
+@torch.no_grad()
+def raw_token_keys(model: nn.Module) -> list[torch.Tensor]:
+    """Per layer (H, n_tokens, d_head) keys of the RAW probe-token embeddings (the authors' cmd_orthogonality)."""
+    emb = model.embed.token_weight[probe_tokens(model.spec).to(model.embed.token_weight.device)]  # (n,d)
+    out = []
+    for block in model.blocks:
+        attn = block.attn
+        d = emb.shape[1]
+        k = emb @ attn.qkv.weight[d : 2 * d].T  # (n,d): no norm, no positions, even for l > 0
+        out.append(k.view(k.shape[0], attn.n_heads, -1).transpose(0, 1).float().cpu())  # (H,n,dh)
+    return out
+
+
+def direction(stat: str, trained: float, init: float, tol: float = DIRECTION_TOL) -> str:
+    """DIRECTION_WORDS[stat] for the change init -> trained (|values| for the signed statistic)."""
+    if stat == "authors_signed_mean_cos":
+        trained, init = abs(trained), abs(init)
+    delta = trained - init
+    return DIRECTION_WORDS[stat][0 if abs(delta) <= tol else (1 if delta > 0 else -1)]
+
+
 def key_cosines(model: nn.Module) -> np.ndarray:
     """(L,H,n,n) key cosine matrices of the probe tokens, for the heatmaps."""
     return np.stack([np.stack([cosine_matrix(k) for k in layer]) for layer in token_keys(model)])
@@ -74,8 +112,17 @@ def _per_head(model: nn.Module) -> list[list[float]]:
     return [[mean_abs_offdiag_cosine(k) for k in layer] for layer in token_keys(model)]
 
 
+def _authors_per_head(model: nn.Module) -> tuple[list[list[float]], list[list[float]]]:
+    """(signed mean, std) of the off-diagonal cosines of the raw keys, each (L,H)."""
+    stats = [[signed_offdiag_cosine(k) for k in layer] for layer in raw_token_keys(model)]
+    return [[m for m, _ in layer] for layer in stats], [[s for _, s in layer] for layer in stats]
+
+
 def key_orthogonality(model: nn.Module, init_model: nn.Module | None = None, seed: int = 0) -> dict[str, Any]:
-    """Mean |off-diagonal cosine| of the probe tokens' keys per layer and head, with two random baselines."""
+    """Key orthogonality per layer and head: ours (mean |cos|, normed keys) and the authors' (signed, raw keys).
+
+    Each with its Gaussian baseline; with `init_model`, the init values and the layer-0 direction in words.
+    """
     reason = _frame_parts(model)
     if reason:
         return not_applicable(reason)
@@ -92,9 +139,25 @@ def key_orthogonality(model: nn.Module, init_model: nn.Module | None = None, see
         "gaussian_baseline": gaussian_keys_baseline(n, dh, seed=seed),
         "gaussian_expected": expected_abs_cosine_random(dh),
     }
+    signed, spread = _authors_per_head(model)
+    out.update({
+        "authors_signed_mean_cos_per_layer": [float(np.mean(h)) for h in signed],
+        "authors_signed_mean_cos_per_head": signed,
+        "authors_signed_std_cos_per_head": spread,
+        "authors_gaussian_baseline": gaussian_signed_cosine_baseline(n, dh, seed=seed),
+    })
     if init_model is not None:
         init = _per_head(init_model)
         out["init_mean_abs_cos_per_layer"] = [float(np.mean(h)) for h in init]
+        out["init_authors_signed_mean_cos_per_layer"] = [float(np.mean(h)) for h in _authors_per_head(init_model)[0]]
+        out["layer0_direction"] = {
+            "ours_mean_abs_cos": direction("ours_mean_abs_cos", out["mean_abs_cos_per_layer"][0],
+                                           out["init_mean_abs_cos_per_layer"][0]),
+            "authors_signed_mean_cos": direction("authors_signed_mean_cos",
+                                                 out["authors_signed_mean_cos_per_layer"][0],
+                                                 out["init_authors_signed_mean_cos_per_layer"][0]),
+        }
+        out["direction_tolerance"] = DIRECTION_TOL
     layer0 = out["mean_abs_cos_per_layer"][0]
     out["layer0_vs_gaussian_pct"] = 100.0 * (layer0 - out["gaussian_baseline"]) / out["gaussian_baseline"]
     out["paper"] = PAPER

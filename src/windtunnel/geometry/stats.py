@@ -101,6 +101,28 @@ def gaussian_keys_baseline(n: int, d: int, seed: int = 0, repeats: int = 8) -> f
     return float(np.mean([mean_abs_offdiag_cosine(rng.standard_normal((n, d))) for _ in range(repeats)]))
 
 
+def signed_offdiag_cosine(keys: Any) -> tuple[float, float]:
+    """(mean, std) of the SIGNED off-diagonal cosines of the rows of `keys` (n,d): the authors' statistic."""
+    c = cosine_matrix(keys)
+    off = c[~np.eye(c.shape[0], dtype=bool)]
+    return float(off.mean()), float(off.std())
+
+
+def gaussian_signed_cosine_baseline(n: int, d: int, seed: int = 0, repeats: int = 64) -> dict[str, float]:
+    """The authors' signed statistic on i.i.d. Gaussian keys (n,d), over `repeats` draws.
+
+    `mean`/`std`: mean and spread over draws of the signed mean (expected 0 and sqrt(2/(n(n-1)d)), given as
+    `expected_std`: distinct pairs' cosines are uncorrelated, each of variance 1/d); `cos_std`: the mean
+    within-draw std of the cosines (about 1/sqrt(d)), to set beside the per-head std.
+    """
+    if int(n) < 2 or int(d) < 1:
+        raise ValueError(f"n, d: need n >= 2 and d >= 1 (got {n}, {d})")
+    rng = np.random.default_rng(seed)
+    draws = np.array([signed_offdiag_cosine(rng.standard_normal((n, d))) for _ in range(repeats)])  # (R,2)
+    return {"mean": float(draws[:, 0].mean()), "std": float(draws[:, 0].std()),
+            "expected_std": math.sqrt(2.0 / (n * (n - 1) * d)), "cos_std": float(draws[:, 1].mean())}
+
+
 # --------------------------------------------------------------------------------------------- manifold
 
 

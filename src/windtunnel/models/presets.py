@@ -47,9 +47,14 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # later with the learned table alone (docs/reproduce.md).
     ("hmm", "quick"): {"transformer": dict(n_layers=4, n_heads=8, d_model=128, d_ff=512, pos="learned+rotary"),
                        "mamba": dict(n_layers=4, d_model=128, pos="learned")},
+    # The authors' models (suites.settings.PAPER_SETTINGS): bijection Mamba and LSTM read learned positions, the HMM
+    # ones none; both LSTMs use inter-layer dropout 0.1.
+    ("bijection", "paper"): {"transformer": _GENERIC["paper"]["transformer"],
+                             "mamba": dict(n_layers=6, d_model=192, pos="learned"),
+                             "lstm": dict(n_layers=6, d_model=192, pos="learned", dropout=0.1)},
     ("hmm", "paper"): {"transformer": dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024),
                        "mamba": dict(n_layers=9, d_model=256),
-                       "lstm": dict(n_layers=9, d_model=256)},
+                       "lstm": dict(n_layers=9, d_model=256, dropout=0.1)},
 }
 _PREFIX_D_EMB = {"smoke": 4, "quick": 8, "paper": 16}  # slot embedding width of the prefix MLP
 

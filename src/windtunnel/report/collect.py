@@ -47,13 +47,16 @@ class RunRecord:
 
     @property
     def eval_curve(self) -> list[tuple[int, float]]:
-        """(step, entropy_mae_bits or accuracy) from the periodic evaluations in metrics.jsonl."""
+        """(step, entropy_mae_bits) from the periodic (validation-stream) evaluations in metrics.jsonl."""
+        return self.curve("entropy_mae_bits")
+
+    def curve(self, metric: str) -> list[tuple[int, float]]:
+        """(step, metric) from the periodic (validation-stream) evaluations in metrics.jsonl."""
         pts = []
         for h in self.history:
-            if h.get("split") == "eval":
-                v = h.get("entropy_mae_bits", h.get("accuracy"))
-                if isinstance(v, (int, float)):
-                    pts.append((int(h["step"]), float(v)))
+            v = h.get(metric)
+            if h.get("split") == "eval" and isinstance(v, (int, float)):
+                pts.append((int(h["step"]), float(v)))
         return pts
 
 

@@ -2,11 +2,12 @@
 
 A suite is a plain list of run configs. Tiers:
     smoke  seconds; the tests run it end to end
-    quick  the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed)
-    paper  the paper's task sizes, model sizes and budgets, meant for a GPU
+    quick  the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed), 3 seeds for
+           every transformer and Mamba cell (the cells the paper makes claims about), 1 for the controls
+    paper  the paper's and the authors' settings (`suites.settings.PAPER_SETTINGS`, each value sourced), for a GPU
 
-Every setting that differs from the paper tier is reported by `deviations(tier)`, computed from the configs
-themselves, so the report can never forget one.
+Every setting in which a tier differs from that sourced table is reported by `deviations(tier)`, computed from the
+configs themselves, so the report can never forget one and names where each "paper" value comes from.
 """
 
 from __future__ import annotations
@@ -16,13 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
+from windtunnel.config import TrainConfig
 from windtunnel.models.presets import preset
 from windtunnel.models.registry import resolve
+from windtunnel.suites.settings import OUR_MODEL_FORM, Sourced, paper_setting, values
 
 TIERS = ("smoke", "quick", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
 ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 BASELINES = ("oracle", "uniform")
+CLAIMED = ("transformer", "mamba")  # the architectures the paper makes claims about: seeds matter most here
+
+# Training seeds per cell when `suite(seeds=None)`: the claimed architectures get a seed spread, controls one seed.
+SEEDS: dict[str, dict[str, int]] = {
+    "smoke": {},
+    "quick": {"transformer": 3, "mamba": 3},
+    "paper": {"transformer": 3, "mamba": 3},
+}
 
 # The primitive each wind tunnel isolates, and the headline metric of its column in Table 1.
 PRIMITIVE = {
@@ -32,9 +43,9 @@ PRIMITIVE = {
     "regression": ("continuous inference", "entropy_mae_bits"),
 }
 
-# Task sizes per tier (parameters not listed take the task's paper defaults).
+# Task sizes per tier (parameters not listed take the task's defaults); the paper tier's come from the sourced table.
 TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
-    "paper": {"bijection": {}, "hmm": {}, "recall": {}, "regression": {}},
+    "paper": {task: values(paper_setting(task, "*"), "task.") for task in TASKS},
     "quick": {
         "bijection": {},
         "hmm": {},
@@ -56,31 +67,30 @@ LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
     "smoke": {"hmm": [{"K": 9}]},
 }
 
-# Paper tier: the paper's budgets (paper-spec.md §3; recall and regression: our choice, no published budget).
-PAPER_BUDGET: dict[str, tuple[int, int]] = {  # task -> (steps, batch size)
-    "bijection": (100_000, 128), "hmm": (150_000, 64), "recall": (100_000, 64), "regression": (50_000, 128)}
-PAPER_LR: dict[str, float] = {"transformer": 3e-4, "mamba": 1e-4, "lstm": 3e-4, "mlp": 3e-4, "mlp-pointwise": 3e-4}
-
-# Quick tier: (steps, batch size, learning rate) per (task, arch), tuned on a 2-core CPU so the whole table trains
-# in about half an hour (docs/reproduce.md). The flat MLP controls cannot use context at any budget; they get a
-# short run, enough to reach their context-blind floor.
+# Quick tier: (steps, batch size, learning rate) per (task, arch) and per seed, tuned on a 2-core CPU so the whole
+# table (3 seeds of every transformer and Mamba cell) trains in about half an hour (docs/reproduce.md). The MLP
+# controls get the transformer's budget of the same task (the same budget rule as the architectures they control).
 QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
-    ("bijection", "transformer"): (2_500, 64, 1e-3),
-    ("bijection", "mamba"): (1_500, 64, 2e-3),
-    ("bijection", "lstm"): (5_000, 64, 2e-3),
-    ("hmm", "transformer"): (4_000, 64, 1e-3),
-    ("hmm", "mamba"): (3_000, 32, 1e-3),
-    ("hmm", "lstm"): (1_500, 64, 2e-3),
+    ("bijection", "transformer"): (1_200, 64, 1e-3),
+    ("bijection", "mamba"): (500, 64, 2e-3),
+    ("bijection", "lstm"): (3_000, 64, 2e-3),
+    ("hmm", "transformer"): (800, 64, 1e-3),
+    ("hmm", "mamba"): (700, 32, 1e-3),
+    ("hmm", "lstm"): (1_000, 64, 2e-3),
     ("recall", "transformer"): (1_500, 64, 1e-3),
     ("recall", "mamba"): (1_500, 64, 2e-3),
     ("recall", "lstm"): (2_500, 64, 2e-3),
-    ("regression", "transformer"): (1_000, 64, 1e-3),
-    ("regression", "mamba"): (600, 64, 2e-3),
-    ("regression", "lstm"): (1_500, 64, 2e-3),
+    ("regression", "transformer"): (600, 64, 1e-3),
+    ("regression", "mamba"): (300, 64, 2e-3),
+    ("regression", "lstm"): (1_000, 64, 2e-3),
 }
-QUICK_MLP = (250, 64, 1e-3)
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 1000, "paper": 2000}
+
+
+def quick_budget(task: str, arch: str) -> tuple[int, int, float]:
+    """(steps, batch size, lr) of a quick cell; an MLP control takes its task's transformer budget."""
+    return QUICK[(task, "transformer" if arch in ("mlp", "mlp-pointwise") else arch)]
 
 
 def dense_schedule(steps: int) -> list[int]:
@@ -102,16 +112,15 @@ class SuiteRun:
 
 def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
     if tier == "paper":
-        steps, batch = PAPER_BUDGET[task]
-        out = {"steps": steps, "batch_size": batch, "lr": PAPER_LR.get(arch, 3e-4), "warmup_steps": 2000,
-               "eval_every": 5000, "checkpoint_every": 10_000, "weight_decay": 0.1, "dtype": "bf16"}
+        out = {**values(paper_setting(task, arch), "train."), "eval_every": 5000, "checkpoint_every": 10_000}
+        out["betas"] = list(out.get("betas", (0.9, 0.999)))
     else:
-        steps, batch, lr = (QUICK.get((task, arch), QUICK_MLP) if tier == "quick" else SMOKE)
+        steps, batch, lr = quick_budget(task, arch) if tier == "quick" else SMOKE
         out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
                "eval_every": max(1, steps // 5), "checkpoint_every": 0, "weight_decay": 0.01,
                "dtype": "bf16" if tier == "quick" else "float32"}
     if arch == "transformer" and tier != "smoke":  # the frame (attention) vs precision probe needs the history
-        out["checkpoint_schedule"] = dense_schedule(steps)
+        out["checkpoint_schedule"] = dense_schedule(out["steps"])
     return out
 
 
@@ -130,6 +139,13 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
     }
 
 
+def seeds_for(arch: str, tier: str, seeds: int | None = None) -> int:
+    """Training seeds of a cell: `seeds` when given (baselines: always 1), else the tier's default."""
+    if arch in BASELINES:
+        return 1
+    return seeds if seeds is not None else SEEDS[tier].get(arch, 1)
+
+
 def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:
     if not only:
         return True
@@ -140,31 +156,43 @@ def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:
     return all(cell[k] in v.split(",") for k, v in only.items())
 
 
-def suite(tier: str, seeds: int = 1, only: dict[str, str] | None = None) -> list[SuiteRun]:
-    """Every (task, architecture, seed) cell of the paper table at `tier`; baselines once per task."""
-    if seeds < 1:
+def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = None) -> list[SuiteRun]:
+    """Every (task, architecture, seed) cell of the paper table at `tier`; baselines once per task.
+
+    seeds: training seeds of every trained cell (None: the tier's default, `SEEDS`). A cell with more than one
+    seed names its runs `<task>-<arch>-s<seed>`.
+    """
+    if tier not in TIERS:
+        raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    if seeds is not None and seeds < 1:
         raise ValueError(f"seeds: must be >= 1 (got {seeds})")
     runs = []
     for task in TASKS:
         for arch in (*ARCHS, *BASELINES):
             if not _matches(task, arch, only):
                 continue
-            for seed in range(seeds if arch not in BASELINES else 1):
-                name = f"{task}-{arch}" + (f"-s{seed}" if seeds > 1 else "")
+            k = seeds_for(arch, tier, seeds)
+            for seed in range(k):
+                name = f"{task}-{arch}" + (f"-s{seed}" if k > 1 else "")
                 runs.append(SuiteRun(name, run_config(task, arch, tier, seed)))
     return runs
 
 
-def _diff(ours: dict[str, Any], paper: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
-    """`key = ours (paper: x)` for each key whose value differs; keys absent on one side read "default"."""
-    out = []
-    for key in sorted(set(ours) | set(paper)):
-        if key in skip:
-            continue
-        a, b = ours.get(key, "default"), paper.get(key, "default")
-        if a != b:
-            out.append(f"{key} = {a} (paper: {b})")
-    return out
+def _diff(ours: dict[str, Any], paper: dict[str, Sourced]) -> list[str]:
+    """`key = ours (value there)` for each sourced key whose value differs from ours, grouped by source:
+    "steps = 1200 (100000), lr = 0.001 (0.0003) [authors' code: configs/...]"."""
+    by_source: dict[str, list[str]] = {}
+    for key in sorted(paper):
+        ref = paper[key]
+        a = ours.get(key, "default")
+        if _norm(a) != _norm(ref.value):
+            by_source.setdefault(ref.source, []).append(f"{key.split('.', 1)[1]} = {_norm(a)} ({_norm(ref.value)})")
+    return [f"{', '.join(items)} [{source}]" for source, items in by_source.items()]
+
+
+def _norm(v: Any) -> Any:
+    """Compare tuples and lists alike (configs store betas as lists)."""
+    return tuple(v) if isinstance(v, (list, tuple)) else v
 
 
 def _prefixed(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
@@ -178,27 +206,36 @@ def _size_defaults(arch: str) -> dict[str, Any]:
 
 
 def deviations(tier: str) -> list[str]:
-    """Every setting in which `tier` differs from the paper tier, one line per task or cell, from the configs."""
-    if tier == "paper":
-        return []
-    lines = [f"model sizes: the '{tier}' presets of windtunnel.models.presets (paper: the 'paper' presets); the MLPs"
-             " are capacity-matched to the transformer of the same preset"]
+    """Every setting in which `tier` differs from the sourced paper settings, one line per task or cell, each naming
+    the source of the value it departs from; implementation differences (norms, dropout, numerics) included."""
+    if tier not in TIERS:
+        raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    lines = []
+    if tier != "paper":
+        lines.append(f"model sizes: the '{tier}' presets of windtunnel.models.presets; the MLPs are "
+                     "capacity-matched to the transformer of the same preset")
     for task in TASKS:
-        ours, paper = run_config(task, "transformer", tier), run_config(task, "transformer", "paper")
+        cfg = run_config(task, "transformer", tier)
         defaults = tasks.make(task).params.model_dump()
-        task_diff = _diff(_prefixed("task", {**defaults, **ours["task"]["params"]}),
-                          _prefixed("task", {**defaults, **paper["task"]["params"]}))
-        task_diff += _diff(_prefixed("eval", ours["eval"]), _prefixed("eval", paper["eval"]))
+        task_diff = _diff(_prefixed("task", {**defaults, **cfg["task"]["params"]}),
+                          {k: v for k, v in paper_setting(task, "*").items() if k.startswith("task.")})
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
-        for arch in ("transformer", "mamba", "lstm"):
-            size = _size_defaults(arch)
-            model_diff = _diff({**size, **preset(task, arch, tier)}, {**size, **preset(task, arch, "paper")})
-            if model_diff:
-                lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
         for arch in ARCHS:
-            skip = ("eval_every", "checkpoint_every", "checkpoint_schedule")
-            train_diff = _diff(run_config(task, arch, tier)["train"], run_config(task, arch, "paper")["train"], skip)
+            sourced = paper_setting(task, arch)
+            if arch in ("transformer", "mamba", "lstm"):
+                size = _size_defaults(arch)
+                ours = _prefixed("model", {**size, **preset(task, arch, tier)})
+                model_diff = _diff(ours, {k: v for k, v in sourced.items()
+                                          if k.startswith("model.") and k != "model.norm"})
+                if "model.norm" in sourced and sourced["model.norm"].value != OUR_MODEL_FORM[arch]:
+                    kind, _, where = sourced["model.norm"].source.partition(": ")
+                    model_diff.append(f"form = {OUR_MODEL_FORM[arch]} ({sourced['model.norm'].value}) "
+                                      f"[{kind}: {where}]")
+                if model_diff:
+                    lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
+            train = _prefixed("train", {**TrainConfig().model_dump(), **run_config(task, arch, tier)["train"]})
+            train_diff = _diff(train, {k: v for k, v in sourced.items() if k.startswith("train.")})
             if train_diff:
                 lines.append(f"{task} / {arch} training: " + "; ".join(train_diff))
     return lines

@@ -1,18 +1,22 @@
 """Associative-recall wind tunnel (random-access binding): store N key-value pairs, then answer queries.
 
 Each episode binds N distinct keys to N distinct values, `(STORE k SEP v) x N`, then a filler gap, then M
-queries `QUERY k ANS` for distinct stored keys. The model answers at the queried key `k`, predicting the value
-that belongs in the answer slot `ANS` after it -- the next-token convention of every tunnel here (the bijection
-scores its keys the same way; the official generator puts the target on the slot after the key). The exact
-posterior is a point mass on the bound value (perfect recall is exact inference here), so accuracy is the metric.
+queries `QUERY k ANS` for distinct stored keys. The exact posterior is a point mass on the bound value (perfect
+recall is exact inference here), so accuracy is the metric; it is the same point mass at either scored position.
 
-Why at the key and not at the slot: scoring at ANS adds a positional copy (ANS must first fetch the key one
-token back) that has nothing to do with binding, and it delays learning badly: a 2-layer transformer on N=4 pairs
-was still at chance among the stored values after 3,000 steps when scored at ANS, and perfect by step 500 when
-scored at the key (same data, same model).
+Where the answer is scored (`score_at`): by default ("slot") at the answer slot `ANS` one position after the
+queried key, as the authors' generator attaches the target. With "key" it is scored at the queried key `k`
+itself, predicting the value that belongs in the slot after it -- the next-token convention of the bijection's
+keys. Same inputs, targets and posterior; only the mask moves one position. "key" is kept because it is the
+easier problem, measured: scoring at ANS adds a positional copy (ANS must first fetch the key one token back)
+that has nothing to do with binding, and it delays learning: a 2-layer transformer on N=4 pairs was still at
+chance among the stored values after 3,000 steps when scored at ANS, and perfect by step 500 when scored at the
+key (same data, same model).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -24,16 +28,18 @@ from windtunnel.tasks.registry import register
 PAD, STORE, FILLER, QUERY, SEP, ANS = 0, 1, 2, 3, 4, 5  # ids 6..9 reserved
 KEY_OFFSET = 10
 TOKEN_NAMES = {PAD: "PAD", STORE: "STORE", FILLER: "FILLER", QUERY: "QUERY", SEP: "SEP", ANS: "ANS"}
+ScoreAt = Literal["key", "slot"]
 
 
 class RecallParams(TaskParams):
-    """N stored pairs from key/value vocabularies, n_filler gap tokens, M queries."""
+    """N stored pairs from key/value vocabularies, n_filler gap tokens, M queries; where the answer is scored."""
 
     N: int = Field(64, ge=1, description="stored key-value pairs")
     key_vocab: int = Field(256, ge=1, description="distinct key tokens")
     value_vocab: int = Field(256, ge=1, description="distinct value tokens (the answer classes)")
     n_filler: int = Field(32, ge=0, description="filler tokens after storage (half of it between queries)")
     M: int = Field(3, ge=1, description="queries per episode")
+    score_at: ScoreAt = Field("slot", description="'slot' (the ANS token after the key; the authors') or 'key'")
 
     @model_validator(mode="after")
     def _fits(self) -> RecallParams:
@@ -89,7 +95,8 @@ class Recall(Task):
         ask = ask.reshape(B, -1)[:, : M * (3 + gap) - gap]  # no filler after the last query
         inputs = torch.cat([store.reshape(B, 4 * N), const(FILLER, F), ask], dim=1)  # (B,T)
         mask = torch.zeros_like(inputs, dtype=torch.bool)
-        mask[:, 4 * N + F + 1 + torch.arange(M, device=device) * (3 + gap)] = True  # queried keys (before ANS)
+        first = 4 * N + F + (2 if p.score_at == "slot" else 1)  # the first ANS slot, or the queried key before it
+        mask[:, first + torch.arange(M, device=device) * (3 + gap)] = True
         probs = torch.nn.functional.one_hot(answers.reshape(-1), p.value_vocab).to(torch.float64)  # (B*M,K)
         return Batch(
             inputs=inputs,

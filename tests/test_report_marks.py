@@ -1,0 +1,157 @@
+"""Table 1's marks cannot flatter: three levels, seed intervals, and no approximate posterior earns ✓."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from windtunnel.report import tables
+from windtunnel.report.collect import RunRecord
+from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced
+
+
+def record(task: str, arch: str, seed: int, value: float, lo: float | None = None, hi: float | None = None,
+           metric: str = "entropy_mae_bits", kl_exact: float | None = None,
+           approx_kl: dict[str, float] | None = None) -> RunRecord:
+    """A run record with one headline metric (and optionally KL to the exact and approximate posteriors)."""
+    metrics = {metric: {"mean": value, "lo": value if lo is None else lo, "hi": value if hi is None else hi}}
+    default: dict = {"metrics": metrics}
+    if kl_exact is not None:
+        metrics["kl_bits"] = {"mean": kl_exact, "lo": kl_exact, "hi": kl_exact}
+    if approx_kl is not None:
+        default["approximations"] = {n: {"kl_from_model_bits": v, "entropy_mae_bits": 0.0, "kl_bits": 0.0}
+                                     for n, v in approx_kl.items()}
+    return RunRecord(path=Path(f"{task}-{arch}-s{seed}"), task=task, arch=arch, seed=seed,
+                     config={"task": {"name": task, "params": {}}}, evals={"default": default})
+
+
+@pytest.mark.parametrize(("value", "level"), [(0.004, "exact"), (0.01, "exact"), (0.03, "approximate"),
+                                              (0.1, "approximate"), (0.2, "fail")])
+def test_entropy_levels(value, level):
+    assert tables.level("entropy_mae_bits", value) == level
+
+
+@pytest.mark.parametrize(("value", "level"), [(1.0, "exact"), (0.99, "exact"), (0.95, "approximate"),
+                                              (0.5, "fail")])
+def test_accuracy_levels(value, level):
+    assert tables.level("accuracy", value) == level
+
+
+def test_a_windowed_filter_cannot_earn_exact():
+    """A model at 0.005 bits that is closer to the two-observation filter than to the exact one is ◐, not ✓."""
+    window = record("hmm", "transformer", 0, 0.005, kl_exact=0.004,
+                    approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.001, "last 3 obs": 0.003})
+    cell = tables.cell_value([window], "entropy_mae_bits")
+    assert cell["closest"] == "last 2 obs" and cell["level"] == "approximate" and cell["seed_levels"] == ["approximate"]
+    exact = record("hmm", "transformer", 0, 0.005, kl_exact=0.0005,
+                   approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.004, "last 3 obs": 0.001})
+    cell = tables.cell_value([exact], "entropy_mae_bits")
+    assert cell["closest"] == "exact" and cell["level"] == "exact"
+    # a task without approximations is marked on its number alone
+    assert tables.cell_value([record("bijection", "lstm", 0, 0.005)], "entropy_mae_bits")["level"] == "exact"
+
+
+def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
+    """Three seeds whose mean is exact but whose spread is wide: the t-interval's upper end decides."""
+    vals = [0.002, 0.004, 0.0135]
+    runs = [record("bijection", "transformer", s, v, lo=v - 1e-4, hi=v + 1e-4) for s, v in enumerate(vals)]
+    cell = tables.cell_value(runs, "entropy_mae_bits")
+    m, sd, n = sum(vals) / 3, stats.tstd(vals), 3
+    half = stats.t.ppf(0.975, n - 1) * sd / n**0.5
+    assert cell["interval"] == "seeds" and cell["mean"] == pytest.approx(m)
+    assert (cell["lo"], cell["hi"]) == pytest.approx((m - half, m + half))
+    assert cell["mean"] < tables.EXACT_BITS < cell["hi"]
+    assert cell["level"] == "approximate"  # the mean alone would have said exact
+    assert cell["seeds_exact"] == 2 and cell["seed_levels"] == ["exact", "exact", "approximate"]
+    assert (cell["seed_min"], cell["seed_max"]) == (0.002, 0.0135)
+    # accuracy: the lower end decides
+    acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([1.0, 0.995, 0.96])]
+    cell = tables.cell_value(acc, "accuracy")
+    assert cell["lo"] < tables.EXACT_ACCURACY and cell["level"] == "approximate"
+    # one seed: its bootstrap interval, and the cell says so
+    one = tables.cell_value([record("bijection", "lstm", 0, 0.009, lo=0.008, hi=0.011)], "entropy_mae_bits")
+    assert one["interval"] == "bootstrap" and one["level"] == "approximate"
+
+
+def test_table_rows_show_seed_spread_and_closest_filter():
+    runs = [record("hmm", "mamba", s, v, kl_exact=0.03, approx_kl={"last 1 obs": 0.005})
+            for s, v in enumerate([0.08, 0.085, 0.083])]
+    header, rows, data = tables.primitives_table(runs)
+    assert "HMM: closest posterior" in header
+    row = dict(zip(header, rows[0], strict=True))
+    assert row["HMM entropy error (bits)"].startswith("◐ 0.083 [")
+    assert "seeds 0.080–0.085 · 0/3 seeds ✓" in row["HMM entropy error (bits)"]
+    assert "(paper 0.024)" in row["HMM entropy error (bits)"]
+    assert row["HMM: closest posterior"] == "last 1 obs"
+    assert data["mamba"]["hmm"]["paper_source"].startswith("paper: ")
+
+
+def test_every_paper_value_carries_a_source_tag():
+    for task, per_arch in PAPER_SETTINGS.items():
+        for arch, entries in per_arch.items():
+            assert entries, (task, arch)
+            for key, v in entries.items():
+                assert isinstance(v, Sourced), (task, arch, key)
+                assert any(v.source.startswith(k + ": ") and len(v.source) > len(k) + 4 for k in SOURCE_KINDS)
+    for arch, cells in PAPER_RESULTS.items():
+        for task, v in cells.items():
+            assert isinstance(v, Sourced) and v.source.startswith("paper: "), (arch, task)
+    with pytest.raises(ValueError, match="source"):
+        Sourced(1, "somewhere")
+
+
+def test_paper_tier_is_built_from_the_sourced_table():
+    from windtunnel.models.presets import preset
+    from windtunnel.suites import run_config
+    from windtunnel.suites.settings import paper_setting, values
+
+    for task in ("bijection", "hmm", "recall", "regression"):
+        for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise"):
+            cfg = run_config(task, arch, "paper")
+            table = paper_setting(task, arch)
+            for key, v in values(table, "train.").items():
+                got = cfg["train"][key]
+                assert (tuple(got) if isinstance(got, list) else got) == v, (task, arch, key)
+            assert cfg["task"]["params"] == values(table, "task.")
+            if arch in ("transformer", "mamba", "lstm"):
+                size = preset(task, arch, "paper")
+                for key, v in values(table, "model.").items():
+                    if key != "norm" and key in size:
+                        assert size[key] == v, (task, arch, key)
+    # the HMM settings of the authors' scripts: weight decay 0.01, no warmup, ~23k steps for Mamba and LSTM
+    hmm = run_config("hmm", "mamba", "paper")["train"]
+    assert (hmm["weight_decay"], hmm["warmup_steps"], hmm["steps"], hmm["dtype"]) == (0.01, 0, 23_460, "float32")
+
+
+def test_docs_settings_table_matches_the_code():
+    from windtunnel.suites.settings import settings_markdown
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "paper-settings.md"
+    assert doc.read_text() == settings_markdown(), "regenerate: python -m windtunnel.suites.settings > " + str(doc)
+
+
+def test_capacity_table_reports_the_largest_n_at_each_level():
+    def run(arch, seed, accs):
+        evals = {("default" if n == 16 else f"N={n}"): {"task_params": {"N": n},
+                                                        "metrics": {"accuracy": {"mean": a, "lo": a, "hi": a}}}
+                 for n, a in accs.items()}
+        return RunRecord(path=Path(f"recall-{arch}-s{seed}"), task="recall", arch=arch, seed=seed,
+                         config={"task": {"name": "recall", "params": {"N": 16}}}, evals=evals)
+
+    recs = [run("transformer", 0, {4: 1.0, 8: 1.0, 16: 0.995}), run("transformer", 1, {4: 1.0, 8: 0.99, 16: 0.97}),
+            run("mamba", 0, {4: 0.995, 8: 0.93, 16: 0.4})]
+    header, rows = tables.capacity_table(recs)
+    assert header == ["Architecture", "N = 4", "N = 8", "N = 16", "largest exact", "largest approximate"]
+    assert rows[0] == ["transformer", "100.0%", "99.5%", "98.2%", "8", "16"]
+    assert rows[1] == ["mamba", "99.5%", "93.0%", "40.0%", "4", "8"]
+    assert tables.capacity_table([r for r in recs if r.arch == "mamba"][:0]) is None
+
+
+def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
+    recs = [RunRecord(path=Path(f"recall-{a}"), task="recall", arch=a, seed=0,
+                      config={"task": {"name": "recall", "params": {"N": 16}}}, evals={}) for a in ("lstm", "uniform")]
+    data = {"lstm": {"recall": {"mean": 0.04}}, "mamba": {"recall": {"mean": 0.9}},
+            "uniform": {"recall": {"mean": 0.004}}}
+    assert tables.below_stored_chance(data, recs) == ["lstm (4.0% < 6.2%)"]
