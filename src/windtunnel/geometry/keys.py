@@ -69,30 +69,23 @@ def probe_tokens(spec: Any) -> torch.Tensor:
 
 
 @torch.no_grad()
-def token_keys(model: nn.Module) -> list[torch.Tensor]:
-    """Per layer (H, n_tokens, d_head) weight-only keys of the probe tokens (see module docstring)."""
+def token_keys(model: nn.Module, norm: bool = True) -> list[torch.Tensor]:
+    """Per layer (H, n_tokens, d_head) weight-only keys of the probe tokens (see module docstring); norm=False: of
+    the RAW embeddings, no norm and no positions even for l > 0 (the authors' cmd_orthogonality)."""
     emb = model.embed.token_weight[probe_tokens(model.spec).to(model.embed.token_weight.device)]  # (n,d)
     out = []
     for block in model.blocks:
         attn = block.attn
         d = emb.shape[1]
         w_k = attn.qkv.weight[d : 2 * d]  # (d,d) rows = H heads x d_head
-        k = block.norm1(emb) @ w_k.T  # (n,d)
+        k = (block.norm1(emb) if norm else emb) @ w_k.T  # (n,d)
         out.append(k.view(k.shape[0], attn.n_heads, -1).transpose(0, 1).float().cpu())  # (H,n,dh)
     return out
 
 
-@torch.no_grad()
 def raw_token_keys(model: nn.Module) -> list[torch.Tensor]:
-    """Per layer (H, n_tokens, d_head) keys of the RAW probe-token embeddings (the authors' cmd_orthogonality)."""
-    emb = model.embed.token_weight[probe_tokens(model.spec).to(model.embed.token_weight.device)]  # (n,d)
-    out = []
-    for block in model.blocks:
-        attn = block.attn
-        d = emb.shape[1]
-        k = emb @ attn.qkv.weight[d : 2 * d].T  # (n,d): no norm, no positions, even for l > 0
-        out.append(k.view(k.shape[0], attn.n_heads, -1).transpose(0, 1).float().cpu())  # (H,n,dh)
-    return out
+    """Per layer (H, n_tokens, d_head) keys of the RAW probe-token embeddings (the authors' statistic's input)."""
+    return token_keys(model, norm=False)
 
 
 def direction(stat: str, trained: float, init: float, tol: float = DIRECTION_TOL) -> str:

@@ -64,6 +64,12 @@ _AUTHORS_MAMBA = ("their own block: no norm in the residual, LayerNorm on the SS
                   "dt_rank 1, clamped state")
 _FP32 = "authors' scripts train in float32 (AMP disabled)"
 
+def _script(where: str, **values: Any) -> dict[str, Sourced]:
+    """The settings of one of the authors' training scripts: AdamW's default betas unless given, float32."""
+    out = {"train.betas": _code((0.9, 0.999), where + " (AdamW defaults)"), "train.dtype": _code("float32", _FP32)}
+    return {**out, **_each(where, **values)}
+
+
 _TRAIN_DEFAULT_OURS = {  # the bijection transformer's recipe, for cells with no published recipe
     "train.steps": 100_000, "train.batch_size": 128, "train.lr": 3e-4, "train.warmup_steps": 2000,
     "train.schedule": "cosine", "train.weight_decay": 0.1, "train.betas": (0.9, 0.95), "train.grad_clip": 1.0,
@@ -80,37 +86,26 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
     "bijection": {
         "*": {"task.V": _paper(20, "§1.1 (V = 20 values)"), "task.L": _paper(19, "§1.1 (L = 19 revealed keys)")},
         "transformer": {
-            **_each(_BIJ_YAML, train__steps=100_000, train__batch_size=128, train__lr=3e-4, train__warmup_steps=2000,
-                    train__schedule="cosine", train__weight_decay=0.1, train__betas=(0.9, 0.95),
-                    train__grad_clip=1.0),
-            "train.dtype": _code("float32", _FP32),
+            **_script(_BIJ_YAML, train__steps=100_000, train__batch_size=128, train__lr=3e-4,
+                      train__warmup_steps=2000, train__schedule="cosine", train__weight_decay=0.1,
+                      train__betas=(0.9, 0.95), train__grad_clip=1.0),
             **_each("§2.1; authors' code experiments/jlens/models.py:SepVocabTinyGPT", _paper, model__n_layers=6,
                     model__n_heads=6, model__d_model=192, model__d_ff=768, model__pos="learned"),
             "model.norm": _code("RMSNorm (pre-norm), no dropout", "experiments/jlens/models.py:SepVocabTinyGPT"),
         },
         "mamba": {
-            **_each(_BIJ_MAMBA, train__steps=50_000, train__batch_size=256, train__lr=1e-4, train__warmup_steps=0,
-                    train__schedule="cosine", train__weight_decay=0.01, train__grad_clip=0.5,
-                    model__n_layers=6, model__d_model=192, model__pos="learned"),
-            "train.betas": _code((0.9, 0.999), _BIJ_MAMBA + " (AdamW defaults)"),
-            "train.dtype": _code("float32", _FP32),
+            **_script(_BIJ_MAMBA, train__steps=50_000, train__batch_size=256, train__lr=1e-4, train__warmup_steps=0,
+                      train__schedule="cosine", train__weight_decay=0.01, train__grad_clip=0.5,
+                      model__n_layers=6, model__d_model=192, model__pos="learned"),
             "model.norm": _code(_AUTHORS_MAMBA, _BIJ_MAMBA),
         },
-        "lstm": {
-            **_each(_BIJ_LSTM, train__steps=50_000, train__batch_size=256, train__lr=3e-4, train__warmup_steps=0,
-                    train__schedule="constant", train__weight_decay=0.1, train__grad_clip=1.0,
-                    model__n_layers=6, model__d_model=192, model__pos="learned", model__dropout=0.1),
-            "train.betas": _code((0.9, 0.999), _BIJ_LSTM + " (AdamW defaults)"),
-            "train.dtype": _code("float32", _FP32),
-        },
+        "lstm": _script(_BIJ_LSTM, train__steps=50_000, train__batch_size=256, train__lr=3e-4, train__warmup_steps=0,
+                        train__schedule="constant", train__weight_decay=0.1, train__grad_clip=1.0,
+                        model__n_layers=6, model__d_model=192, model__pos="learned", model__dropout=0.1),
         "mlp": _ours_train(_NO_MODEL + " (the prefix MLP is ours); the bijection transformer's recipe"),
-        "mlp-pointwise": {
-            **_each(_BIJ_MLP, train__steps=50_000, train__batch_size=256, train__lr=3e-4, train__warmup_steps=2000,
-                    train__schedule="cosine", train__weight_decay=0.1),
-            "train.betas": _code((0.9, 0.999), _BIJ_MLP + " (AdamW defaults)"),
-            "train.grad_clip": _code(1.0, _BIJ_MLP),
-            "train.dtype": _code("float32", _FP32),
-        },
+        "mlp-pointwise": _script(_BIJ_MLP, train__steps=50_000, train__batch_size=256, train__lr=3e-4,
+                                 train__warmup_steps=2000, train__schedule="cosine", train__weight_decay=0.1,
+                                 train__grad_clip=1.0),
     },
     "hmm": {
         "*": {"task.S": _paper(5, "§1.2 (5 hidden states)"), "task.O": _paper(5, "§1.2 (5 observation symbols)"),
@@ -119,28 +114,20 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
             # The REPRODUCE command trains 50 epochs over 10k fixed sequences (7,850 steps); the early guide that
             # came with the K = 20 figures says --max_steps 150000. Our data are fresh every step.
             "train.steps": _code(150_000, "REPRODUCE guide of the first commit (--max_steps 150000 for K = 20)"),
-            **_each(_HMM_TF, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0, train__schedule="cosine",
-                    train__weight_decay=0.01, train__grad_clip=1.0, model__n_layers=9, model__n_heads=8,
-                    model__d_model=256, model__d_ff=1024, model__pos="learned"),
-            "train.betas": _code((0.9, 0.999), _HMM_TF + " (AdamW defaults)"),
-            "train.dtype": _code("float32", _FP32),
+            **_script(_HMM_TF, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0, train__schedule="cosine",
+                      train__weight_decay=0.01, train__grad_clip=1.0, model__n_layers=9, model__n_heads=8,
+                      model__d_model=256, model__d_ff=1024, model__pos="learned"),
             "model.norm": _code("LayerNorm (pre-LN) with dropout 0.1, untied biased head", "src/models/gpt_mini.py"),
         },
         "mamba": {
-            **_each(_HMM_MAMBA, train__steps=23_460, train__batch_size=64, train__lr=1e-4, train__warmup_steps=0,
-                    train__schedule="constant", train__weight_decay=0.01, train__grad_clip=0.5,
-                    model__n_layers=9, model__d_model=256, model__pos=None),
-            "train.betas": _code((0.9, 0.999), _HMM_MAMBA + " (AdamW defaults)"),
-            "train.dtype": _code("float32", _FP32),
+            **_script(_HMM_MAMBA, train__steps=23_460, train__batch_size=64, train__lr=1e-4, train__warmup_steps=0,
+                      train__schedule="constant", train__weight_decay=0.01, train__grad_clip=0.5,
+                      model__n_layers=9, model__d_model=256, model__pos=None),
             "model.norm": _code(_AUTHORS_MAMBA, _HMM_MAMBA),
         },
-        "lstm": {
-            **_each(_HMM_LSTM, train__steps=23_460, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0,
-                    train__schedule="constant", train__weight_decay=0.01, train__grad_clip=1.0,
-                    model__n_layers=9, model__d_model=256, model__pos="none", model__dropout=0.1),
-            "train.betas": _code((0.9, 0.999), _HMM_LSTM + " (AdamW defaults)"),
-            "train.dtype": _code("float32", _FP32),
-        },
+        "lstm": _script(_HMM_LSTM, train__steps=23_460, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0,
+                        train__schedule="constant", train__weight_decay=0.01, train__grad_clip=1.0,
+                        model__n_layers=9, model__d_model=256, model__pos="none", model__dropout=0.1),
         "mlp": _ours_train(_NO_MODEL + "; the HMM transformer's recipe", train__steps=150_000, train__batch_size=64,
                            train__warmup_steps=0, train__weight_decay=0.01, train__betas=(0.9, 0.999)),
         "mlp-pointwise": _ours_train(_NO_MODEL + "; the HMM transformer's recipe", train__steps=150_000,
