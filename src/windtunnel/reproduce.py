@@ -37,8 +37,8 @@ def machine_description() -> dict[str, Any]:
             "device": device, "torch": torch.__version__, "python": platform.python_version()}
 
 
-# Relative cost per token of each architecture's training step on a CPU (measured at the quick presets).
-ARCH_COST = {"transformer": 1.0, "mamba": 1.5, "lstm": 0.4, "mlp": 0.6, "mlp-pointwise": 0.6}
+# Relative cost per token of each architecture's float32 training step on a CPU (measured at the quick presets).
+ARCH_COST = {"transformer": 1.0, "mamba": 2.0, "lstm": 0.3, "mlp": 0.6, "mlp-pointwise": 0.55}
 
 
 def estimated_cost(entry: SuiteRun) -> float:

@@ -116,8 +116,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                           "rather than evidence about the architecture: " + "; ".join(failed) + "."))
     refs = tables.reference_levels(records)
     if refs:
-        doc.add(Paragraph("Reference levels (derived from the tasks, not reported by the paper): " + "; ".join(refs)
-                          + "."))
+        doc.add(Paragraph("Reference levels and scoring (derived from the tasks, not reported by the paper): "
+                          + "; ".join(refs) + "."))
 
     fig_paths = []
     for task in ("bijection", "hmm", "recall", "regression"):

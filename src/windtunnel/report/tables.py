@@ -184,6 +184,10 @@ def reference_levels(records: list[RunRecord]) -> list[str]:
         if uniform is not None:
             out.append(f"{task}: uniform predictor (context-blind) {fmt(uniform['mean'], metric)}")
         params = next(r.config["task"].get("params", {}) for r in records if r.task == task)
+        if task == "recall" and "score_at" in params:
+            where = {"key": "the queried key (the authors score the answer slot after it)",
+                     "slot": "the answer slot after the queried key, as the authors do"}
+            out.append(f"recall: scored at {where.get(params['score_at'], params['score_at'])}")
         if task == "recall" and "N" in params:
             out.append(f"recall: chance among the {params['N']} stored values {fmt(1 / params['N'], metric)} (a "
                        "model below it has not even learnt that the answer is a stored value)")
