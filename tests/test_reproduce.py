@@ -131,3 +131,13 @@ def test_build_report_on_a_single_run(smoke, tmp_path):
     out, _ = smoke
     results = build_report([out / "runs" / "hmm-oracle"], tmp_path)
     assert results["runs"][0]["arch"] == "oracle"
+
+
+def test_estimated_cost_weighs_tokens_by_parameters_and_architecture():
+    from windtunnel.reproduce import estimated_cost
+
+    runs = {r.name: r for r in suite("quick")}
+    cost = {name: estimated_cost(r) for name, r in runs.items()}
+    assert cost["hmm-oracle"] == 0.0
+    # the 2x64 recall transformer trains many cheap tokens; the 4x128 HMM Mamba few expensive ones
+    assert cost["hmm-mamba-s0"] > cost["hmm-transformer-s0"] > cost["recall-transformer-s0"] > 0

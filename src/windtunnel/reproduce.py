@@ -37,18 +37,26 @@ def machine_description() -> dict[str, Any]:
             "device": device, "torch": torch.__version__, "python": platform.python_version()}
 
 
-# Relative cost per token of each architecture's float32 training step on a CPU (measured at the quick presets).
-ARCH_COST = {"transformer": 1.0, "mamba": 2.0, "lstm": 0.3, "mlp": 0.6, "mlp-pointwise": 0.55}
+# Relative float32 training cost per token and per parameter of each architecture on a CPU (measured at the quick
+# presets: ~1.4e-7 ms per token-parameter for the transformer; docs/reproduce.md).
+ARCH_COST = {"transformer": 1.0, "mamba": 3.4, "lstm": 0.55, "mlp": 0.6, "mlp-pointwise": 0.55}
 
 
 def estimated_cost(entry: SuiteRun) -> float:
-    """Tokens processed in training, weighted by architecture: orders runs so the longest start first."""
+    """Training tokens x parameters, weighted by architecture: orders runs so the longest start first."""
     from windtunnel import tasks
+    from windtunnel.models.common import count_params
+    from windtunnel.models.presets import preset
+    from windtunnel.models.registry import resolve
 
     cfg = entry.config
-    seq_len = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).spec.seq_len
-    train = cfg["train"]
-    return train.get("steps", 0) * train.get("batch_size", 0) * seq_len * ARCH_COST.get(cfg["model"]["arch"], 1.0)
+    arch, train = cfg["model"]["arch"], cfg["train"]
+    if arch in BASELINES or not train.get("steps"):
+        return 0.0
+    spec = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).spec
+    size = {**preset(cfg["task"]["name"], arch, cfg["model"]["preset"], spec), **cfg["model"].get("size", {})}
+    n_params = count_params(resolve(arch), spec, **size)
+    return train["steps"] * train["batch_size"] * spec.seq_len * n_params * ARCH_COST.get(arch, 1.0)
 
 
 def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -> dict[str, Any]:
