@@ -61,7 +61,7 @@ def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
     m, sd, n = sum(vals) / 3, stats.tstd(vals), 3
     half = stats.t.ppf(0.975, n - 1) * sd / n**0.5
     assert cell["interval"] == "seeds" and cell["mean"] == pytest.approx(m)
-    assert (cell["lo"], cell["hi"]) == pytest.approx((m - half, m + half))
+    assert (cell["lo"], cell["hi"]) == pytest.approx((max(m - half, 0.0), m + half))  # errors are >= 0
     assert cell["mean"] < tables.EXACT_BITS < cell["hi"]
     assert cell["level"] == "approximate"  # the mean alone would have said exact
     assert cell["seeds_exact"] == 2 and cell["seed_levels"] == ["exact", "exact", "approximate"]
@@ -84,7 +84,7 @@ def test_table_rows_show_seed_spread_and_closest_filter():
     assert row["HMM entropy error (bits)"].startswith("◐ 0.083 [")
     assert "seeds 0.080–0.085 · 0/3 seeds ✓" in row["HMM entropy error (bits)"]
     assert "(paper 0.024)" in row["HMM entropy error (bits)"]
-    assert row["HMM: closest posterior"] == "last 1 obs"
+    assert row["HMM: closest posterior"] == "last 1 obs (KL 0.005)"
     assert data["mamba"]["hmm"]["paper_source"].startswith("paper: ")
 
 
@@ -155,3 +155,11 @@ def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
     data = {"lstm": {"recall": {"mean": 0.04}}, "mamba": {"recall": {"mean": 0.9}},
             "uniform": {"recall": {"mean": 0.004}}}
     assert tables.below_stored_chance(data, recs) == ["lstm (4.0% < 6.2%)"]
+
+
+def test_seed_intervals_stay_inside_the_metric_range():
+    acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([0.06, 0.22, 0.19])]
+    cell = tables.cell_value(acc, "accuracy")
+    assert cell["lo"] == 0.0 and cell["hi"] < 1.0
+    err = [record("bijection", "mamba", s, v) for s, v in enumerate([0.001, 0.002, 0.05])]
+    assert tables.cell_value(err, "entropy_mae_bits")["lo"] == 0.0

@@ -96,6 +96,7 @@ def cell_value(runs: list[RunRecord], metric: str) -> dict[str, Any] | None:
     vals = [m["mean"] for _, m in scored]
     if len(vals) >= 2:
         lo, hi = seed_interval(vals)
+        lo, hi = max(lo, 0.0), min(hi, 1.0) if higher else hi  # accuracies live in [0, 1], errors are >= 0
         interval = "seeds"
     else:
         lo, hi = scored[0][1]["lo"], scored[0][1]["hi"]
@@ -168,7 +169,8 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
                                                "paper_source": paper.source if paper else None}
             row.append(_cell_text(cell, metric) + paper_txt)
             if task in with_approx:
-                row.append(cell.get("closest", "—"))
+                closest = cell.get("closest")
+                row.append(f"{closest} (KL {cell['closest_kl_bits'][closest]:.3f})" if closest else "—")
         row.append(f"{counts['exact']}/{tested} ✓, {counts['approximate']}/{tested} ◐")
         rows.append(row)
     return header, rows, data
