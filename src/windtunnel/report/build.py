@@ -142,7 +142,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             metric = tables.headline_metric(r.task)
             cells = [f"{name}: {tables.fmt(m['mean'], metric)}" for name in r.evals
                      if (m := r.metric(metric, name)) is not None]
-            lg_rows.append([r.task, r.path.name, tables.headline_metric(r.task), "; ".join(cells)])
+            lg_rows.append([r.task, r.path.name, metric, "; ".join(cells)])
     if lg_rows:
         doc.add(Heading("Length generalisation"))
         doc.add(Paragraph("Trained at the default length, evaluated at longer ones (mean over all scored positions "

@@ -78,6 +78,12 @@ def closest_approximation(records: list[RunRecord]) -> dict[str, Any] | None:
     return {"closest": min(kl, key=kl.get), "kl_bits": kl}
 
 
+def _level_given_closest(metric: str, worst: float, approx: dict[str, Any] | None) -> str:
+    """`level`, capped at "approximate" when the model is closer to an approximation than to the exact posterior."""
+    lv = level(metric, worst)
+    return "approximate" if lv == "exact" and approx is not None and approx["closest"] != "exact" else lv
+
+
 def seed_interval(values: list[float], level_: float = 0.95) -> tuple[float, float]:
     """Two-sided Student-t interval of the mean of >= 2 seed values."""
     m, n = mean(values), len(values)
@@ -102,16 +108,9 @@ def cell_value(runs: list[RunRecord], metric: str) -> dict[str, Any] | None:
         lo, hi = scored[0][1]["lo"], scored[0][1]["hi"]
         interval = "bootstrap"
     approx = closest_approximation([r for r, _ in scored])
-    cell_level = level(metric, lo if higher else hi)
-    if cell_level == "exact" and approx is not None and approx["closest"] != "exact":
-        cell_level = "approximate"
-    seed_levels = []
-    for r, m in scored:
-        lv = level(metric, m["lo"] if higher else m["hi"])
-        own = closest_approximation([r])
-        if lv == "exact" and own is not None and own["closest"] != "exact":
-            lv = "approximate"
-        seed_levels.append(lv)
+    cell_level = _level_given_closest(metric, lo if higher else hi, approx)
+    seed_levels = [_level_given_closest(metric, m["lo"] if higher else m["hi"], closest_approximation([r]))
+                   for r, m in scored]
     return {"mean": mean(vals), "lo": lo, "hi": hi, "interval": interval, "seeds": len(vals),
             "seed_values": vals, "seed_min": min(vals), "seed_max": max(vals), "level": cell_level,
             "seed_levels": seed_levels, "seeds_exact": seed_levels.count("exact"),
@@ -143,7 +142,9 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
         by_cell[(r.arch, r.task)].append(r)
     archs = [a for a in ROW_ORDER if any(k[0] == a for k in by_cell)]
     archs += sorted({a for a, _ in by_cell} - set(archs))
-    with_approx = {t for (_, t), rs in by_cell.items() if closest_approximation(rs) is not None}
+    cells = {(arch, task): cell_value(by_cell.get((arch, task), []), metric)
+             for arch in archs for task, metric, _, _ in COLUMNS}
+    with_approx = {task for (_, task), c in cells.items() if c is not None and "closest" in c}
     header = ["Architecture"]
     for task, _, title, _ in COLUMNS:
         header.append(title)
@@ -154,7 +155,7 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     for arch in archs:
         row, counts, tested = [arch], dict.fromkeys(LEVELS, 0), 0
         for task, metric, _, _ in COLUMNS:
-            cell = cell_value(by_cell.get((arch, task), []), metric)
+            cell = cells[(arch, task)]
             paper = paper_result(arch, task)
             paper_txt = f" (paper {fmt(paper.value, metric)})" if paper is not None else ""
             if cell is None:
@@ -199,12 +200,12 @@ def reference_levels(records: list[RunRecord]) -> list[str]:
 def below_stored_chance(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
     """Recall cells of Table 1 whose accuracy is below chance among the N stored values: a model that has not learnt
     even that the answer is a stored value failed to optimise; its number says nothing about the architecture."""
+    params = next((r.config["task"].get("params", {}) for r in records if r.task == "recall"), {})
     out = []
     for arch, cells in data.items():
         if arch in CONTEXT_BLIND:
             continue
         c = cells.get("recall")
-        params = next((r.config["task"].get("params", {}) for r in records if r.task == "recall"), {})
         if c is not None and "N" in params and c["mean"] < 1 / params["N"]:
             out.append(f"{arch} ({fmt(c['mean'], 'accuracy')} < {fmt(1 / params['N'], 'accuracy')})")
     return out
