@@ -116,3 +116,21 @@ def test_table_concatenation_equals_one_batch():
     split = metrics.summarize(metrics.ScoreTable.cat(halves), n_boot=0)["metrics"]
     for k in whole:
         assert split[k]["mean"] == pytest.approx(whole[k]["mean"])
+
+
+def test_impossible_mass_is_the_model_probability_on_ruled_out_answers():
+    p = torch.tensor([[[0.5, 0.5, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]])  # (1,2,4)
+    q = torch.tensor([[[0.4, 0.4, 0.15, 0.05], [0.97, 0.01, 0.01, 0.01]]])
+    batch = _batch(Categorical(probs=p), torch.tensor([[0, 0]]))
+    table = metrics.score_table(Categorical(logits=q.log()), batch)
+    assert table.impossible_mass[0].tolist() == pytest.approx([0.2, 0.03])
+    s = metrics.summarize(table, n_boot=0)["metrics"]
+    assert s["impossible_mass"]["mean"] == pytest.approx(0.115)
+    # the leak costs far more entropy than KL: the asymmetry the headline metric punishes
+    assert metrics.entropy_mae_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]),
+                                                                       torch.tensor([[0]]))) > 0.2
+    assert metrics.kl_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]),
+                                                              torch.tensor([[0]]))) < 0.05
+    normal = metrics.score_table(Normal(torch.zeros(1, 1), torch.ones(1, 1)),
+                                 _batch(Normal(torch.zeros(1, 1), torch.ones(1, 1)), torch.zeros(1, 1)))
+    assert normal.impossible_mass is None

@@ -282,3 +282,16 @@ def test_transformer_init_std():
     assert abs(float(wide.blocks[0].attn.out_proj.weight.detach().std()) - 0.06 / 2) < 0.003
     with pytest.raises(ValueError, match="init_std"):
         models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8, init_std=0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logit_scale_multiplies_the_class_logits_by_a_learned_exp(arch):
+    plain = build(arch, "bijection")
+    scaled = build(arch, "bijection", logit_scale=True)
+    assert scaled.head.log_scale is not None and plain.head.log_scale is None
+    assert sum(p.numel() for p in scaled.parameters()) == sum(p.numel() for p in plain.parameters()) + 1
+    x = random_inputs(plain.spec, 2, plain.spec.seq_len)
+    scaled.load_state_dict({**plain.state_dict(), "head.log_scale": torch.tensor(0.7)})
+    with torch.no_grad():
+        torch.testing.assert_close(scaled(x), plain(x) * torch.tensor(0.7).exp())
+    assert build(arch, "regression", logit_scale=True).head.log_scale is None  # no logits to scale

@@ -41,16 +41,32 @@ class ModelConfig(_Strict):
     max_len: int | None = Field(default=None, ge=1)
 
 
+class CurriculumStage(_Strict):
+    """Train on the task with `params` overriding its parameters for every step <= `until`."""
+
+    until: int = Field(ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class TrainConfig(_Strict):
-    """Optimiser, schedule, loss, logging/eval/checkpoint cadence and numerics of the training loop."""
+    """Optimiser, schedule, curriculum, loss, logging/eval/checkpoint cadence and numerics of the training loop.
+
+    Schedules (after `warmup_steps` of linear warmup): "cosine" to min_lr_ratio*lr at `steps`; "constant"; "wsd"
+    (warmup-stable-decay): constant, then a linear cooldown to min_lr_ratio*lr over the last `cooldown_frac` of the
+    steps. Optimisers: "adamw"; "muon" (`torch.optim.Muon` on the hidden weight matrices, learning rate matched to
+    AdamW's update RMS, and AdamW on embeddings, head, norms and biases).
+    """
 
     steps: int = Field(default=1000, ge=0)
     batch_size: int = Field(default=64, ge=1)
-    lr: float = Field(default=3e-4, gt=0)
+    lr: float = Field(default=3e-4, gt=0, allow_inf_nan=False)
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     warmup_steps: int = Field(default=100, ge=0)
-    schedule: Literal["cosine", "constant"] = "cosine"
-    weight_decay: float = Field(default=0.01, ge=0)
+    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
+    cooldown_frac: float = Field(default=0.2, ge=0, le=1)
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    weight_decay: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    curriculum: list[CurriculumStage] = Field(default_factory=list)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0)
     loss: Literal["auto", "ce", "soft_ce", "gaussian_nll"] = "auto"
@@ -79,6 +95,14 @@ class TrainConfig(_Strict):
         if any(s < 1 for s in v):
             raise ValueError("checkpoint steps must be >= 1")
         return sorted(set(v))
+
+    @field_validator("curriculum")
+    @classmethod
+    def _curriculum(cls, v: list[CurriculumStage]) -> list[CurriculumStage]:
+        ends = [st.until for st in v]
+        if ends != sorted(set(ends)):
+            raise ValueError(f"stage 'until' steps must be strictly increasing (got {ends})")
+        return v
 
 
 class EvalConfig(_Strict):
@@ -194,11 +218,16 @@ def eval_settings(cfg: RunConfig) -> list[dict[str, Any]]:
     return out
 
 
+# TaskSpec fields that size a model's embedding and head.
+_MODEL_SHAPE = ("input_kind", "answer_kind", "vocab_size", "input_dim", "n_classes", "answer_token_offset")
+
+
 def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """Expand a config into the fully explicit one a run records.
 
-    Builds the task (validating task.params; defaults filled in), expands the preset into model.size
-    (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings.
+    Builds the task (validating task.params and each curriculum stage; defaults filled in), expands the preset into
+    model.size (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings
+    and curriculum stages.
     The model size itself is validated when the run builds the model (runs.build_model).
     """
     from windtunnel import models, tasks
@@ -213,9 +242,21 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
             lengths.append(tasks.make(cfg.task.name, **{**params, **o}).spec.seq_len)
         except ValueError as err:
             raise ValueError(f"eval.overrides {o}: {err}") from None
+    for i, stage in enumerate(cfg.train.curriculum):
+        where = f"train.curriculum[{i}].params {stage.params}"
+        try:
+            spec = tasks.make(cfg.task.name, **{**params, **stage.params}).spec
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        for field in _MODEL_SHAPE:  # a stage may change lengths, never what the model's layers are sized for
+            if getattr(spec, field) != getattr(task.spec, field):
+                raise ValueError(f"{where}: changes {field} ({getattr(task.spec, field)} -> {getattr(spec, field)}); "
+                                 "a curriculum stage may only change sequence lengths")
+        lengths.append(spec.seq_len)
     max_len = cfg.model.max_len or max(lengths)
     if max_len < max(lengths):
-        raise ValueError(f"model.max_len: must be >= {max(lengths)}, the longest evaluated sequence (got {max_len})")
+        raise ValueError(f"model.max_len: must be >= {max(lengths)}, the longest evaluated or trained sequence "
+                         f"(got {max_len})")
     size = dict(cfg.model.size)
     if cfg.model.arch not in BASELINES:
         models.resolve(cfg.model.arch)  # unknown arch -> ValueError naming it

@@ -78,6 +78,10 @@ class ScoreTable:
     nll_bits: torch.Tensor  # (N,S)
     correct: torch.Tensor | None  # (N,S) 1.0/0.0, None for real answers
     bayes_correct: torch.Tensor | None  # (N,S)
+    # (N,S) model probability on the classes the exact posterior rules out (probability 0), None for real answers.
+    # Tiny in KL (about its size / ln 2) but costly in entropy (about m log2(n/m) bits): the leak the entropy
+    # error punishes.
+    impossible_mass: torch.Tensor | None = None
 
     @property
     def entropy_abs_err_bits(self) -> torch.Tensor:
@@ -124,10 +128,11 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         nll = -logq.gather(-1, tgt[..., None])[..., 0] / LN2
         correct = (_argmax(pred) == tgt).double()
         bayes_correct = (_argmax(post) == tgt).double()
+        impossible = (logq.exp() * (post.probs == 0)).sum(-1)  # (B,T)
     else:
         tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).double()
         nll = -Normal(pred.loc.double(), pred.scale.double(), validate_args=False).log_prob(tgt) / LN2
-        correct = bayes_correct = None
+        correct = bayes_correct = impossible = None
     return ScoreTable(
         model_entropy_bits=_to_table(h_model, mask),
         bayes_entropy_bits=_to_table(h_bayes, mask),
@@ -135,6 +140,7 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         nll_bits=_to_table(nll, mask),
         correct=None if correct is None else _to_table(correct, mask),
         bayes_correct=None if bayes_correct is None else _to_table(bayes_correct, mask),
+        impossible_mass=None if impossible is None else _to_table(impossible, mask),
     )
 
 
@@ -192,6 +198,7 @@ PER_SEQUENCE_METRICS = {
     "bayes_accuracy": "bayes_correct",
     "model_entropy_bits": "model_entropy_bits",
     "bayes_entropy_bits": "bayes_entropy_bits",
+    "impossible_mass": "impossible_mass",
 }
 
 

@@ -1,4 +1,5 @@
-"""One training loop for every task and architecture: AdamW, warmup + cosine, clipping, fresh data per step.
+"""One training loop for every task and architecture: optimiser and schedule from `optim`, curriculum stages from
+`curriculum`, gradient clipping, fresh data per step.
 
 Each step's batch is `task.sample(B, seed=train_seed(seed, step))` on the training device, so a run resumed from
 a checkpoint sees exactly the data it would have seen, with no data-RNG state to save. Periodic evaluation reads
@@ -21,8 +22,10 @@ from torch import nn
 
 from windtunnel import runs
 from windtunnel.config import RunConfig, resolve_config, resolve_loss, validate
+from windtunnel.curriculum import Curriculum
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.models.base import predictive
+from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
 from windtunnel.runs import train_seed, val_seed
 from windtunnel.tasks.base import Batch, TaskSpec
@@ -34,19 +37,6 @@ class TrainingDiverged(RuntimeError):
     def __init__(self, step: int, what: str) -> None:
         super().__init__(f"training diverged at step {step}: non-finite {what} (last good checkpoint kept)")
         self.step, self.what = step, what
-
-
-def lr_at(step: int, cfg: RunConfig) -> float:
-    """Learning rate for update number `step` (1-based): linear warmup, then cosine to min_lr_ratio*lr or constant."""
-    t = cfg.train
-    if t.warmup_steps and step <= t.warmup_steps:
-        return t.lr * step / t.warmup_steps
-    if t.schedule == "constant":
-        return t.lr
-    span = max(1, t.steps - t.warmup_steps)
-    frac = min(1.0, (step - t.warmup_steps) / span)
-    floor = t.min_lr_ratio * t.lr
-    return floor + (t.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -73,16 +63,14 @@ def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> 
     raise ValueError(f"train.loss: unknown loss {kind!r}")
 
 
-def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
-    """AdamW; weight decay only on matrices of linear layers (not norms, biases or embeddings)."""
-    no_decay_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay, rest = [], []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        (decay if p.ndim >= 2 and id(p) not in no_decay_ids else rest).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.train.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.train.lr, betas=tuple(cfg.train.betas))
+def closest_posterior(result: dict[str, Any]) -> dict[str, Any]:
+    """For a task with approximate posteriors (the HMM's window filters): {"closest": "exact" or the name of the
+    approximation the model is nearest to in KL(posterior || model)}; {} for other tasks."""
+    approx = result.get("approximations")
+    if not approx:
+        return {}
+    kl = {"exact": result["metrics_point"]["kl_bits"], **{k: v["kl_from_model_bits"] for k, v in approx.items()}}
+    return {"closest": min(kl, key=kl.get)}
 
 
 def checkpoint_steps(cfg: RunConfig) -> set[int]:
@@ -170,27 +158,32 @@ def train(
     if start:
         runs.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
     loss_kind = resolve_loss(cfg, task)
+    curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
     ckpt_at = checkpoint_steps(cfg)
     log = runs.MetricsLog(run_dir)
     bar = _progress_bar(t.steps, start, progress)
-    tokens = t.batch_size * spec.seq_len
     last_eval: float | None = None
-    t_last, step_last = time.perf_counter(), start
-    # Wall time accumulated over every (re)start of this run, so an interrupted run reports its true cost.
-    elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in runs.read_metrics(run_dir)), default=0.0)
-    t_start = t_last
+    # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every
+    # (re)start of this run, so an interrupted run reports its true cost.
+    previous = runs.read_metrics(run_dir)
+    elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in previous), default=0.0)
+    train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
+    t_start = time.perf_counter()
+    train_s_last, step_last, tokens = train_s, start, 0
     try:
         model.train()
         for step in range(start + 1, t.steps + 1):
+            t0 = time.perf_counter()
             lr = lr_at(step, cfg)
             for g in opt.param_groups:
                 g["lr"] = lr
-            batch = task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
+            step_task = curriculum.task_at(step)
+            batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
             with autocast(device, t.dtype):
                 out = fwd(batch.inputs)
-            loss = compute_loss(loss_kind, spec, out, batch)
+            loss = compute_loss(loss_kind, step_task.spec, out, batch)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 raise TrainingDiverged(step, "loss")
@@ -200,20 +193,21 @@ def train(
             if not torch.isfinite(gnorm):
                 raise TrainingDiverged(step, "gradients")
             opt.step()
+            train_s += time.perf_counter() - t0
+            tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
             if step % t.log_every == 0 or step == t.steps:
-                now = time.perf_counter()
-                dt = max(now - t_last, 1e-9)
+                dt = max(train_s - train_s_last, 1e-9)
                 log.write({"step": step, "loss": loss_value, "lr": lr, "grad_norm": float(gnorm),
-                           "time_s": dt / (step - step_last), "tokens_per_s": tokens * (step - step_last) / dt,
-                           "elapsed_s": round(elapsed0 + now - t_start, 3)})
-                t_last, step_last = now, step
-            if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, approximations=False,
-                                   stream="validation")
+                           "time_s": dt / (step - step_last), "tokens_per_s": tokens / dt,
+                           "train_s": round(train_s, 3),
+                           "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3)})
+                train_s_last, step_last, tokens = train_s, step, 0
+            if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
+                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, stream="validation")
                 model.train()
-                log.write({"step": step, "split": "eval", **m["metrics_point"]})
+                log.write({"step": step, "split": "eval", **m["metrics_point"], **closest_posterior(m),
+                           "train_s": round(train_s, 3)})
                 last_eval = m["metrics_point"]["entropy_mae_bits"]
-                t_last = time.perf_counter()  # evaluation time is not training throughput
             if step in ckpt_at:
                 log.sync()
                 runs.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
@@ -232,4 +226,4 @@ def train(
     return evaluate(runs.load_run(run_dir), device=device, model=model)
 
 
-__all__ = ["TrainingDiverged", "compute_loss", "lr_at", "train", "train_seed", "val_seed"]
+__all__ = ["TrainingDiverged", "closest_posterior", "compute_loss", "lr_at", "train", "train_seed", "val_seed"]

@@ -31,13 +31,14 @@ def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 class LSTM(Ablatable, SequenceModel):
-    """Stacked LSTM. Size: n_layers, d_model, pos ('none'|'learned'), max_len, tie, dropout (0, between layers).
+    """Stacked LSTM. Size: n_layers, d_model, pos ('none'|'learned'), max_len, tie, dropout (0, between layers),
+    logit_scale.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity (its input passes straight through).
     """
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, pos: str = "none",
-                 max_len: int | None = None, tie: bool = True, dropout: float = 0.0) -> None:
+                 max_len: int | None = None, tie: bool = True, dropout: float = 0.0, logit_scale: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
@@ -49,7 +50,7 @@ class LSTM(Ablatable, SequenceModel):
         self.layers = nn.ModuleList(nn.LSTM(d_model, d_model, batch_first=True) for _ in range(n_layers))
         self.dropout = nn.Dropout(dropout)
         self.norm = nn.LayerNorm(d_model)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
         self.apply(init_weights)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
 
     def forward(self, inputs: torch.Tensor, cache: bool = False):

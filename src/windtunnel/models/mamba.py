@@ -282,14 +282,15 @@ class MambaBlock(nn.Module):
 class Mamba(Ablatable, SequenceModel):
     """Stack of Mamba blocks. Size: n_layers, d_model, d_state (16), expand (2), d_conv (4), dt_rank ('auto' =
     ceil(d/16)), variant ('reference'|'paper'), scan ('auto'|'fused'|'parallel'|'sequential'; auto = fused on CPU,
-    parallel elsewhere; `cache=True` always scans sequentially), pos, max_len, tie.
+    parallel elsewhere; `cache=True` always scans sequentially), pos, max_len, tie, logit_scale.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity.
     """
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, d_state: int = 16, expand: int = 2,
                  d_conv: int = 4, dt_rank: int | str = "auto", variant: str = "reference", scan: str = "auto",
-                 pos: str | None = None, max_len: int | None = None, tie: bool = True, eps: float = 1e-5) -> None:
+                 pos: str | None = None, max_len: int | None = None, tie: bool = True, eps: float = 1e-5,
+                 logit_scale: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
@@ -309,7 +310,7 @@ class Mamba(Ablatable, SequenceModel):
         self.norms = nn.ModuleList(nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.Identity()
                                    for _ in range(n_layers))
         self.norm = nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.LayerNorm(d_model, eps=eps)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
         self.apply(init_weights)
         for block in self.blocks:
             block.reset_ssm_parameters()

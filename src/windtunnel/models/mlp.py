@@ -86,10 +86,11 @@ class PrefixEmbedding(nn.Module):
 
 
 class PrefixMLP(_ResidualMLP):
-    """MLP over the flattened zero-padded causal prefix. Size: n_layers, d_model (width), d_emb, ratio, max_len."""
+    """MLP over the flattened zero-padded causal prefix. Size: n_layers, d_model (width), d_emb, ratio, max_len,
+    logit_scale."""
 
     def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 384, d_emb: int = 16, ratio: int = 1,
-                 max_len: int | None = None) -> None:
+                 max_len: int | None = None, logit_scale: bool = False) -> None:
         super().__init__()
         check_int("n_layers", n_layers, 0)
         check_int("d_model", d_model, 1)
@@ -97,7 +98,8 @@ class PrefixMLP(_ResidualMLP):
         check_int("ratio", ratio, 1)
         self.embed = PrefixEmbedding(spec, d_model, d_emb, max_len)
         self.max_len, self.d_emb = self.embed.max_len, d_emb
-        self._build_body(spec, n_layers, d_model, ratio, nn.LayerNorm(d_model), OutputHead(spec, d_model, tie=False))
+        self._build_body(spec, n_layers, d_model, ratio, nn.LayerNorm(d_model),
+                         OutputHead(spec, d_model, tie=False, logit_scale=logit_scale))
 
     def state_size(self, T: int) -> int:
         """It must keep the embedded prefix: T slots of d_emb numbers."""
@@ -105,10 +107,11 @@ class PrefixMLP(_ResidualMLP):
 
 
 class PointwiseMLP(_ResidualMLP):
-    """Per-position control, no mixing across positions. Size: n_layers, d_model, ratio (4), max_len, tie."""
+    """Per-position control, no mixing across positions. Size: n_layers, d_model, ratio (4), max_len, tie,
+    logit_scale."""
 
     def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 192, ratio: int = 4,
-                 max_len: int | None = None, tie: bool = True) -> None:
+                 max_len: int | None = None, tie: bool = True, logit_scale: bool = False) -> None:
         super().__init__()
         check_int("n_layers", n_layers, 0)
         check_int("d_model", d_model, 1)
@@ -116,7 +119,7 @@ class PointwiseMLP(_ResidualMLP):
         self.embed = InputEmbedding(spec, d_model, max_len, pos="learned")
         self.max_len = self.embed.max_len
         self._build_body(spec, n_layers, d_model, ratio, nn.RMSNorm(d_model, eps=1e-5),
-                         OutputHead(spec, d_model, tie=tie, embedding=self.embed))
+                         OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale))
 
     def state_size(self, T: int) -> int:
         """Nothing is carried between positions."""

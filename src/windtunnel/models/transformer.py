@@ -96,10 +96,13 @@ class Block(nn.Module):
 
 
 class Transformer(Ablatable, SequenceModel):
-    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std.
+    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std,
+    logit_scale.
 
     `pos`: "learned" (absolute table, GPT-2 and the official code), "rotary" (relative, on q and k), "none", or
     "learned+rotary" (both: absolute slots to read a prompt's header, relative offsets to find earlier tokens).
+
+    `logit_scale`: a learned scale of the answer logits (`OutputHead`).
 
     `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02 by default; residual
     output projections get std/sqrt(2 n_layers)).
@@ -115,7 +118,7 @@ class Transformer(Ablatable, SequenceModel):
     def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
                  d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
                  eps: float = 1e-5, attention: str = "auto", explicit: bool = False,
-                 init_std: float = INIT_STD) -> None:
+                 init_std: float = INIT_STD, logit_scale: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
@@ -134,7 +137,7 @@ class Transformer(Ablatable, SequenceModel):
         self.max_len = self.embed.max_len
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, rope, eps) for _ in range(n_layers))
         self.norm = nn.RMSNorm(d_model, eps=eps)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed)
+        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
         if not init_std > 0:
             raise ValueError(f"init_std: must be > 0 (got {init_std})")
         self.apply(functools.partial(init_weights, std=float(init_std)))

@@ -1,0 +1,54 @@
+"""Time-to-Bayes on this machine: training seconds until each cell first reaches the paper's precision marks.
+
+    python benchmarks/bench_time_to_bayes.py [--group bijection|hmm|recall|regression|all] [--seeds N] [--jobs 2]
+                                             [--out runs/time-to-bayes]
+
+The same as `windtunnel time-to-bayes --cell ...` with the cells of docs/results/time-to-bayes.md: for each wind
+tunnel, today's quick-tier recipe ("before") and the recipe the benchmark kept ("after"), at the budgets of the
+issue's targets. Writes time_to_bayes.json / .md / .png under --out. Long: hours on 2 cores for `all`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from windtunnel.time_to_bayes import Cell, run
+
+# Each group: the cells of one wind tunnel. Budgets are steps at the stated batch; eval every ~2% of the run.
+GROUPS: dict[str, list[Cell]] = {
+    "bijection": [
+        Cell(task="bijection", arch="transformer", recipe="baseline", steps=3000, batch_size=64, lr=1e-3,
+             eval_every=100),
+        Cell(task="bijection", arch="transformer", recipe="wsd", steps=3000, batch_size=64, lr=1e-3, eval_every=100),
+    ],
+    "hmm": [
+        Cell(task="hmm", arch="transformer", recipe="wsd", steps=3000, batch_size=32, lr=1e-3, eval_every=100,
+             seeds=3),
+        Cell(task="hmm", arch="mamba", recipe="wsd", steps=1500, batch_size=32, lr=1e-3, eval_every=100),
+    ],
+    "recall": [
+        Cell(task="recall", arch="transformer", recipe="wsd", steps=1500, batch_size=64, lr=1e-3, eval_every=100),
+    ],
+    "regression": [
+        Cell(task="regression", arch="transformer", recipe="baseline", steps=1500, batch_size=64, lr=1e-3,
+             eval_every=100),
+        Cell(task="regression", arch="mamba", recipe="wsd", steps=600, batch_size=64, lr=2e-3, eval_every=50),
+    ],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--group", choices=[*GROUPS, "all"], default="bijection")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: each cell's own)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="runs/time-to-bayes")
+    args = ap.parse_args()
+    cells = [c for g, cs in GROUPS.items() if args.group in (g, "all") for c in cs]
+    if args.seeds is not None:
+        cells = [c.model_copy(update={"seeds": args.seeds}) for c in cells]
+    run(cells, args.out, jobs=args.jobs)
+
+
+if __name__ == "__main__":
+    main()

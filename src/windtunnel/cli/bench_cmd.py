@@ -1,0 +1,42 @@
+"""`windtunnel time-to-bayes` and `windtunnel recipes`: how long a recipe takes to reach the paper's precision."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from windtunnel.cli import app
+from windtunnel.cli.common import fail, guarded
+
+
+@app.command("time-to-bayes")
+@guarded
+def time_to_bayes(
+    cell: list[str] = typer.Option(..., help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
+                                             "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
+                                             "set.model.size.d_model=96] (repeatable)"),
+    out: Path = typer.Option(Path("runs/time-to-bayes"), help="output directory (runs/, JSON, Markdown, plot)"),
+    jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
+) -> None:
+    """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
+    from windtunnel.time_to_bayes import parse_cell, run
+
+    if jobs < 1:
+        fail(f"--jobs: must be >= 1 (got {jobs})")
+    run([parse_cell(c) for c in cell], out, jobs=jobs, echo=typer.echo)
+    typer.echo(f"results: {out / 'time_to_bayes.json'}, {out / 'time_to_bayes.md'}, {out / 'time_to_bayes.png'}")
+
+
+@app.command()
+@guarded
+def recipes(name: str = typer.Argument(None, help="show one recipe (a registered name or a YAML/JSON file)")) -> None:
+    """List the registered training recipes, or show one."""
+    from windtunnel.recipes import RECIPES, get_recipe
+
+    if name is not None:
+        typer.echo(json.dumps(get_recipe(name).model_dump(mode="json"), indent=2, sort_keys=True))
+        return
+    for r in RECIPES.values():
+        typer.echo(f"{r.name:12s} {r.description}")

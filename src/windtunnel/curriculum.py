@@ -1,0 +1,32 @@
+"""Curriculum sampler: which task a training step draws its batch from.
+
+`train.curriculum` is a list of stages `{until: step, params: {...}}`; step s trains on the task with the first stage
+whose `until >= s` applied on top of `task.params`, and on the full task after the last stage (e.g. short HMMs or
+few recall pairs first). Stages may change sequence lengths only (checked by `config.resolve_config`). The task of a
+step depends on the step alone, so a resumed run samples exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from windtunnel import tasks
+from windtunnel.config import RunConfig
+
+
+class Curriculum:
+    """`task_at(step)`: the task of training step `step` (1-based); stage tasks are built once."""
+
+    def __init__(self, cfg: RunConfig, task: Any) -> None:
+        base = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
+        self.ends = [st.until for st in cfg.train.curriculum]  # strictly increasing (validated)
+        self.stages = [tasks.make(cfg.task.name, **{**base, **st.params}) for st in cfg.train.curriculum]
+        self.task = task
+
+    def task_at(self, step: int) -> Any:
+        i = bisect.bisect_left(self.ends, step)
+        return self.stages[i] if i < len(self.stages) else self.task
+
+    def __len__(self) -> int:
+        return len(self.stages)

@@ -1,0 +1,136 @@
+"""Training recipes as data: a named set of optimiser / schedule / batch / size / curriculum settings.
+
+A recipe is dotted config overrides (`train.schedule`, `train.optimizer`, `model.size.d_model`, ...) plus an
+optional per-task curriculum written in fractions of the run, so one recipe applies at any budget:
+
+    wsd = Recipe(name="wsd", description="...", overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2})
+    cfg = get_recipe("wsd").apply(run_config("hmm", "transformer", "quick"))
+
+Honesty rule: a recipe changes how a model is trained, never what it is trained and scored on. Task parameters and
+evaluation settings cannot be set by a recipe; changing the loss (the paper's cross-entropy on sampled targets,
+soft posterior targets for the HMM, Gaussian NLL for regression) is allowed only in a recipe marked `ablation`.
+Recipes load from YAML/JSON files too (`get_recipe("my-recipe.yaml")`); `RECIPES` holds the registered ones, each
+with the measurement that justifies it in docs/results/time-to-bayes.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from windtunnel.config import apply_overrides, error_message, read_file
+
+_ALLOWED_PREFIXES = ("train.", "model.")
+_FORBIDDEN = ("model.arch",)  # a recipe trains a given architecture; it does not swap it
+
+
+class Stage(BaseModel):
+    """A curriculum stage in fractions of the run: train with `params` until `frac` of the steps."""
+
+    model_config = ConfigDict(extra="forbid")
+    frac: float = Field(gt=0, lt=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Recipe(BaseModel):
+    """A named training recipe (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    by_task: dict[str, dict[str, Any]] = Field(default_factory=dict)  # extra overrides for one task
+    curriculum: dict[str, list[Stage]] = Field(default_factory=dict)  # task name -> stages, fractions increasing
+    ablation: bool = False  # True when the recipe changes the training loss (never a headline result)
+
+    @field_validator("overrides")
+    @classmethod
+    def _keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        _check_keys(v)
+        return v
+
+    @field_validator("by_task")
+    @classmethod
+    def _task_keys(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for over in v.values():
+            _check_keys(over)
+        return v
+
+    @field_validator("curriculum")
+    @classmethod
+    def _increasing(cls, v: dict[str, list[Stage]]) -> dict[str, list[Stage]]:
+        for task, stages in v.items():
+            fr = [s.frac for s in stages]
+            if fr != sorted(set(fr)):
+                raise ValueError(f"{task}: stage fractions must be strictly increasing (got {fr})")
+        return v
+
+    @model_validator(mode="after")
+    def _loss_is_ablation(self) -> Recipe:
+        sets_loss = "train.loss" in self.overrides or any("train.loss" in o for o in self.by_task.values())
+        if sets_loss and not self.ablation:
+            raise ValueError("train.loss: a recipe that changes the paper's loss must be marked ablation: true")
+        return self
+
+    def overrides_for(self, task: str, steps: int) -> dict[str, Any]:
+        """The dotted overrides this recipe makes to a run of `task` with `steps` training steps."""
+        out = {**self.overrides, **self.by_task.get(task, {})}
+        stages = self.curriculum.get(task)
+        if stages:
+            out["train.curriculum"] = [{"until": max(1, round(s.frac * steps)), "params": dict(s.params)}
+                                       for s in stages]
+        return out
+
+    def apply(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A copy of a plain config dict (`suites.paper.run_config`) with this recipe applied."""
+        task = config.get("task", {}).get("name", "bijection")
+        steps = int(config.get("train", {}).get("steps", 1000))
+        if "train.steps" in self.overrides:
+            steps = int(self.overrides["train.steps"])
+        return apply_overrides(config, self.overrides_for(task, steps))
+
+
+def _check_keys(over: dict[str, Any]) -> None:
+    for key in over:
+        if not key.startswith(_ALLOWED_PREFIXES) or key in _FORBIDDEN:
+            raise ValueError(f"{key}: a recipe may set train.* and model.* (size) keys only, not the task, the "
+                             "evaluation or the architecture")
+
+
+def parse_recipe(data: dict[str, Any]) -> Recipe:
+    """Validate a recipe mapping; ValueError names each bad field."""
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"recipe: {error_message(err)}") from None
+
+
+# The registered recipes. "baseline" is each tier's own settings; the others change one thing at a time on top of
+# it, so the time-to-Bayes benchmark compares them cell by cell.
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe(name="baseline", description="the tier's settings: AdamW, linear warmup then cosine to 0"),
+    Recipe(name="wsd", description="warmup-stable-decay: constant lr, linear cooldown over the last 20% of steps",
+           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2}),
+    Recipe(name="muon", description="wsd with torch.optim.Muon on the hidden matrices (AdamW for the rest)",
+           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"}),
+    Recipe(name="curriculum", description="wsd with a length curriculum: short HMMs / few pairs / few points first",
+           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
+           curriculum={"hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
+                       "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})]}),
+)}
+
+
+def get_recipe(name_or_path: str | Path) -> Recipe:
+    """A registered recipe by name, or one read from a YAML/JSON file (its `name` defaults to the file stem)."""
+    key = str(name_or_path)
+    if key in RECIPES:
+        return RECIPES[key]
+    p = Path(key)
+    if p.suffix in (".yaml", ".yml", ".json") and p.is_file():
+        return parse_recipe({"name": p.stem, **read_file(p)})
+    raise ValueError(f"recipe: {key!r} is neither a registered recipe ({', '.join(RECIPES)}) nor a YAML/JSON file")
+
+
+__all__ = ["RECIPES", "Recipe", "Stage", "get_recipe", "parse_recipe"]

@@ -1,0 +1,275 @@
+"""Time-to-Bayes: how long until a model is Bayes-exact? Wall-clock training seconds and steps to each precision mark.
+
+A cell is (task, architecture, recipe, budget); each seed of a cell is one training run with frequent cheap
+evaluation on the validation stream (never the test stream). From its `metrics.jsonl` the benchmark reads the first
+evaluation at which the headline metric reaches each mark:
+
+    entropy error  0.1, 0.05, 0.02, 0.01 bits     (recall: accuracy 90%, 99%, 100%)
+    HMM, also      "exact filter": the model is closer (KL) to the exact filter than to every window filter
+
+Times are *training* seconds (`train_s`: optimiser steps only, no evaluation or checkpoints), with the machine,
+threads and dtype recorded. Results: `time_to_bayes.json`, `time_to_bayes.md` and a log-log plot of error against
+training seconds per cell (`time_to_bayes.png`). Run with `windtunnel time-to-bayes` or
+`benchmarks/bench_time_to_bayes.py`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from windtunnel import runs
+from windtunnel.recipes import get_recipe
+
+MARKS: dict[str, tuple[float, ...]] = {"entropy_mae_bits": (0.1, 0.05, 0.02, 0.01), "accuracy": (0.9, 0.99, 1.0)}
+EXACT_FILTER = "exact filter"
+
+
+class Cell(BaseModel):
+    """One benchmark cell: the tier's task size and model preset, trained with `recipe` for `steps` at `batch_size`
+    and `lr`, evaluated every `eval_every` steps on `eval_size` validation sequences; `seeds` runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: str
+    arch: str
+    recipe: str = "baseline"
+    tier: str = "quick"
+    steps: int = Field(ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=1e-3, gt=0, allow_inf_nan=False)
+    warmup_steps: int | None = Field(default=None, ge=0)  # None: 5% of the steps, as the quick tier
+    eval_every: int = Field(default=100, ge=1)
+    eval_size: int = Field(default=256, ge=1)
+    seeds: int = Field(default=1, ge=1)
+    set: dict[str, Any] = Field(default_factory=dict)  # extra dotted overrides (model.size.*, train.*) for ablations
+
+    @property
+    def label(self) -> str:
+        extra = "".join(f",{k.split('.')[-1]}={v}" for k, v in sorted(self.set.items()))
+        return f"{self.task}/{self.arch}/{self.recipe} ({self.steps}x{self.batch_size}, lr {self.lr:g}{extra})"
+
+    @property
+    def slug(self) -> str:
+        extra = "".join(f"-{k.split('.')[-1]}{v}" for k, v in sorted(self.set.items()))
+        return f"{self.task}-{self.arch}-{self.recipe}-{self.steps}x{self.batch_size}-lr{self.lr:g}{extra}"
+
+
+def metric_of(task: str) -> str:
+    """The headline metric of a task's time-to-Bayes marks."""
+    from windtunnel.suites.paper import PRIMITIVE
+
+    return PRIMITIVE.get(task, ("", "entropy_mae_bits"))[1]
+
+
+def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
+    """The run config of one seed of a cell: the tier's config of (task, arch) with the cell's budget and recipe."""
+    from windtunnel.config import apply_overrides
+    from windtunnel.suites.paper import run_config
+
+    cfg = run_config(cell.task, cell.arch, cell.tier, seed)
+    warmup = cell.warmup_steps if cell.warmup_steps is not None else max(1, cell.steps // 20)
+    cfg = apply_overrides(cfg, {
+        "train.steps": cell.steps, "train.batch_size": cell.batch_size, "train.lr": cell.lr,
+        "train.warmup_steps": warmup, "train.eval_every": cell.eval_every, "train.eval_size": cell.eval_size,
+        "train.checkpoint_every": max(cell.eval_every, cell.steps // 10), "train.checkpoint_schedule": None,
+        "train.keep_checkpoints": 1, "train.log_every": min(50, cell.eval_every)})
+    cfg = get_recipe(cell.recipe).apply(cfg)
+    return apply_overrides(cfg, cell.set)
+
+
+def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, float] | None]:
+    """First evaluation at which `metric` reaches each mark: {mark: {"step", "train_s"} or None}; for a task with
+    approximate posteriors also the first one on the exact filter (`EXACT_FILTER`)."""
+    better = (lambda v, m: v >= m) if metric == "accuracy" else (lambda v, m: v <= m)
+    out: dict[str, dict[str, float] | None] = {}
+    for mark in MARKS[metric]:
+        hit = next((e for e in evals if e.get(metric) is not None and better(e[metric], mark)), None)
+        out[f"{mark:g}"] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
+    if any("closest" in e for e in evals):
+        hit = next((e for e in evals if e.get("closest") == "exact"), None)
+        out[EXACT_FILTER] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
+    return out
+
+
+def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
+    """Train one seed of a cell (resuming an interrupted run; a finished one is read back) and read its curve."""
+    import torch
+
+    from windtunnel.train import train
+
+    torch.set_num_threads(max(1, threads))
+    run_dir = out / "runs" / f"{cell.slug}-s{seed}"
+    config = cell_config(cell, seed)
+    if not (run_dir / "eval.json").exists():
+        train(config, run_dir, resume=run_dir.exists(), progress=False)
+    final = runs.read_json(run_dir / "eval.json")["default"]["metrics"]  # the test stream, written by train()
+    lines = runs.read_metrics(run_dir)
+    evals = [r for r in lines if r.get("split") == "eval"]
+    steps = [r for r in lines if "loss" in r]
+    metric = metric_of(cell.task)
+    keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest")
+    return {
+        "seed": seed, "run_dir": str(run_dir), "metric": metric,
+        "curve": [{k: e[k] for k in keep if k in e} for e in evals],
+        "crossings": crossings(evals, metric),
+        "train_s": steps[-1]["train_s"] if steps else None,
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps[1:]) if len(steps) > 1 else None,
+        "final_validation": {k: evals[-1].get(k) for k in keep if k in evals[-1]} if evals else None,
+        "test": {k: (v["mean"] if v else None) for k, v in final.items()},
+        "dtype": config["train"].get("dtype", "float32"), "threads": threads,
+    }
+
+
+def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per mark: how many seeds reached it, median and range of training seconds and steps."""
+    marks: dict[str, Any] = {}
+    for mark in seeds[0]["crossings"]:
+        hits = [s["crossings"][mark] for s in seeds if s["crossings"][mark] is not None]
+        marks[mark] = {"reached": len(hits), "of": len(seeds)}
+        if hits:
+            secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]
+            marks[mark].update(median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs),
+                               median_step=statistics.median(steps))
+    metric = seeds[0]["metric"]
+    test = [s["test"][metric] for s in seeds if s["test"].get(metric) is not None]
+    return {"cell": cell.model_dump(), "label": cell.label, "metric": metric, "marks": marks,
+            "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
+            "recipe": get_recipe(cell.recipe).model_dump(mode="json"), "seeds": seeds}
+
+
+def _job(args: tuple[Cell, int, Path, int]) -> dict[str, Any]:
+    return run_seed(*args)
+
+
+def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print) -> dict[str, Any]:
+    """Run every seed of every cell (`jobs` in parallel, CPU threads split between them); write JSON, Markdown and
+    the plot into `out`; returns the results dict."""
+    import os
+
+    from windtunnel.config import resolve_config
+    from windtunnel.reproduce import machine_description
+
+    for c in cells:  # fail on a bad recipe or config before any training or any directory is made
+        resolve_config(cell_config(c, 0))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    work = [(c, s, out, threads) for c in cells for s in range(c.seeds)]
+    echo(f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {jobs} job(s) x {threads} thread(s) -> {out}")
+    t0 = time.time()
+    if jobs <= 1:
+        done = [_job(w) for w in work]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            done = list(pool.map(_job, work))
+    results = []
+    for c in cells:
+        mine = [d for (cc, _, _, _), d in zip(work, done, strict=True) if cc is c]
+        results.append(summarize_cell(c, mine))
+    data = {"machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs},
+            "wall_s": round(time.time() - t0, 1), "cells": results}
+    runs.write_json(out / "time_to_bayes.json", data)
+    runs.atomic_write(out / "time_to_bayes.md", markdown(data))
+    plot(data, out / "time_to_bayes.png")
+    echo(markdown(data))
+    return data
+
+
+def _fmt_hit(m: dict[str, Any]) -> str:
+    if not m["reached"]:
+        return f"— (0/{m['of']})"
+    span = "" if m["of"] == 1 else f" [{m['min_s']:.0f}–{m['max_s']:.0f}]"
+    seeds = "" if m["of"] == 1 else f" {m['reached']}/{m['of']}"
+    return f"{m['median_s']:.0f} s{span} @{m['median_step']:.0f}{seeds}"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """One table per headline metric: training seconds [seed range] @ median step to each mark, and the final test
+    value (mean, min–max over seeds)."""
+    lines = [f"Machine: {data['machine']['machine']}; torch {data['machine']['torch']}; "
+             f"{data['machine']['threads_per_run']} thread(s) per run, {data['machine']['jobs']} run(s) at once.", ""]
+    for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
+        cells = [c for c in data["cells"] if c["metric"] == metric]
+        marks = list(dict.fromkeys(m for c in cells for m in c["marks"]))
+        unit = "" if metric == "accuracy" else " bits"
+        head = [f"≤ {m}{unit}" if metric != "accuracy" and m != EXACT_FILTER else
+                (f"≥ {float(m):.0%}" if m != EXACT_FILTER else m) for m in marks]
+        lines += [f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)", "",
+                  "| cell | seeds | dtype | " + " | ".join(head) + " | final (test) |",
+                  "|---|---|---|" + "---|" * len(marks) + "---|"]
+        for c in cells:
+            t = c["test"]
+            final = "—" if t is None else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else
+                                                                 f" ({t['min']:.4f}–{t['max']:.4f})"))
+            hits = [(_fmt_hit(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
+            lines.append(f"| {c['label']} | {len(c['seeds'])} | {c['seeds'][0]['dtype']} | " + " | ".join(hits)
+                         + f" | {final} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(data: dict[str, Any], path: str | Path) -> None:
+    """Log-log plot of the headline error (1 - accuracy for recall) against training seconds, one panel per task,
+    one colour per cell, one line per seed; the marks as dotted lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(c["cell"]["task"] for c in data["cells"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        cells = [c for c in data["cells"] if c["cell"]["task"] == task]
+        metric = cells[0]["metric"]
+        for i, c in enumerate(cells):
+            for j, s in enumerate(c["seeds"]):
+                pts = [(e["train_s"], (1 - e[metric]) if metric == "accuracy" else e[metric]) for e in s["curve"]
+                       if e.get(metric) is not None and e["train_s"] > 0]
+                pts = [(x, max(y, 1e-4)) for x, y in pts]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9,
+                            label=c["label"] if j == 0 else None)
+        for mark in MARKS[metric]:
+            y = (1 - mark) if metric == "accuracy" else mark
+            if y > 0:
+                ax.axhline(y, color="grey", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("training seconds")
+        ax.set_ylabel("1 - accuracy" if metric == "accuracy" else f"{metric} (validation)")
+        ax.set_title(task)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    tmp = Path(path).with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def parse_cell(text: str) -> Cell:
+    """`task=bijection,arch=transformer,recipe=wsd,steps=3000` (plus batch_size, lr, seeds, ...; `set.KEY=V` for
+    extra overrides) -> Cell; ValueError names a bad field."""
+    import yaml
+    from pydantic import ValidationError
+
+    from windtunnel.config import error_message
+
+    fields: dict[str, Any] = {"set": {}}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--cell: expected key=value, got {item!r}")
+        parsed = yaml.safe_load(value)
+        if key.startswith("set."):
+            fields["set"][key[4:]] = parsed
+        else:
+            fields[key] = parsed
+    try:
+        return Cell.model_validate(fields)
+    except ValidationError as err:
+        raise ValueError(f"--cell {text!r}: {error_message(err)}") from None

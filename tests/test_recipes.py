@@ -1,0 +1,205 @@
+"""Recipes, schedules, the curriculum sampler, Muon, and the time-to-Bayes bookkeeping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from windtunnel import runs
+from windtunnel.config import build_config, resolve_config
+from windtunnel.curriculum import Curriculum
+from windtunnel.optim import MultiOptimizer, lr_at, make_optimizer
+from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
+from windtunnel.suites.paper import run_config
+from windtunnel.time_to_bayes import EXACT_FILTER, Cell, cell_config, crossings, parse_cell
+from windtunnel.train import train
+
+
+def _smoke(**extra):
+    o = {"task.name": "hmm", "task.K": 6, "task.S": 3, "task.O": 3, "model.arch": "transformer",
+         "model.preset": "smoke", "train.steps": 8, "train.batch_size": 4, "train.log_every": 1, "train.eval_every": 4,
+         "train.eval_size": 4, "train.warmup_steps": 1, "train.checkpoint_every": 4, "eval.n": 8,
+         "train.device": "cpu"}
+    o.update(extra)
+    return build_config(overrides=o)
+
+
+# --- schedules ---------------------------------------------------------------------------------------------
+
+
+def test_wsd_schedule_values_at_the_boundaries():
+    cfg = build_config(overrides={"train.steps": 100, "train.lr": 1.0, "train.warmup_steps": 10,
+                                  "train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.min_lr_ratio": 0.1})
+    assert lr_at(1, cfg) == pytest.approx(0.1) and lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(11, cfg) == lr_at(80, cfg) == 1.0  # stable until the cooldown starts after step 80
+    assert lr_at(81, cfg) == pytest.approx(1.0 - 0.9 / 20)
+    assert lr_at(90, cfg) == pytest.approx(0.55) and lr_at(100, cfg) == pytest.approx(0.1)
+    lrs = [lr_at(s, cfg) for s in range(80, 101)]
+    assert all(a > b for a, b in zip(lrs[:-1], lrs[1:], strict=True))  # strictly decreasing through the cooldown
+
+
+def test_wsd_cooldown_never_eats_the_warmup():
+    cfg = build_config(overrides={"train.steps": 20, "train.lr": 1.0, "train.warmup_steps": 15,
+                                  "train.schedule": "wsd", "train.cooldown_frac": 0.9})
+    assert lr_at(15, cfg) == pytest.approx(1.0)  # the cooldown starts after warmup, not at step 2
+    assert lr_at(20, cfg) == 0.0 and 0 < lr_at(18, cfg) < 1
+
+
+def test_cosine_ends_at_the_floor_and_is_half_way_at_mid_span():
+    cfg = build_config(overrides={"train.steps": 110, "train.lr": 2.0, "train.warmup_steps": 10,
+                                  "train.min_lr_ratio": 0.0})
+    assert lr_at(60, cfg) == pytest.approx(1.0) and lr_at(110, cfg) == pytest.approx(0.0, abs=1e-12)
+
+
+# --- curriculum ---------------------------------------------------------------------------------------------
+
+
+def test_curriculum_sampler_switches_stages_at_their_last_step():
+    cfg = resolve_config(build_config(overrides={
+        "task.name": "hmm", "task.K": 20, "train.steps": 100,
+        "train.curriculum": [{"until": 10, "params": {"K": 5}}, {"until": 30, "params": {"K": 10}}]}))
+    task = runs.build_task(cfg)
+    cur = Curriculum(cfg, task)
+    ks = {s: cur.task_at(s).params.K for s in (1, 10, 11, 30, 31, 100)}
+    assert ks == {1: 5, 10: 5, 11: 10, 30: 10, 31: 20, 100: 20}
+    assert cur.task_at(31) is task and len(cur) == 2
+    assert cur.task_at(5).params.S == task.params.S  # only the stage's own parameters change
+
+
+def test_curriculum_is_validated_when_the_config_resolves():
+    with pytest.raises(ValueError, match="strictly increasing"):
+        build_config(overrides={"train.curriculum": [{"until": 10}, {"until": 10}]})
+    with pytest.raises(ValueError, match=r"train\.curriculum\[0\].*changes vocab_size"):
+        resolve_config(build_config(overrides={"task.name": "bijection",
+                                               "train.curriculum": [{"until": 5, "params": {"V": 10, "L": 5}}]}))
+    with pytest.raises(ValueError, match=r"train\.curriculum\[0\]"):
+        resolve_config(build_config(overrides={"task.name": "hmm", "train.curriculum": [{"until": 5,
+                                                                                         "params": {"K": -1}}]}))
+    # a stage longer than the task makes room for itself in the model's positions
+    cfg = resolve_config(build_config(overrides={"task.name": "hmm", "task.K": 6,
+                                                 "train.curriculum": [{"until": 5, "params": {"K": 9}}]}))
+    assert cfg.model.max_len == runs.build_task(build_config(overrides={"task.name": "hmm", "task.K": 9})).spec.seq_len
+
+
+def test_training_with_a_curriculum_samples_the_stage_lengths(tmp_path, monkeypatch):
+    from windtunnel import train as tr
+
+    seen = []
+    real = tr.compute_loss
+
+    def spy(kind, spec, out, batch):
+        seen.append(batch.inputs.shape[1])
+        return real(kind, spec, out, batch)
+
+    monkeypatch.setattr(tr, "compute_loss", spy)
+    cfg = _smoke(**{"train.curriculum": [{"until": 3, "params": {"K": 3}}]})
+    train(cfg, tmp_path / "r", progress=False)
+    short, full = (runs.build_task(build_config(overrides={"task.name": "hmm", "task.S": 3, "task.O": 3,
+                                                           "task.K": k})).spec.seq_len for k in (3, 6))
+    assert seen == [short] * 3 + [full] * 5
+
+
+# --- optimisers ----------------------------------------------------------------------------------------------
+
+
+def test_muon_takes_the_hidden_matrices_only():
+    cfg = resolve_config(_smoke(**{"train.optimizer": "muon"}))
+    task = runs.build_task(cfg)
+    model = runs.build_model(cfg, task.spec, task)
+    opt = make_optimizer(model, cfg)
+    assert isinstance(opt, MultiOptimizer)
+    muon, adamw = opt.optimizers
+    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    ortho = {id(p) for g in muon.param_groups for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in ortho}
+    assert names and all(n.startswith("blocks.") and n.endswith(".weight") for n in names)
+    assert not any("embed" in n or "head" in n or "norm" in n for n in names)
+    n_total = sum(1 for _ in model.parameters())
+    assert len(ortho) + sum(len(g["params"]) for g in adamw.param_groups) == n_total
+    opt.param_groups[0]["lr"] = 0.123  # one list of groups: the schedule reaches both optimisers
+    assert muon.param_groups[0]["lr"] == 0.123
+
+
+def test_muon_run_resumes_exactly(tmp_path):
+    import shutil
+
+    cfg = _smoke(**{"train.optimizer": "muon", "train.schedule": "wsd"})
+    fresh = train(cfg, tmp_path / "fresh", progress=False)
+    shutil.copytree(tmp_path / "fresh", tmp_path / "cut")  # as if stopped after the step-4 checkpoint
+    runs.delete_checkpoint(tmp_path / "cut", 8)
+    runs.write_json(tmp_path / "cut" / "checkpoints" / "latest.json", {"step": 4})
+    (tmp_path / "cut" / "eval.json").unlink()
+    resumed = train(cfg, tmp_path / "cut", resume=True, progress=False)
+    assert resumed["default"]["metrics"] == fresh["default"]["metrics"]
+    a = runs.load_run(tmp_path / "cut").model.state_dict()
+    b = runs.load_run(tmp_path / "fresh").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- recipes -------------------------------------------------------------------------------------------------
+
+
+def test_recipes_apply_overrides_and_fractional_curricula():
+    base = run_config("hmm", "transformer", "quick")
+    cfg = RECIPES["curriculum"].apply(base)
+    assert cfg["train"]["schedule"] == "wsd" and base["train"].get("schedule") is None  # a copy
+    steps = base["train"]["steps"]
+    assert [s["until"] for s in cfg["train"]["curriculum"]] == [round(0.1 * steps), round(0.25 * steps)]
+    assert [s["params"]["K"] for s in cfg["train"]["curriculum"]] == [5, 10]
+    assert "curriculum" not in RECIPES["curriculum"].apply(run_config("bijection", "transformer", "quick"))["train"]
+    resolve_config(cfg)  # a valid run config
+    assert RECIPES["baseline"].apply(base) == base
+
+
+def test_recipes_cannot_change_the_task_or_the_loss_unless_an_ablation(tmp_path):
+    with pytest.raises(ValueError, match="task.K: a recipe may set train"):
+        parse_recipe({"name": "x", "overrides": {"task.K": 5}})
+    with pytest.raises(ValueError, match="eval.n"):
+        parse_recipe({"name": "x", "by_task": {"hmm": {"eval.n": 5}}})
+    with pytest.raises(ValueError, match="ablation"):
+        parse_recipe({"name": "x", "overrides": {"train.loss": "ce"}})
+    assert parse_recipe({"name": "x", "overrides": {"train.loss": "ce"}, "ablation": True}).ablation
+    with pytest.raises(ValueError, match="strictly increasing"):
+        parse_recipe({"name": "x", "curriculum": {"hmm": [{"frac": 0.5}, {"frac": 0.2}]}})
+    with pytest.raises(ValueError, match="frac"):
+        parse_recipe({"name": "x", "curriculum": {"hmm": [{"frac": 1.5}]}})
+    f = tmp_path / "mine.yaml"
+    f.write_text("overrides:\n  train.schedule: wsd\n  train.lr: 0.002\n")
+    r = get_recipe(f)
+    assert r.name == "mine" and r.overrides == {"train.schedule": "wsd", "train.lr": 0.002}
+    with pytest.raises(ValueError, match="neither a registered recipe"):
+        get_recipe("no-such-recipe")
+
+
+# --- time-to-Bayes bookkeeping -------------------------------------------------------------------------------
+
+
+def test_crossings_are_the_first_evaluation_at_each_mark():
+    evals = [{"step": 10, "train_s": 1.0, "entropy_mae_bits": 0.2},
+             {"step": 20, "train_s": 2.0, "entropy_mae_bits": 0.04, "closest": "window-1"},
+             {"step": 30, "train_s": 3.0, "entropy_mae_bits": 0.06, "closest": "exact"},
+             {"step": 40, "train_s": 4.0, "entropy_mae_bits": 0.01, "closest": "exact"}]
+    c = crossings(evals, "entropy_mae_bits")
+    assert c["0.1"] == {"step": 20, "train_s": 2.0} and c["0.05"] == {"step": 20, "train_s": 2.0}
+    assert c["0.02"] == c["0.01"] == {"step": 40, "train_s": 4.0}
+    assert c[EXACT_FILTER] == {"step": 30, "train_s": 3.0}
+    acc = crossings([{"step": 5, "train_s": 0.5, "accuracy": 0.95}, {"step": 6, "train_s": 0.6, "accuracy": 1.0}],
+                    "accuracy")
+    assert acc == {"0.9": {"step": 5, "train_s": 0.5}, "0.99": {"step": 6, "train_s": 0.6},
+                   "1": {"step": 6, "train_s": 0.6}}
+    assert crossings([{"step": 5, "train_s": 0.5, "entropy_mae_bits": 0.5}], "entropy_mae_bits")["0.1"] is None
+
+
+def test_cells_parse_and_build_their_run_configs():
+    cell = parse_cell("task=bijection,arch=transformer,recipe=wsd,steps=300,batch_size=32,lr=2e-3,seeds=3,"
+                      "set.model.size.d_model=64")
+    assert cell == Cell(task="bijection", arch="transformer", recipe="wsd", steps=300, batch_size=32, lr=2e-3,
+                        seeds=3, set={"model.size.d_model": 64})
+    cfg = resolve_config(cell_config(cell, seed=2))
+    t = cfg.train
+    assert (t.steps, t.batch_size, t.lr, t.schedule, t.warmup_steps, cfg.seed) == (300, 32, 2e-3, "wsd", 15, 2)
+    assert cfg.model.size["d_model"] == 64 and t.eval_every == cell.eval_every
+    with pytest.raises(ValueError, match="steps"):
+        parse_cell("task=bijection,arch=transformer")
+    with pytest.raises(ValueError, match="expected key=value"):
+        parse_cell("task=bijection,transformer")
