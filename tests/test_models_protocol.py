@@ -295,3 +295,25 @@ def test_logit_scale_multiplies_the_class_logits_by_a_learned_exp(arch):
     with torch.no_grad():
         torch.testing.assert_close(scaled(x), plain(x) * torch.tensor(0.7).exp())
     assert build(arch, "regression", logit_scale=True).head.log_scale is None  # no logits to scale
+
+
+def test_attention_sink_lets_a_head_sum_instead_of_average():
+    model = build("transformer", "bijection", attn_sink=True)
+    attn = model.blocks[0].attn
+    x = torch.randn(2, 5, model.d_model)
+    with torch.no_grad():
+        attn.sink.fill_(-30.0)  # a sink nobody attends to: plain causal softmax
+        y_off, inner = attn(x, explicit=True)
+        torch.testing.assert_close(inner["attn"].sum(-1), torch.ones(2, attn.n_heads, 5))
+        plain = build("transformer", "bijection")
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.endswith(".sink")})
+        torch.testing.assert_close(y_off, plain.blocks[0].attn(x, explicit=True)[0])
+        attn.sink.fill_(3.0)  # a strong sink takes mass from every row: each token's weight no longer sums to 1
+        _, inner = attn(x, explicit=True)
+        assert (inner["attn"].sum(-1) < 0.9).all()
+    causal_ok = model.eval()
+    xs = random_inputs(causal_ok.spec, 1, causal_ok.spec.seq_len)
+    ys = xs.clone()
+    ys[0, -1] = (ys[0, -1] + 1) % causal_ok.spec.vocab_size
+    with torch.no_grad():
+        torch.testing.assert_close(causal_ok(xs)[:, :-1], causal_ok(ys)[:, :-1])  # still causal

@@ -203,3 +203,29 @@ def test_cells_parse_and_build_their_run_configs():
         parse_cell("task=bijection,arch=transformer")
     with pytest.raises(ValueError, match="expected key=value"):
         parse_cell("task=bijection,transformer")
+
+
+def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_path):
+    from windtunnel import runs as run_files
+    from windtunnel.time_to_bayes import merge, summarize_marks
+
+    def result(machine, label):
+        seeds = [{"crossings": {"0.1": {"step": 10, "train_s": 2.0}, "0.05": None, "0.02": None, "0.01": None},
+                  "dtype": "float32", "curve": [{"step": 10, "train_s": 2.0, "entropy_mae_bits": 0.09}]}]
+        return {"machine": {"machine": machine, "torch": "2.13", "threads_per_run": 1, "jobs": 2}, "wall_s": 5,
+                "cells": [{"label": label, "metric": "entropy_mae_bits", "cell": {"task": "bijection"},
+                           "marks": summarize_marks([s["crossings"] for s in seeds]), "seeds": seeds,
+                           "test": {"mean": 0.2, "min": 0.2, "max": 0.2}}]}
+
+    for name, machine in (("a", "cpu A"), ("b", "cpu A"), ("c", "cpu B")):
+        (tmp_path / name).mkdir()
+        run_files.write_json(tmp_path / name / "time_to_bayes.json", result(machine, f"cell {name}"))
+    data = merge([tmp_path / "a", tmp_path / "b" / "time_to_bayes.json"], tmp_path / "out")
+    assert [c["label"] for c in data["cells"]] == ["cell a", "cell b"] and data["wall_s"] == 10
+    md = (tmp_path / "out" / "time_to_bayes.md").read_text()
+    assert "| ≤ 0.1 bits | ≤ 0.05 bits | ≤ 0.02 bits | ≤ 0.01 bits |" in md and "2 s @10" in md
+    assert (tmp_path / "out" / "time_to_bayes.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="different machines"):
+        merge([tmp_path / "a", tmp_path / "c"], tmp_path / "out2")
+    with pytest.raises(ValueError, match="no time_to_bayes.json"):
+        merge([tmp_path / "missing"], tmp_path / "out3")

@@ -163,3 +163,30 @@ def test_seed_intervals_stay_inside_the_metric_range():
     assert cell["lo"] == 0.0 and cell["hi"] < 1.0
     err = [record("bijection", "mamba", s, v) for s, v in enumerate([0.001, 0.002, 0.05])]
     assert tables.cell_value(err, "entropy_mae_bits")["lo"] == 0.0
+
+
+def test_time_to_bayes_table_reads_first_crossings_from_each_runs_history():
+    def run(task, arch, seed, curve):
+        hist = [{"step": s, "split": "eval", "train_s": t, tables.headline_metric(task): v, **extra}
+                for s, t, v, extra in curve]
+        return RunRecord(path=Path(f"{task}-{arch}-s{seed}"), task=task, arch=arch, seed=seed, config={}, evals={},
+                         history=[{"step": 1, "loss": 1.0}, *hist])
+
+    recs = [run("hmm", "transformer", 0, [(100, 10.0, 0.2, {"closest": "last 1 obs"}),
+                                          (200, 20.0, 0.04, {"closest": "exact"}),
+                                          (300, 30.0, 0.009, {"closest": "exact"})]),
+            run("hmm", "transformer", 1, [(100, 12.0, 0.08, {"closest": "last 2 obs"}),
+                                          (200, 24.0, 0.03, {"closest": "last 2 obs"})]),
+            run("recall", "mamba", 0, [(50, 5.0, 0.95, {}), (100, 9.0, 1.0, {})]),
+            RunRecord(path=Path("old"), task="bijection", arch="lstm", seed=0, config={}, evals={},
+                      history=[{"step": 5, "split": "eval", "entropy_mae_bits": 0.1}])]  # no train_s: left out
+    header, rows = tables.time_to_bayes_table(recs)
+    assert header[3:8] == ["≤ 0.1 bits", "≤ 0.05 bits", "≤ 0.02 bits", "≤ 0.01 bits", "exact filter"]
+    hmm = next(r for r in rows if r[0] == "hmm")
+    assert hmm[2] == "2"
+    assert hmm[3] == "16 s [12–20] @150 2/2"  # seed 0 at step 200 (20 s), seed 1 at step 100 (12 s)
+    assert hmm[4] == "22 s [20–24] @200 2/2"
+    assert hmm[6] == "30 s [30–30] @300 1/2" and hmm[7] == "20 s [20–20] @200 1/2"
+    recall = next(r for r in rows if r[0] == "recall")
+    assert recall[-1] == "≥ 90%: 5 s @50; ≥ 99%: 9 s @100; ≥ 100%: 9 s @100"
+    assert not any(r[0] == "bijection" for r in rows)

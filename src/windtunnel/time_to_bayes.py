@@ -125,19 +125,25 @@ def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
     }
 
 
-def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per mark: how many seeds reached it, median and range of training seconds and steps."""
+def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[str, dict[str, Any]]:
+    """Per mark, over seeds' `crossings`: how many reached it, median and range of training seconds, median step."""
     marks: dict[str, Any] = {}
-    for mark in seeds[0]["crossings"]:
-        hits = [s["crossings"][mark] for s in seeds if s["crossings"][mark] is not None]
-        marks[mark] = {"reached": len(hits), "of": len(seeds)}
+    for mark in per_seed[0]:
+        hits = [c[mark] for c in per_seed if c.get(mark) is not None]
+        marks[mark] = {"reached": len(hits), "of": len(per_seed)}
         if hits:
             secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]
             marks[mark].update(median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs),
                                median_step=statistics.median(steps))
+    return marks
+
+
+def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A cell's seeds: their marks (`summarize_marks`) and final test value (mean, min, max)."""
     metric = seeds[0]["metric"]
     test = [s["test"][metric] for s in seeds if s["test"].get(metric) is not None]
-    return {"cell": cell.model_dump(), "label": cell.label, "metric": metric, "marks": marks,
+    return {"cell": cell.model_dump(), "label": cell.label, "metric": metric,
+            "marks": summarize_marks([s["crossings"] for s in seeds]),
             "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
             "recipe": get_recipe(cell.recipe).model_dump(mode="json"), "seeds": seeds}
 
@@ -146,9 +152,10 @@ def _job(args: tuple[Cell, int, Path, int]) -> dict[str, Any]:
     return run_seed(*args)
 
 
-def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print) -> dict[str, Any]:
-    """Run every seed of every cell (`jobs` in parallel, CPU threads split between them); write JSON, Markdown and
-    the plot into `out`; returns the results dict."""
+def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print,
+        threads: int | None = None) -> dict[str, Any]:
+    """Run every seed of every cell (`jobs` in parallel, each with `threads` CPU threads; default: the cores split
+    between the jobs); write JSON, Markdown and the plot into `out`; returns the results dict."""
     import os
 
     from windtunnel.config import resolve_config
@@ -158,7 +165,7 @@ def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print) ->
         resolve_config(cell_config(c, 0))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    threads = threads or max(1, (os.cpu_count() or 1) // max(1, jobs))
     work = [(c, s, out, threads) for c in cells for s in range(c.seeds)]
     echo(f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {jobs} job(s) x {threads} thread(s) -> {out}")
     t0 = time.time()
@@ -180,12 +187,49 @@ def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print) ->
     return data
 
 
-def _fmt_hit(m: dict[str, Any]) -> str:
+def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
+    """Combine earlier results (directories holding time_to_bayes.json, or the JSON files) into one table and plot
+    in `out`; each cell keeps its own machine line. Returns the merged results dict."""
+    cells, machines, wall = [], [], 0.0
+    for src in sources:
+        p = Path(src)
+        p = p / "time_to_bayes.json" if p.is_dir() else p
+        if not p.is_file():
+            raise ValueError(f"merge: no time_to_bayes.json at {str(src)!r}")
+        data = runs.read_json(p)
+        cells += data["cells"]
+        machines.append(data["machine"])
+        wall += float(data.get("wall_s", 0.0))
+    if not cells:
+        raise ValueError("merge: nothing to merge")
+    first = machines[0]
+    if any(m.get("machine") != first.get("machine") for m in machines):
+        raise ValueError("merge: results come from different machines; their seconds do not compare")
+    data = {"machine": {**first, "jobs": max(m.get("jobs", 1) for m in machines),
+                        "threads_per_run": first.get("threads_per_run")},
+            "wall_s": round(wall, 1), "cells": cells, "merged_from": [str(s) for s in sources]}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs.write_json(out / "time_to_bayes.json", data)
+    runs.atomic_write(out / "time_to_bayes.md", markdown(data))
+    plot(data, out / "time_to_bayes.png")
+    return data
+
+
+def format_mark(m: dict[str, Any]) -> str:
+    """`"412 s [380–460] @1,300 2/3"`: median training seconds [range over seeds] @ median step, seeds reaching."""
     if not m["reached"]:
         return f"— (0/{m['of']})"
     span = "" if m["of"] == 1 else f" [{m['min_s']:.0f}–{m['max_s']:.0f}]"
     seeds = "" if m["of"] == 1 else f" {m['reached']}/{m['of']}"
-    return f"{m['median_s']:.0f} s{span} @{m['median_step']:.0f}{seeds}"
+    return f"{m['median_s']:.0f} s{span} @{m['median_step']:,.0f}{seeds}"
+
+
+def mark_header(mark: str, metric: str) -> str:
+    """Column title of a mark: "≤ 0.01 bits", "≥ 99%" or "exact filter"."""
+    if mark == EXACT_FILTER:
+        return mark
+    return f"≥ {float(mark):.0%}" if metric == "accuracy" else f"≤ {mark} bits"
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -195,10 +239,9 @@ def markdown(data: dict[str, Any]) -> str:
              f"{data['machine']['threads_per_run']} thread(s) per run, {data['machine']['jobs']} run(s) at once.", ""]
     for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
         cells = [c for c in data["cells"] if c["metric"] == metric]
-        marks = list(dict.fromkeys(m for c in cells for m in c["marks"]))
-        unit = "" if metric == "accuracy" else " bits"
-        head = [f"≤ {m}{unit}" if metric != "accuracy" and m != EXACT_FILTER else
-                (f"≥ {float(m):.0%}" if m != EXACT_FILTER else m) for m in marks]
+        present = {m for c in cells for m in c["marks"]}  # in MARKS order (JSON files store keys sorted)
+        marks = [m for m in (*(f"{v:g}" for v in MARKS[metric]), EXACT_FILTER) if m in present]
+        head = [mark_header(m, metric) for m in marks]
         lines += [f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)", "",
                   "| cell | seeds | dtype | " + " | ".join(head) + " | final (test) |",
                   "|---|---|---|" + "---|" * len(marks) + "---|"]
@@ -206,7 +249,7 @@ def markdown(data: dict[str, Any]) -> str:
             t = c["test"]
             final = "—" if t is None else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else
                                                                  f" ({t['min']:.4f}–{t['max']:.4f})"))
-            hits = [(_fmt_hit(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
+            hits = [(format_mark(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
             lines.append(f"| {c['label']} | {len(c['seeds'])} | {c['seeds'][0]['dtype']} | " + " | ".join(hits)
                          + f" | {final} |")
         lines.append("")

@@ -14,18 +14,32 @@ from windtunnel.cli.common import fail, guarded
 @app.command("time-to-bayes")
 @guarded
 def time_to_bayes(
-    cell: list[str] = typer.Option(..., help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
+    cell: list[str] = typer.Option(None, help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
                                              "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
                                              "set.model.size.d_model=96] (repeatable)"),
     out: Path = typer.Option(Path("runs/time-to-bayes"), help="output directory (runs/, JSON, Markdown, plot)"),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
+    threads: int = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),
+    merge: list[Path] = typer.Option(None, help="instead of training: combine earlier result directories into --out"),
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
+    from windtunnel.time_to_bayes import merge as merge_results
     from windtunnel.time_to_bayes import parse_cell, run
+
+    if merge:
+        if cell:
+            fail("--merge: give either --cell (train) or --merge (combine results), not both")
+        merge_results(list(merge), out)
+        typer.echo(f"merged {len(merge)} result(s) -> {out / 'time_to_bayes.md'}")
+        return
+    if not cell:
+        fail("--cell: give at least one cell (or --merge to combine earlier results)")
 
     if jobs < 1:
         fail(f"--jobs: must be >= 1 (got {jobs})")
-    run([parse_cell(c) for c in cell], out, jobs=jobs, echo=typer.echo)
+    if threads is not None and threads < 1:
+        fail(f"--threads: must be >= 1 (got {threads})")
+    run([parse_cell(c) for c in cell], out, jobs=jobs, echo=typer.echo, threads=threads)
     typer.echo(f"results: {out / 'time_to_bayes.json'}, {out / 'time_to_bayes.md'}, {out / 'time_to_bayes.png'}")
 
 

@@ -45,13 +45,19 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention without biases; returns the output and (when asked) its internals."""
+    """Multi-head causal self-attention without biases; returns the output and (when asked) its internals.
 
-    def __init__(self, d_model: int, n_heads: int, rope: bool) -> None:
+    `sink=True` adds one learned logit per head to every softmax denominator (an attention sink with a zero value):
+    a head may then give each of n matching tokens weight near 1 instead of 1/n, so it can *sum* what it reads, not
+    only average it. Sink heads always run the explicit path; their attention rows sum to 1 - (weight on the sink).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, rope: bool, sink: bool = False) -> None:
         super().__init__()
         self.n_heads, self.d_head, self.rope = n_heads, d_model // n_heads, rope
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.sink = nn.Parameter(torch.zeros(n_heads)) if sink else None
 
     def forward(self, x: torch.Tensor, explicit: bool, head_keep: torch.Tensor | None = None):
         B, T, d = x.shape
@@ -59,10 +65,15 @@ class CausalSelfAttention(nn.Module):
         if self.rope:
             q, k = rotary(q), rotary(k)
         internals = None
-        if explicit:
+        if explicit or self.sink is not None:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B,H,T,T)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            attn = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)  # (B,H,T,T)
+            scores = scores.masked_fill(~causal, float("-inf"))
+            if self.sink is None:
+                attn = scores.softmax(dim=-1)  # (B,H,T,T)
+            else:
+                sink = self.sink.to(scores.dtype)[None, :, None, None].expand(B, -1, T, 1)  # (B,H,T,1)
+                attn = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :T]  # (B,H,T,T), rows sum < 1
             y = attn @ v  # (B,H,T,dh)
             internals = {"q": q, "k": k, "v": v, "attn": attn}
         else:
@@ -76,10 +87,10 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     """One pre-norm transformer layer: attention then MLP, each added to the residual stream."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, rope: bool, eps: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, rope: bool, eps: float, sink: bool = False) -> None:
         super().__init__()
         self.norm1 = nn.RMSNorm(d_model, eps=eps)
-        self.attn = CausalSelfAttention(d_model, n_heads, rope)
+        self.attn = CausalSelfAttention(d_model, n_heads, rope, sink)
         self.mlp = FeedForward(d_model, d_ff, norm="rms", eps=eps)
 
     def forward(self, h: torch.Tensor, layer: int, explicit: bool, ablation: Ablation):
@@ -97,12 +108,13 @@ class Block(nn.Module):
 
 class Transformer(Ablatable, SequenceModel):
     """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std,
-    logit_scale.
+    logit_scale, attn_sink.
 
     `pos`: "learned" (absolute table, GPT-2 and the official code), "rotary" (relative, on q and k), "none", or
     "learned+rotary" (both: absolute slots to read a prompt's header, relative offsets to find earlier tokens).
 
-    `logit_scale`: a learned scale of the answer logits (`OutputHead`).
+    `logit_scale`: a learned scale of the answer logits (`OutputHead`). `attn_sink`: one learned sink logit per head
+    (`CausalSelfAttention`).
 
     `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02 by default; residual
     output projections get std/sqrt(2 n_layers)).
@@ -118,7 +130,7 @@ class Transformer(Ablatable, SequenceModel):
     def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
                  d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
                  eps: float = 1e-5, attention: str = "auto", explicit: bool = False,
-                 init_std: float = INIT_STD, logit_scale: bool = False) -> None:
+                 init_std: float = INIT_STD, logit_scale: bool = False, attn_sink: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
@@ -135,7 +147,7 @@ class Transformer(Ablatable, SequenceModel):
         self.d_model = d_model
         self.embed = InputEmbedding(spec, d_model, max_len, pos="learned" if pos.startswith("learned") else "none")
         self.max_len = self.embed.max_len
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, rope, eps) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, rope, eps, attn_sink) for _ in range(n_layers))
         self.norm = nn.RMSNorm(d_model, eps=eps)
         self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
         if not init_std > 0:

@@ -170,6 +170,16 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             "to set against Table 1's threshold."))
         doc.add(Table(*approx))
 
+    ttb = tables.time_to_bayes_table(records)
+    if ttb:
+        doc.add(Heading("Time to Bayes"))
+        doc.add(Paragraph(
+            "Training seconds (optimiser steps only: no evaluation, checkpoints or probes) until the validation-stream "
+            "headline metric first reached each mark, read from each run's periodic evaluations: median over seeds "
+            "[range] @ median step, and how many seeds reached it (— = none within the budget). Runs trained in "
+            "parallel share the machine, so seconds are comparable within one tier run, not across machines."))
+        doc.add(Table(*ttb))
+
     geo = _geometry_rows(records)
     if geo:
         doc.add(Heading("Geometry"))

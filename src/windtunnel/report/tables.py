@@ -292,3 +292,31 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
         rows.append([task, "(the approximation's own entropy error)",
                      *(f"{ref[n]['entropy_mae_bits']:.4f}" if n in ref else "—" for n in names), "0", ""])
     return header, rows
+
+
+def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
+    """Training seconds until each cell's validation headline metric first reached each precision mark (0.1 / 0.05 /
+    0.02 / 0.01 bits; recall 90 / 99 / 100%; HMM also the first evaluation on the exact filter): median over seeds
+    [range] @ median step, and how many seeds got there. Runs without training-time evaluations are left out."""
+    from windtunnel.time_to_bayes import MARKS, crossings, format_mark, mark_header, summarize_marks
+
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        evals = [h for h in r.history if h.get("split") == "eval" and "train_s" in h]
+        if evals:
+            cells[(r.task, r.arch)].append(crossings(evals, headline_metric(r.task)))
+    if not cells:
+        return None
+    marks = [*(f"{m:g}" for m in MARKS["entropy_mae_bits"]), "exact filter"]
+    header = ["Task", "Arch", "Seeds", *(mark_header(m, "entropy_mae_bits") for m in marks), "Recall marks"]
+    rows = []
+    order = {a: i for i, a in enumerate(ROW_ORDER)}
+    for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
+        summary = summarize_marks(per_seed)
+        if headline_metric(task) == "accuracy":
+            acc = "; ".join(f"{mark_header(m, 'accuracy')}: {format_mark(v)}" for m, v in summary.items())
+            rows.append([task, arch, str(len(per_seed)), *("" for _ in marks), acc])
+        else:
+            rows.append([task, arch, str(len(per_seed)),
+                         *(format_mark(summary[m]) if m in summary else "n/a" for m in marks), ""])
+    return header, rows

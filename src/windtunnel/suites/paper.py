@@ -1,10 +1,13 @@
 """The paper suite: every wind tunnel x every architecture (+ oracle and uniform rows), at three tiers.
 
 A suite is a plain list of run configs. Tiers:
-    smoke  seconds; the tests run it end to end
-    quick  the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed), 3 seeds for
-           every transformer and Mamba cell (the cells the paper makes claims about), 1 for the controls
-    paper  the paper's and the authors' settings (`suites.settings.PAPER_SETTINGS`, each value sourced), for a GPU
+    smoke     seconds; the tests run it end to end
+    quick     the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed), 3 seeds for
+              every transformer and Mamba cell (the cells the paper makes claims about), 1 for the controls
+    standard  the quick sizes trained with the recipes the time-to-Bayes benchmark kept (`windtunnel.recipes`), in
+              about two hours on 2 cores, same seeds; frequent validation so the report can say how long each cell
+              took to reach each precision mark
+    paper     the paper's and the authors' settings (`suites.settings.PAPER_SETTINGS`, each value sourced), for a GPU
 
 Every setting in which a tier differs from that sourced table is reported by `deviations(tier)`, computed from the
 configs themselves, so the report can never forget one and names where each "paper" value comes from.
@@ -22,7 +25,7 @@ from windtunnel.models.presets import preset
 from windtunnel.models.registry import resolve
 from windtunnel.suites.settings import OUR_MODEL_FORM, Sourced, paper_setting, values
 
-TIERS = ("smoke", "quick", "paper")
+TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
 ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 BASELINES = ("oracle", "uniform")
@@ -32,6 +35,7 @@ CLAIMED = ("transformer", "mamba")  # the architectures the paper makes claims a
 SEEDS: dict[str, dict[str, int]] = {
     "smoke": {},
     "quick": {"transformer": 3, "mamba": 3},
+    "standard": {"transformer": 3, "mamba": 3},
     "paper": {"transformer": 3, "mamba": 3},
 }
 
@@ -71,6 +75,9 @@ LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
     "smoke": {"hmm": [{"K": 9}]},
 }
 
+TASK_PARAMS["standard"] = TASK_PARAMS["quick"]  # the standard tier trains the quick sizes for longer
+LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
+
 # Quick tier: (steps, batch size, learning rate) per (task, arch) and per seed, sized so the whole table -- 3 seeds of
 # every transformer and Mamba cell, one of every control -- trains in about half an hour on 2 CPU cores in float32
 # (per-step times measured on a 2-core AVX-512 Xeon without native bf16, docs/reproduce.md). These budgets are far
@@ -93,12 +100,44 @@ QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
     ("regression", "lstm"): (500, 64, 2e-3),
 }
 SMOKE = (6, 8, 1e-3)
-EVAL_N = {"smoke": 64, "quick": 300, "paper": 2000}
+EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
+
+# Standard tier: (steps, batch size, lr, recipe) per (task, arch) and per seed, at the quick sizes plus the recipe's
+# size keys. Each choice is a measurement of the time-to-Bayes benchmark (docs/results/time-to-bayes.md).
+STANDARD: dict[tuple[str, str], tuple[int, int, float, str]] = {
+    ("bijection", "transformer"): (3_000, 64, 2e-3, "wsd"),
+    ("bijection", "mamba"): (800, 32, 2e-3, "wsd"),
+    ("bijection", "lstm"): (6_000, 64, 2e-3, "wsd"),
+    ("hmm", "transformer"): (1_500, 32, 1e-3, "wsd"),
+    ("hmm", "mamba"): (600, 32, 1e-3, "wsd"),
+    ("hmm", "lstm"): (1_500, 64, 2e-3, "wsd"),
+    ("recall", "transformer"): (1_500, 64, 1e-3, "wsd"),
+    ("recall", "mamba"): (1_500, 64, 2e-3, "wsd"),
+    ("recall", "lstm"): (4_000, 64, 2e-3, "wsd"),
+    ("regression", "transformer"): (1_500, 64, 1e-3, "wsd"),
+    ("regression", "mamba"): (600, 64, 2e-3, "wsd"),
+    ("regression", "lstm"): (1_500, 64, 2e-3, "wsd"),
+}
+
+
+def _budget_arch(arch: str) -> str:
+    """An MLP control takes its task's transformer budget (the same budget rule as what it controls)."""
+    return "transformer" if arch in ("mlp", "mlp-pointwise") else arch
 
 
 def quick_budget(task: str, arch: str) -> tuple[int, int, float]:
     """(steps, batch size, lr) of a quick cell; an MLP control takes its task's transformer budget."""
-    return QUICK[(task, "transformer" if arch in ("mlp", "mlp-pointwise") else arch)]
+    return QUICK[(task, _budget_arch(arch))]
+
+
+def standard_budget(task: str, arch: str) -> tuple[int, int, float, str]:
+    """(steps, batch size, lr, recipe) of a standard cell; an MLP control takes its task's transformer budget."""
+    return STANDARD[(task, _budget_arch(arch))]
+
+
+def preset_tier(tier: str) -> str:
+    """The size-preset tier a suite tier trains at: the standard tier uses the quick sizes."""
+    return "quick" if tier == "standard" else tier
 
 
 def dense_schedule(steps: int) -> list[int]:
@@ -122,6 +161,11 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
     if tier == "paper":
         out = {**values(paper_setting(task, arch), "train."), "eval_every": 5000, "checkpoint_every": 10_000}
         out["betas"] = list(out.get("betas", (0.9, 0.999)))
+    elif tier == "standard":  # frequent validation: the report reads each cell's time to every precision mark
+        steps, batch, lr, _ = standard_budget(task, arch)
+        out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
+               "eval_every": max(1, steps // 30), "checkpoint_every": max(1, steps // 5), "keep_checkpoints": 1,
+               "weight_decay": 0.01, "dtype": "float32"}
     else:
         steps, batch, lr = quick_budget(task, arch) if tier == "quick" else SMOKE
         out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
@@ -138,13 +182,18 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
     trained = arch not in BASELINES
     train = _train_settings(task, arch, tier) if trained else {"steps": 0}
-    return {
+    cfg = {
         "task": {"name": task, "params": dict(TASK_PARAMS[tier].get(task, {}))},
-        "model": {"arch": arch, "preset": tier if trained else None},
+        "model": {"arch": arch, "preset": preset_tier(tier) if trained else None},
         "train": train,
         "eval": {"n": EVAL_N[tier], "overrides": list(LENGTH_GEN[tier].get(task, []))},
         "seed": seed,
     }
+    if tier == "standard" and trained:
+        from windtunnel.recipes import get_recipe
+
+        cfg = get_recipe(standard_budget(task, arch)[3]).apply(cfg)
+    return cfg
 
 
 def seeds_for(arch: str, tier: str, seeds: int | None = None) -> int:
@@ -220,7 +269,7 @@ def deviations(tier: str) -> list[str]:
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
     lines = []
     if tier != "paper":
-        lines.append(f"model sizes: the '{tier}' presets of windtunnel.models.presets; the MLPs are "
+        lines.append(f"model sizes: the '{preset_tier(tier)}' presets of windtunnel.models.presets; the MLPs are "
                      "capacity-matched to the transformer of the same preset")
     for task in TASKS:
         cfg = run_config(task, "transformer", tier)
@@ -233,7 +282,8 @@ def deviations(tier: str) -> list[str]:
             sourced = paper_setting(task, arch)
             if arch in ("transformer", "mamba", "lstm"):
                 size = _size_defaults(arch)
-                ours = _prefixed("model", {**size, **preset(task, arch, tier)})
+                ours = _prefixed("model", {**size, **preset(task, arch, preset_tier(tier)),
+                                           **run_config(task, arch, tier)["model"].get("size", {})})
                 model_diff = _diff(ours, {k: v for k, v in sourced.items()
                                           if k.startswith("model.") and k != "model.norm"})
                 if "model.norm" in sourced and sourced["model.norm"].value != OUR_MODEL_FORM[arch]:
