@@ -70,3 +70,18 @@ def test_entropy_moves_from_prior_to_noise():
 def test_bad_params(params, match):
     with pytest.raises(ValueError, match=match):
         tasks.make("regression", **params)
+
+
+def test_pair_tokens_put_each_x_beside_its_y_and_change_nothing_else():
+    import torch
+
+    plain = tasks.make("regression", d=3, n=5).sample(4, seed=11)
+    paired_task = tasks.make("regression", d=3, n=5, pair_tokens=True)
+    paired = paired_task.sample(4, seed=11)
+    xs = plain.latent["xs"]
+    torch.testing.assert_close(paired.inputs[:, 1::2, :3], xs[:, :-1])  # y-token i carries x_i
+    torch.testing.assert_close(paired.inputs[:, 0::2], plain.inputs[:, 0::2])  # x-tokens unchanged
+    torch.testing.assert_close(paired.inputs[:, 1::2, 3:], plain.inputs[:, 1::2, 3:])  # y and flag unchanged
+    assert torch.equal(paired.target_mask, plain.target_mask) and torch.equal(paired.targets, plain.targets)
+    torch.testing.assert_close(paired.posterior.loc, plain.posterior.loc)
+    assert paired_task.describe(paired)[1].startswith("(x=[")

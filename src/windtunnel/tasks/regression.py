@@ -1,9 +1,9 @@
 """Bayesian linear-regression wind tunnel (continuous inference): predict y for a new x from earlier pairs.
 
 Each sequence draws weights w ~ N(0, tau^2 I_d), inputs x_i ~ N(0, I_d) and y_i = w.x_i + eps,
-eps ~ N(0, sigma^2). Tokens are real vectors of width d+2: an x-token [x, 0, 0] and a y-token [0.., y, 1];
-the sequence is x1, y1, ..., xn (T = 2n-1). At each x-token the exact posterior predictive, given the
-pairs before it, is Gaussian:
+eps ~ N(0, sigma^2). Tokens are real vectors of width d+2: an x-token [x, 0, 0] and a y-token [0.., y, 1]
+(with `pair_tokens`, [x, y, 1]: the revealed pair in one token); the sequence is x1, y1, ..., xn (T = 2n-1).
+At each x-token the exact posterior predictive, given the pairs before it, is Gaussian:
     Sigma = (X^T X / sigma^2 + I / tau^2)^-1,  mu = Sigma X^T y / sigma^2,  y ~ N(x.mu, sigma^2 + x^T Sigma x).
 The hypothesis space is continuous (log10_hypotheses = inf). Defaults d=4, n=24, tau=1, sigma=0.5 move the
 mean predictive differential entropy from 2.93 bits (prior) to 1.18 bits at the last x (noise floor 1.05).
@@ -28,6 +28,7 @@ class RegressionParams(TaskParams):
     n: int = Field(24, ge=1, description="x points per sequence (n-1 revealed pairs before the last)")
     tau: float = Field(1.0, gt=0, description="prior standard deviation of each weight")
     sigma: float = Field(0.5, gt=0, description="observation noise standard deviation")
+    pair_tokens: bool = Field(False, description="y-tokens also carry their x: [x, y, 1] instead of [0.., y, 1]")
 
 
 def regression_predictive(
@@ -85,6 +86,8 @@ class Regression(Task):
         inputs[:, 0::2, :d] = xs
         inputs[:, 1::2, d] = ys[:, :-1]
         inputs[:, 1::2, d + 1] = 1.0
+        if p.pair_tokens:  # each revealed pair in one token: no previous-token lookup needed to pair x with y
+            inputs[:, 1::2, :d] = xs[:, :-1]
         mask = torch.zeros(B, 2 * n - 1, dtype=torch.bool, device=device)
         mask[:, 0::2] = True  # x positions
         mean, var = regression_predictive(xs, ys, p.tau, p.sigma)  # (B,n)
@@ -97,14 +100,15 @@ class Regression(Task):
         )
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
-        """x-tokens as `x=[0.12, -0.50, ...]`, y-tokens as `y=0.23`."""
+        """x-tokens as `x=[0.12, -0.50, ...]`, y-tokens as `y=0.23` (pair tokens: `(x=[...], y=0.23)`)."""
         d = self.params.d
         out = []
         for i, v in enumerate(batch.inputs[index].tolist()):
+            x = "x=[" + ", ".join(f"{a:.2f}" for a in v[:d]) + "]"
             if i % 2 == 0:
-                out.append("x=[" + ", ".join(f"{a:.2f}" for a in v[:d]) + "]")
+                out.append(x)
             else:
-                out.append(f"y={v[d]:.2f}")
+                out.append(f"({x}, y={v[d]:.2f})" if self.params.pair_tokens else f"y={v[d]:.2f}")
         return out
 
 
