@@ -39,6 +39,28 @@ def test_suite_covers_every_cell():
         suite("huge")
 
 
+def test_standard_tier_trains_the_quick_sizes_with_recipes():
+    from windtunnel.config import resolve_config, validate
+    from windtunnel.suites.paper import STANDARD
+
+    entries = {r.name: r.config for r in suite("standard")}
+    assert len(entries) == len(suite("quick"))  # same cells and seeds as the quick tier
+    for cfg in entries.values():
+        resolved = resolve_config(validate(cfg))  # every cell is a valid run
+        if cfg["model"]["arch"] not in BASELINES:
+            assert cfg["model"]["preset"] == "quick" and resolved.train.eval_every <= resolved.train.steps // 20
+    bij = entries["bijection-transformer-s1"]["train"]
+    steps, batch, lr, recipe = STANDARD[("bijection", "transformer")]
+    assert (bij["steps"], bij["batch_size"], bij["lr"]) == (steps, batch, lr)
+    assert bij["schedule"] == "wsd" and bij.get("optimizer", "adamw") == ("muon" if recipe == "muon" else "adamw")
+    mlp = entries["bijection-mlp"]["train"]  # a control takes its transformer's budget and recipe
+    assert (mlp["steps"], mlp["lr"], mlp["schedule"]) == (bij["steps"], bij["lr"], bij["schedule"])
+    assert entries["regression-transformer-s0"]["task"]["params"]["pair_tokens"] is True
+    lines = deviations("standard")
+    assert lines[0].startswith("model sizes: the 'quick' presets")
+    assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)
+
+
 def test_deviations_are_computed_from_configs_and_name_their_source():
     paper = deviations("paper")  # the paper tier is built from the sourced table: only fixed implementation forms
     assert paper and all(" model: form = " in line for line in paper)

@@ -46,7 +46,7 @@ class Cell(BaseModel):
     eval_every: int = Field(default=100, ge=1)
     eval_size: int = Field(default=256, ge=1)
     seeds: int = Field(default=1, ge=1)
-    set: dict[str, Any] = Field(default_factory=dict)  # extra dotted overrides (model.size.*, train.*) for ablations
+    set: dict[str, Any] = Field(default_factory=dict)  # extra dotted overrides (model.size.*, train.*, task.params.*)
 
     @property
     def label(self) -> str:

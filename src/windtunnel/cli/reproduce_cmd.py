@@ -13,7 +13,8 @@ from windtunnel.cli.common import fail, guarded, parse_kv
 @app.command()
 @guarded
 def reproduce(
-    tier: str = typer.Option("quick", help="smoke (seconds), quick (2-core CPU, ~30 min) or paper (GPU budgets)"),
+    tier: str = typer.Option("quick", help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
+                                           "best recipes, ~2 h) or paper (GPU budgets)"),
     out: Path = typer.Option(Path("runs/paper-quick"), help="output directory (runs/ and the report)"),
     seeds: int | None = typer.Option(None, help="seeds per trained cell (default: the tier's, 3 for every "
                                                  "transformer and Mamba cell and 1 for the controls)"),
