@@ -229,3 +229,30 @@ def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_pat
         merge([tmp_path / "a", tmp_path / "c"], tmp_path / "out2")
     with pytest.raises(ValueError, match="no time_to_bayes.json"):
         merge([tmp_path / "missing"], tmp_path / "out3")
+
+
+def test_time_to_bayes_command_runs_a_smoke_cell_end_to_end(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from windtunnel.cli import app
+
+    out = tmp_path / "ttb"
+    res = CliRunner().invoke(app, ["time-to-bayes", "--out", str(out), "--threads", "1", "--cell",
+                                   "task=hmm,arch=transformer,tier=smoke,recipe=wsd,steps=6,batch_size=4,"
+                                   "eval_every=2,eval_size=4,seeds=2"])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "time_to_bayes.json").read_text())
+    (cell,) = data["cells"]
+    assert cell["metric"] == "entropy_mae_bits" and len(cell["seeds"]) == 2
+    assert set(cell["marks"]) == {"0.1", "0.05", "0.02", "0.01", EXACT_FILTER}
+    seed = cell["seeds"][0]
+    assert [e["step"] for e in seed["curve"]] == [2, 4, 6]
+    assert all(e["train_s"] > 0 and "closest" in e for e in seed["curve"])
+    assert seed["test"]["entropy_mae_bits"] > 0 and seed["threads"] == 1
+    assert (out / "time_to_bayes.png").exists() and "hmm/transformer/wsd" in (out / "time_to_bayes.md").read_text()
+    again = CliRunner().invoke(app, ["time-to-bayes", "--merge", str(out), "--out", str(tmp_path / "m")])
+    assert again.exit_code == 0 and (tmp_path / "m" / "time_to_bayes.md").exists()
+    bad = CliRunner().invoke(app, ["time-to-bayes", "--out", str(tmp_path / "bad"), "--cell", "task=hmm,steps=3"])
+    assert bad.exit_code == 2 and "arch" in bad.output and not (tmp_path / "bad").exists()

@@ -85,6 +85,14 @@ def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
             for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)) if r.geometry]
 
 
+def _table_section(doc: Document, title: str, table: tuple[list[str], list[list[str]]] | None, text: str) -> None:
+    """A heading, a paragraph saying what the table shows, and the table; nothing when there is no table."""
+    if table:
+        doc.add(Heading(title))
+        doc.add(Paragraph(text))
+        doc.add(Table(*table))
+
+
 def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read run directories under `paths`, write the report into `out`, return the results dict."""
     out = Path(out)
@@ -149,36 +157,25 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                           "of each task's headline metric: entropy error in bits, or accuracy for recall)."))
         doc.add(Table(["Task", "Run", "Metric", "Per evaluation"], lg_rows))
 
-    capacity = tables.capacity_table(records)
-    if capacity:
-        doc.add(Heading("Recall capacity: accuracy against the number of stored pairs"))
-        doc.add(Paragraph("Mean accuracy over seeds at each number of stored pairs N evaluated (trained at one N; "
-                          "the others evaluated without retraining: fewer pairs use only trained positions, more "
-                          "pairs also positions never trained), and the largest N at which each architecture is "
-                          "exact (≥ 99%) or approximate (≥ 90%): how far its binding memory reaches."))
-        doc.add(Table(*capacity))
-
-    approx = tables.approximations_table(records)
-    if approx:
-        doc.add(Heading("Which filter does each model compute?"))
-        doc.add(Paragraph(
-            "HMM: KL(approximation ‖ model) in bits, mean over held-out scored positions, for filters that forget "
-            "everything before the last w observations (restarted from one transition after a uniform state; "
-            "windowed filters are exact at the first w positions), and KL(exact ‖ model). The smallest marks the "
-            "filter the model is closest to: a model that has not learnt to carry its belief through T sits at "
-            "'last 1 obs'. The last row is each approximation's own entropy error against the exact posterior, "
-            "to set against Table 1's threshold."))
-        doc.add(Table(*approx))
-
-    ttb = tables.time_to_bayes_table(records)
-    if ttb:
-        doc.add(Heading("Time to Bayes"))
-        doc.add(Paragraph(
-            "Training seconds (optimiser steps only: no evaluation, checkpoints or probes) until the validation-stream "
-            "headline metric first reached each mark, read from each run's periodic evaluations: median over seeds "
-            "[range] @ median step, and how many seeds reached it (— = none within the budget). Runs trained in "
-            "parallel share the machine, so seconds are comparable within one tier run, not across machines."))
-        doc.add(Table(*ttb))
+    _table_section(
+        doc, "Recall capacity: accuracy against the number of stored pairs", tables.capacity_table(records),
+        "Mean accuracy over seeds at each number of stored pairs N evaluated (trained at one N; the others evaluated "
+        "without retraining: fewer pairs use only trained positions, more pairs also positions never trained), and "
+        "the largest N at which each architecture is exact (≥ 99%) or approximate (≥ 90%): how far its binding "
+        "memory reaches.")
+    _table_section(
+        doc, "Which filter does each model compute?", tables.approximations_table(records),
+        "HMM: KL(approximation ‖ model) in bits, mean over held-out scored positions, for filters that forget "
+        "everything before the last w observations (restarted from one transition after a uniform state; windowed "
+        "filters are exact at the first w positions), and KL(exact ‖ model). The smallest marks the filter the model "
+        "is closest to: a model that has not learnt to carry its belief through T sits at 'last 1 obs'. The last row "
+        "is each approximation's own entropy error against the exact posterior, to set against Table 1's threshold.")
+    _table_section(
+        doc, "Time to Bayes", tables.time_to_bayes_table(records),
+        "Training seconds (optimiser steps only: no evaluation, checkpoints or probes) until the validation-stream "
+        "headline metric first reached each mark, read from each run's periodic evaluations: median over seeds "
+        "[range] @ median step, and how many seeds reached it (— = none within the budget). Runs trained in "
+        "parallel share the machine, so seconds are comparable within one tier run, not across machines.")
 
     geo = _geometry_rows(records)
     if geo:
