@@ -220,9 +220,9 @@ def format_mark(m: dict[str, Any]) -> str:
     """`"412 s [380–460] @1,300 2/3"`: median training seconds [range over seeds] @ median step, seeds reaching."""
     if not m["reached"]:
         return f"— (0/{m['of']})"
-    span = "" if m["of"] == 1 else f" [{m['min_s']:.0f}–{m['max_s']:.0f}]"
+    span = "" if m["of"] == 1 else f" [{m['min_s']:,.0f}–{m['max_s']:,.0f}]"
     seeds = "" if m["of"] == 1 else f" {m['reached']}/{m['of']}"
-    return f"{m['median_s']:.0f} s{span} @{m['median_step']:,.0f}{seeds}"
+    return f"{m['median_s']:,.0f} s{span} @{m['median_step']:,.0f}{seeds}"
 
 
 def mark_header(mark: str, metric: str) -> str:
