@@ -9,8 +9,8 @@ optional per-task curriculum written in fractions of the run, so one recipe appl
 Honesty rule: a recipe changes how a model is trained, never what it is trained and scored on. Task parameters and
 evaluation settings cannot be set by a recipe; changing the loss (the paper's cross-entropy on sampled targets,
 soft posterior targets for the HMM, Gaussian NLL for regression) is allowed only in a recipe marked `ablation`.
-Recipes load from YAML/JSON files too (`get_recipe("my-recipe.yaml")`); `RECIPES` holds the registered ones, each
-with the measurement that justifies it in docs/results/time-to-bayes.md.
+Recipes load from YAML/JSON files too (`get_recipe("my-recipe.yaml")`); `RECIPES` holds the registered ones; what
+each was measured to do is in docs/results/time-to-bayes.md.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2}),
     Recipe(name="muon", description="wsd with torch.optim.Muon on the hidden matrices (AdamW for the rest)",
            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"}),
-    Recipe(name="curriculum", description="wsd with a length curriculum: short HMMs / few pairs / few points first",
+    Recipe(name="curriculum", description="wsd with a length curriculum: short HMMs / few points first (not yet "
+                                          "measured)",
            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
            curriculum={"hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
                        "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})]}),
