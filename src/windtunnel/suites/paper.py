@@ -106,7 +106,7 @@ EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
 
 # Standard tier: (steps, batch size, lr, recipe) per (task, arch) and per seed, at the quick sizes plus the recipe's
 # size keys. The recipes are the time-to-Bayes benchmark's single-seed findings (docs/results/time-to-bayes.md: Muon
-# for the bijection and HMM transformers); the budgets are first estimates from its per-step times (about 2.1 h of
+# for the bijection and HMM transformers); the budgets are first estimates from its per-step times (about 2.2 h of
 # training with 2 jobs, before evaluation and probes) and are to be sized to the two-hour wall when the tier is first
 # run on the 2-core VM (not yet done).
 STANDARD: dict[tuple[str, str], tuple[int, int, float, str]] = {
