@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from windtunnel import runs
 from windtunnel.recipes import get_recipe
+from windtunnel.report.tables import headline_metric
 
 MARKS: dict[str, tuple[float, ...]] = {"entropy_mae_bits": (0.1, 0.05, 0.02, 0.01), "accuracy": (0.9, 0.99, 1.0)}
 EXACT_FILTER = "exact filter"
@@ -57,13 +58,6 @@ class Cell(BaseModel):
     def slug(self) -> str:
         extra = "".join(f"-{k.split('.')[-1]}{v}" for k, v in sorted(self.set.items()))
         return f"{self.task}-{self.arch}-{self.recipe}-{self.steps}x{self.batch_size}-lr{self.lr:g}{extra}"
-
-
-def metric_of(task: str) -> str:
-    """The headline metric of a task's time-to-Bayes marks."""
-    from windtunnel.suites.paper import PRIMITIVE
-
-    return PRIMITIVE.get(task, ("", "entropy_mae_bits"))[1]
 
 
 def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
@@ -111,7 +105,7 @@ def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
     lines = runs.read_metrics(run_dir)
     evals = [r for r in lines if r.get("split") == "eval"]
     steps = [r for r in lines if "loss" in r]
-    metric = metric_of(cell.task)
+    metric = headline_metric(cell.task)
     keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest")
     return {
         "seed": seed, "run_dir": str(run_dir), "metric": metric,
@@ -180,11 +174,17 @@ def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print,
         results.append(summarize_cell(c, mine))
     data = {"machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs},
             "wall_s": round(time.time() - t0, 1), "cells": results}
-    runs.write_json(out / "time_to_bayes.json", data)
-    runs.atomic_write(out / "time_to_bayes.md", markdown(data))
-    plot(data, out / "time_to_bayes.png")
-    echo(markdown(data))
+    echo(_write(data, out))
     return data
+
+
+def _write(data: dict[str, Any], out: Path) -> str:
+    """time_to_bayes.json, .md and .png into `out`; returns the Markdown."""
+    text = markdown(data)
+    runs.write_json(out / "time_to_bayes.json", data)
+    runs.atomic_write(out / "time_to_bayes.md", text)
+    plot(data, out / "time_to_bayes.png")
+    return text
 
 
 def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
@@ -210,9 +210,7 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
             "wall_s": round(wall, 1), "cells": cells, "merged_from": [str(s) for s in sources]}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    runs.write_json(out / "time_to_bayes.json", data)
-    runs.atomic_write(out / "time_to_bayes.md", markdown(data))
-    plot(data, out / "time_to_bayes.png")
+    _write(data, out)
     return data
 
 
