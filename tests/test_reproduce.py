@@ -41,7 +41,7 @@ def test_suite_covers_every_cell():
 
 def test_standard_tier_trains_the_quick_sizes_with_recipes():
     from windtunnel.config import resolve_config, validate
-    from windtunnel.suites.paper import STANDARD
+    from windtunnel.suites.paper import RECIPE, STANDARD
 
     entries = {r.name: r.config for r in suite("standard")}
     assert len(entries) == len(suite("quick"))  # same cells and seeds as the quick tier
@@ -50,12 +50,20 @@ def test_standard_tier_trains_the_quick_sizes_with_recipes():
         if cfg["model"]["arch"] not in BASELINES:
             assert cfg["model"]["preset"] == "quick" and resolved.train.eval_every <= resolved.train.steps // 20
     bij = entries["bijection-transformer-s1"]["train"]
-    steps, batch, lr, recipe = STANDARD[("bijection", "transformer")]
+    steps, batch, lr = STANDARD[("bijection", "transformer")]
     assert (bij["steps"], bij["batch_size"], bij["lr"]) == (steps, batch, lr)
+    recipe = RECIPE[("bijection", "transformer")]
     assert bij["schedule"] == "wsd" and bij.get("optimizer", "adamw") == ("muon" if recipe == "muon" else "adamw")
     mlp = entries["bijection-mlp"]["train"]  # a control takes its transformer's budget and recipe
     assert (mlp["steps"], mlp["lr"], mlp["schedule"]) == (bij["steps"], bij["lr"], bij["schedule"])
     assert entries["regression-transformer-s0"]["task"]["params"]["pair_tokens"] is True
+    quick = {r.name: r.config for r in suite("quick")}  # the quick tier trains with the same recipes, for less
+    for name, cfg in quick.items():
+        assert cfg["task"] == entries[name]["task"]
+        if cfg["model"]["arch"] not in BASELINES:
+            assert cfg["train"]["schedule"] == entries[name]["train"]["schedule"] == "wsd"
+            assert cfg["train"].get("optimizer") == entries[name]["train"].get("optimizer")
+            assert cfg["train"]["steps"] <= entries[name]["train"]["steps"]
     lines = deviations("standard")
     assert lines[0].startswith("model sizes: the 'quick' presets")
     assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)

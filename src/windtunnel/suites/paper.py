@@ -58,7 +58,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         # after 800 steps, against 100% by step 500 at the key): docs/reproduce.md. The capacity curve evaluates
         # the N = 4 models at 6, 8 and 16 pairs.
         "recall": {"N": 4, "key_vocab": 16, "value_vocab": 16, "n_filler": 4, "M": 4, "score_at": "key"},
-        "regression": {},
+        # One token per revealed (x, y) pair: without it no transformer recipe left the prior-mean plateau within
+        # 3,000 steps (docs/results/time-to-bayes.md).
+        "regression": {"pair_tokens": True},
     },
     "smoke": {
         "bijection": {"V": 6, "L": 5},
@@ -75,9 +77,8 @@ LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
     "smoke": {"hmm": [{"K": 9}]},
 }
 
-# The standard tier trains the quick sizes for longer; regression with one token per revealed (x, y) pair, without
-# which no transformer recipe left the prior-mean plateau within 3,000 steps (docs/results/time-to-bayes.md).
-TASK_PARAMS["standard"] = {**TASK_PARAMS["quick"], "regression": {"pair_tokens": True}}
+# The standard tier trains the quick sizes for longer.
+TASK_PARAMS["standard"] = TASK_PARAMS["quick"]
 LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 
 # Quick tier: (steps, batch size, learning rate) per (task, arch) and per seed, sized so the whole table -- 3 seeds of
@@ -104,25 +105,36 @@ QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
 
-# Standard tier: (steps, batch size, lr, recipe) per (task, arch) and per seed, at the quick sizes plus the recipe's
-# size keys. The recipes are the time-to-Bayes benchmark's findings (docs/results/time-to-bayes.md: Muon for the
-# bijection and HMM transformers, warmup-stable-decay elsewhere). The budgets fit the whole table -- 3 seeds of every
-# transformer and Mamba cell -- into the two-hour wall on 2 cores, evaluation and probes included, from the benchmark's
-# per-step times (1 thread per run, 2 runs at once): about half the steps the benchmark's best single-seed curves used,
-# so these cells stop short of the marks those curves reached (bijection transformer: 0.0178 bits at 3,000 steps).
-STANDARD: dict[tuple[str, str], tuple[int, int, float, str]] = {
-    ("bijection", "transformer"): (1_500, 64, 2e-3, "muon"),
-    ("bijection", "mamba"): (500, 32, 2e-3, "wsd"),
-    ("bijection", "lstm"): (5_000, 64, 2e-3, "wsd"),
-    ("hmm", "transformer"): (1_200, 32, 1e-3, "muon"),
-    ("hmm", "mamba"): (300, 32, 1e-3, "wsd"),
-    ("hmm", "lstm"): (1_000, 64, 2e-3, "wsd"),
-    ("recall", "transformer"): (2_000, 64, 1e-3, "wsd"),
-    ("recall", "mamba"): (1_200, 64, 2e-3, "wsd"),
-    ("recall", "lstm"): (4_000, 64, 2e-3, "wsd"),
-    ("regression", "transformer"): (1_200, 64, 1e-3, "wsd"),
-    ("regression", "mamba"): (300, 64, 2e-3, "wsd"),
-    ("regression", "lstm"): (1_500, 64, 2e-3, "wsd"),
+# The recipe of every trained cell at the quick and standard tiers (`windtunnel.recipes`): the time-to-Bayes
+# benchmark's findings (docs/results/time-to-bayes.md): Muon on the hidden matrices with a warmup-stable-decay schedule
+# for the bijection and HMM transformers (bijection 0.0178 bits at 3,000 steps against 0.0287 with AdamW; HMM 0.0131
+# against 0.076), warmup-stable-decay for the rest (bijection transformer 0.0287 against 0.040 with the cosine). The
+# MLP controls take their task's transformer recipe (the same rule as their budget).
+RECIPE: dict[tuple[str, str], str] = {
+    **{(task, arch): "wsd" for task in ("bijection", "hmm", "recall", "regression")
+       for arch in ("transformer", "mamba", "lstm")},
+    ("bijection", "transformer"): "muon",
+    ("hmm", "transformer"): "muon",
+}
+
+# Standard tier: (steps, batch size, lr) per (task, arch) and per seed, at the quick sizes. The budgets fit the whole
+# table -- 3 seeds of every transformer and Mamba cell -- into the two-hour wall on 2 cores, evaluation and probes
+# included, from the benchmark's per-step times (1 thread per run, 2 runs at once): about half the steps the
+# benchmark's best single-seed curves used, so these cells stop short of the marks those curves reached (bijection
+# transformer: 0.0178 bits at 3,000 steps).
+STANDARD: dict[tuple[str, str], tuple[int, int, float]] = {
+    ("bijection", "transformer"): (1_500, 64, 2e-3),
+    ("bijection", "mamba"): (500, 32, 2e-3),
+    ("bijection", "lstm"): (5_000, 64, 2e-3),
+    ("hmm", "transformer"): (1_200, 32, 1e-3),
+    ("hmm", "mamba"): (300, 32, 1e-3),
+    ("hmm", "lstm"): (1_000, 64, 2e-3),
+    ("recall", "transformer"): (2_000, 64, 1e-3),
+    ("recall", "mamba"): (1_200, 64, 2e-3),
+    ("recall", "lstm"): (4_000, 64, 2e-3),
+    ("regression", "transformer"): (1_200, 64, 1e-3),
+    ("regression", "mamba"): (300, 64, 2e-3),
+    ("regression", "lstm"): (1_500, 64, 2e-3),
 }
 
 
@@ -136,9 +148,14 @@ def quick_budget(task: str, arch: str) -> tuple[int, int, float]:
     return QUICK[(task, _budget_arch(arch))]
 
 
-def standard_budget(task: str, arch: str) -> tuple[int, int, float, str]:
-    """(steps, batch size, lr, recipe) of a standard cell; an MLP control takes its task's transformer budget."""
+def standard_budget(task: str, arch: str) -> tuple[int, int, float]:
+    """(steps, batch size, lr) of a standard cell; an MLP control takes its task's transformer budget."""
     return STANDARD[(task, _budget_arch(arch))]
+
+
+def recipe_for(task: str, arch: str) -> str:
+    """The recipe a quick or standard cell trains with; an MLP control takes its task's transformer recipe."""
+    return RECIPE[(task, _budget_arch(arch))]
 
 
 def preset_tier(tier: str) -> str:
@@ -168,7 +185,7 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
         out = {**values(paper_setting(task, arch), "train."), "eval_every": 5000, "checkpoint_every": 10_000}
         out["betas"] = list(out.get("betas", (0.9, 0.999)))
     elif tier == "standard":  # frequent validation: the report reads each cell's time to every precision mark
-        steps, batch, lr, _ = standard_budget(task, arch)
+        steps, batch, lr = standard_budget(task, arch)
         out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
                "eval_every": max(1, steps // 20), "checkpoint_every": max(1, steps // 5), "keep_checkpoints": 1,
                "weight_decay": 0.01, "dtype": "float32"}
@@ -195,10 +212,10 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
         "eval": {"n": EVAL_N[tier], "overrides": list(LENGTH_GEN[tier].get(task, []))},
         "seed": seed,
     }
-    if tier == "standard" and trained:
+    if tier in ("quick", "standard") and trained:
         from windtunnel.recipes import get_recipe
 
-        cfg = get_recipe(standard_budget(task, arch)[3]).apply(cfg)
+        cfg = get_recipe(recipe_for(task, arch)).apply(cfg)
     return cfg
 
 
