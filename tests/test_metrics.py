@@ -134,3 +134,70 @@ def test_impossible_mass_is_the_model_probability_on_ruled_out_answers():
     normal = metrics.score_table(Normal(torch.zeros(1, 1), torch.ones(1, 1)),
                                  _batch(Normal(torch.zeros(1, 1), torch.ones(1, 1)), torch.zeros(1, 1)))
     assert normal.impossible_mass is None
+
+
+def _ragged_table(n: int, seed: int) -> metrics.ScoreTable:
+    """A Categorical ScoreTable over n sequences of 5 positions, each sequence scoring 1..5 of them."""
+    g = torch.Generator().manual_seed(seed)
+    pred = Categorical(logits=torch.randn(n, 5, 4, generator=g))
+    post = Categorical(logits=2 * torch.randn(n, 5, 4, generator=g))
+    mask = torch.rand(n, 5, generator=g) < 0.7
+    mask[:, 0] = True
+    return metrics.score_table(pred, _batch(post, torch.randint(0, 4, (n, 5), generator=g), mask))
+
+
+def test_bootstrap_blocks_are_bounded_and_draw_the_classic_bootstrap():
+    n, R = 50_000, 1000
+    total = torch.zeros(R, dtype=torch.float64)  # (R,) draws per resample
+    sq, block_totals, start = 0.0, [], 0
+    for rows, counts in metrics._bootstrap_blocks(n, R, seed=0):
+        assert counts.shape == (R, rows.stop - rows.start) and counts.numel() <= metrics.BOOT_BLOCK_ELEMS
+        assert rows.start == start and (counts >= 0).all()
+        start = rows.stop
+        total += counts.sum(1)
+        sq += float(((counts - 1) ** 2).sum())
+        if rows.stop < n:
+            block_totals.append(counts.sum(1))
+    assert start == n and (total == n).all()  # every resample draws n whole sequences
+    assert sq / (n * R) == pytest.approx(1 - 1 / n, abs=0.01)  # Binomial(n, 1/n) per sequence
+    size = rows.start // len(block_totals)
+    var = torch.stack(block_totals).var(1).mean()  # a block's share: Binomial(n, size/n)
+    assert float(var) == pytest.approx(size * (1 - size / n), rel=0.05)
+
+
+def test_summarize_memory_does_not_scale_with_sequences_times_resamples(monkeypatch):
+    n, R = 50_000, 1000
+    largest = []
+    blocks = metrics._bootstrap_blocks
+
+    def spy(*args):
+        for rows, counts in blocks(*args):
+            largest.append(counts.numel())
+            yield rows, counts
+
+    monkeypatch.setattr(metrics, "_bootstrap_blocks", spy)
+    s = metrics.summarize(_ragged_table(n, seed=1), n_boot=R, seed=0)
+    assert len(largest) > 1 and max(largest) <= metrics.BOOT_BLOCK_ELEMS < n * R // 40
+    assert s["metrics"]["kl_bits"]["lo"] < s["metrics"]["kl_bits"]["mean"] < s["metrics"]["kl_bits"]["hi"]
+
+
+def test_bootstrap_agrees_with_brute_force_resampling_and_means_are_exact():
+    n, R = 300, 4000
+    table = _ragged_table(n, seed=2)
+    s = metrics.summarize(table, n_boot=R, seed=5)
+    assert s == metrics.summarize(table, n_boot=R, seed=5)  # deterministic for a seed
+    point = metrics.summarize(table, n_boot=0)["metrics"]
+    idx = torch.randint(0, n, (R, n), generator=torch.Generator().manual_seed(99))  # (R,n) resampled sequences
+
+    def check(name: str, boots: torch.Tensor, mean: float) -> None:
+        m = s["metrics"][name]
+        assert m["mean"] == point[name]["mean"] and m["mean"] == pytest.approx(mean, rel=1e-12, abs=1e-15)
+        lo, hi = (float(q) for q in torch.quantile(boots, torch.tensor([0.025, 0.975], dtype=torch.float64)))
+        assert (m["lo"], m["hi"]) == pytest.approx((lo, hi), abs=0.1 * (hi - lo)), name  # Monte-Carlo noise
+
+    for name, attr in metrics.PER_SEQUENCE_METRICS.items():
+        x = getattr(table, attr)  # (n,S)
+        check(name, x[idx].flatten(1).nanmean(1), float(x.nanmean()))
+    hm, hb = table.model_entropy_bits, table.bayes_entropy_bits
+    curve = (hm[idx].nanmean(1) - hb[idx].nanmean(1)).abs().nanmean(1)  # (R,)
+    check("entropy_mae_curve_bits", curve, float((hm.nanmean(0) - hb.nanmean(0)).abs().mean()))

@@ -7,7 +7,9 @@ depends on (model preset into `model.size`, task defaults into `task.params`, `m
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +21,27 @@ BASELINES = ("oracle", "uniform")
 TIERS = ("smoke", "quick", "paper")
 
 
-class _Strict(BaseModel):
-    """Unknown keys are an error, not silently ignored."""
+def _check_finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where or 'value'} must be a finite number (got {value})")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]")
 
-    model_config = ConfigDict(extra="forbid")
+
+def _finite(value: Any) -> Any:
+    """Validator: refuse inf/nan anywhere inside free-form parameters (dicts and lists of numbers), naming the key."""
+    _check_finite(value, "")
+    return value
+
+
+class _Strict(BaseModel):
+    """Unknown keys are an error, not silently ignored; so is a non-finite number in any float field."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TaskConfig(_Strict):
@@ -30,6 +49,8 @@ class TaskConfig(_Strict):
 
     name: str = "bijection"
     params: dict[str, Any] = Field(default_factory=dict)
+
+    _params_finite = field_validator("params")(_finite)
 
 
 class ModelConfig(_Strict):
@@ -40,12 +61,16 @@ class ModelConfig(_Strict):
     size: dict[str, Any] = Field(default_factory=dict)
     max_len: int | None = Field(default=None, ge=1)
 
+    _size_finite = field_validator("size")(_finite)
+
 
 class CurriculumStage(_Strict):
     """Train on the task with `params` overriding its parameters for every step <= `until`."""
 
     until: int = Field(ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
+
+    _params_finite = field_validator("params")(_finite)
 
 
 class TrainConfig(_Strict):
@@ -111,6 +136,7 @@ class EvalConfig(_Strict):
     n: int = Field(default=2000, ge=1)
     batch_size: int = Field(default=250, ge=1)
     overrides: list[dict[str, Any]] = Field(default_factory=list)
+    _overrides_finite = field_validator("overrides")(_finite)
     # float32 by default (the reported numbers); bf16 is ~3x faster on CPUs with native bf16 and moved the quick
     # bijection transformer's entropy error by 3e-5 bits on 2,000 sequences (docs/training.md).
     dtype: Literal["float32", "bf16"] = "float32"
@@ -222,6 +248,38 @@ def eval_settings(cfg: RunConfig) -> list[dict[str, Any]]:
 _MODEL_SHAPE = ("input_kind", "answer_kind", "vocab_size", "input_dim", "n_classes", "answer_token_offset")
 
 
+def _check_same_shape(spec: Any, base: Any, where: str, what: str) -> None:
+    """A task variant may change sequence lengths, never what a model's embedding and head are sized for."""
+    for field in _MODEL_SHAPE:
+        if getattr(spec, field) != getattr(base, field):
+            raise ValueError(f"{where}: changes {field} ({getattr(base, field)} -> {getattr(spec, field)}); "
+                             f"{what} may only change sequence lengths")
+
+
+def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
+    """Validate an evaluation setting of a resolved run config (task parameters to change) against the model the run
+    trained; returns the task. The task must build, keep the model's input and output sizes, and, for an
+    architecture with a position limit (`max_len`), fit in it."""
+    from windtunnel import models, tasks
+
+    where = f"eval override {eval_name(override)}"
+    if "name" in override:
+        raise ValueError(f"{where}: an evaluation may not change the task (name)")
+    base = tasks.make(cfg.task.name, **cfg.task.params)
+    try:
+        task = tasks.make(cfg.task.name, **{**cfg.task.params, **override})
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    _check_same_shape(task.spec, base.spec, where, "an evaluation")
+    limit = cfg.model.max_len
+    limited = cfg.model.arch in models.names() and "max_len" in inspect.signature(
+        models.resolve(cfg.model.arch)).parameters
+    if limited and limit is not None and task.spec.seq_len > limit:
+        raise ValueError(f"{where}: its sequences have {task.spec.seq_len} positions, more than the model's "
+                             f"model.max_len = {limit}; train with a larger model.max_len to evaluate them")
+    return task
+
+
 def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     """Expand a config into the fully explicit one a run records.
 
@@ -248,10 +306,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
             spec = tasks.make(cfg.task.name, **{**params, **stage.params}).spec
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
-        for field in _MODEL_SHAPE:  # a stage may change lengths, never what the model's layers are sized for
-            if getattr(spec, field) != getattr(task.spec, field):
-                raise ValueError(f"{where}: changes {field} ({getattr(task.spec, field)} -> {getattr(spec, field)}); "
-                                 "a curriculum stage may only change sequence lengths")
+        _check_same_shape(spec, task.spec, where, "a curriculum stage")
         lengths.append(spec.seq_len)
     max_len = cfg.model.max_len or max(lengths)
     if max_len < max(lengths):
@@ -259,7 +314,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
                          f"(got {max_len})")
     size = dict(cfg.model.size)
     if cfg.model.arch not in BASELINES:
-        models.resolve(cfg.model.arch)  # unknown arch -> ValueError naming it
+        models.check(cfg.model.arch)  # unknown arch -> ValueError naming it; imports nothing
         if cfg.model.preset is not None:
             size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec), **size}
     data = cfg.model_dump(mode="json")

@@ -16,17 +16,10 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from windtunnel import metrics, runs, tasks
-from windtunnel.config import RunConfig, eval_name, eval_settings, resolve_config
+from windtunnel import metrics, runs
+from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
 from windtunnel.precision import autocast
 from windtunnel.tasks.base import Batch
-
-
-def _setting_task(cfg: RunConfig, base_params: dict[str, Any], override: dict[str, Any]) -> Any:
-    try:
-        return tasks.make(cfg.task.name, **{**base_params, **override})
-    except ValueError as err:
-        raise ValueError(f"eval override {override}: {err}") from None
 
 
 def _predictions(
@@ -135,18 +128,20 @@ def evaluate(
     model: nn.Module | None = None,
     n_boot: int = 1000,
     write: bool = True,
+    trust_code: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a run (or a config's freshly built predictor) on each evaluation setting.
 
     overrides: task-parameter settings to evaluate (None: the training setting plus config eval.overrides).
     Returns {name: {"task_params", "n", "step", "metrics": {m: {"mean", "lo", "hi"}}, "per_position": {...}}};
-    for a run directory the results are merged into eval.json (write=False to skip).
+    for a run directory the results are merged into eval.json (write=False to skip). trust_code: allow an
+    import-string architecture (see `runs.load_run`).
     """
     run: runs.Run | None = None
     if isinstance(run_or_config, runs.Run):
         run = run_or_config
     elif isinstance(run_or_config, (str, Path)):
-        run = runs.load_run(run_or_config)
+        run = runs.load_run(run_or_config, trust_code=trust_code)
     if run is not None:
         cfg, task = run.config, run.task
         step = runs.latest_step(run.path)
@@ -155,14 +150,13 @@ def evaluate(
         cfg = resolve_config(run_or_config)
         task = runs.build_task(cfg)
         step = None
-        model = model if model is not None else runs.build_model(cfg, task.spec, task).eval()
+        model = model if model is not None else runs.build_model(cfg, task.spec, task, trust_code=trust_code).eval()
     if device is not None:
         model = model.to(device)
     settings = eval_settings(cfg) if overrides is None else [dict(o) for o in overrides]
-    base = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
     results: dict[str, Any] = {}
     for o in settings:
-        t = task if not o else _setting_task(cfg, base, o)
+        t = task if not o else check_override(cfg, o)  # a setting may change lengths, not the model's shape
         r = evaluate_model(model, t, cfg, n=n, batch_size=batch_size, device=device, n_boot=n_boot)
         r.pop("metrics_point")
         results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, **r}

@@ -15,6 +15,7 @@ Positions are indexed by scored-position index: the t-th scored position of each
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import torch
@@ -202,53 +203,76 @@ PER_SEQUENCE_METRICS = {
 }
 
 
-def _bootstrap_counts(n: int, n_boot: int, seed: int) -> torch.Tensor:
-    """(R,N) resample counts: how often each sequence appears in each bootstrap resample."""
+# Elements (resamples x sequences) of one block of bootstrap counts: bounds the bootstrap's memory whatever n.
+BOOT_BLOCK_ELEMS = 1 << 20
+
+
+def _bootstrap_blocks(n: int, n_boot: int, seed: int) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(rows, (R,c) resample counts) for consecutive blocks of c sequences, R x c <= BOOT_BLOCK_ELEMS.
+
+    Over all blocks each resample's counts are Multinomial(n, 1/n): n whole sequences drawn with replacement (the
+    classic bootstrap). A block's share of a resample's draws is binomial given the draws not yet placed, and the
+    share is spread uniformly over the block, so peak memory is O(BOOT_BLOCK_ELEMS), not O(n_boot x n).
+    Deterministic for (n, n_boot, seed).
+    """
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, n, (n_boot, n), generator=g)
-    counts = torch.zeros(n_boot, n, dtype=torch.float64)
-    counts.scatter_add_(1, idx, torch.ones_like(idx, dtype=torch.float64))
-    return counts
+    c = max(1, BOOT_BLOCK_ELEMS // n_boot)
+    left = torch.full((n_boot,), float(n), dtype=torch.float64)  # (R,) draws not yet placed
+    for a in range(0, n, c):
+        size = min(c, n - a)
+        share = size / (n - a)  # the block's probability for each draw not yet placed: 1 for the last block
+        m = left if share == 1 else torch.binomial(left, torch.full_like(left, share), generator=g)  # (R,)
+        left = left - m
+        draw_of = torch.repeat_interleave(torch.arange(n_boot), m.long())  # (M,) resample of each draw, M ~ R*size
+        seq = torch.randint(0, size, draw_of.shape, generator=g)  # (M,) sequence within the block
+        counts = torch.bincount(draw_of * size + seq, minlength=n_boot * size).view(n_boot, size)  # (R,size)
+        yield slice(a, a + size), counts.double()
+
+
+def _bootstrap(seq: torch.Tensor, hm: torch.Tensor, hb: torch.Tensor, n_boot: int, seed: int) -> torch.Tensor:
+    """(R,M+1) bootstrap replicates: the M ratio estimators (counts @ sums) / (counts @ cnts) of `seq` (N,2M):
+    M per-sequence sums then their M counts; last column the per-position curve MAE of entropies hm, hb (N,S)."""
+    M, S = seq.shape[1] // 2, hm.shape[1]
+    acc = torch.zeros(n_boot, 2 * M + 3 * S, dtype=torch.float64)  # (R,2M+3S) count-weighted sums
+    for rows, counts in _bootstrap_blocks(seq.shape[0], n_boot, seed):
+        m, b = hm[rows], hb[rows]  # (c,S) this block's entropies
+        feats = torch.cat([seq[rows], m.nan_to_num(0.0), b.nan_to_num(0.0), (~m.isnan()).double()], 1)  # (c,2M+3S)
+        acc += counts @ feats
+    ratios = acc[:, :M] / acc[:, M : 2 * M]  # (R,M)
+    cm, cb, denom = acc[:, 2 * M :].unflatten(1, (3, S)).unbind(1)  # (R,S) each
+    curve = (cm / denom - cb / denom).abs().nanmean(1)  # (R,)
+    return torch.cat([ratios, curve[:, None]], 1)
 
 
 def summarize(table: ScoreTable, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """Aggregate metrics with bootstrap intervals over sequences, plus per-position curves.
 
     Returns {"metrics": {name: {"mean", "lo", "hi"}}, "per_position": {curve: [...]}}. Aggregates that are
-    not defined (accuracy for real answers) are None. The bootstrap resamples whole sequences (vectorised).
+    not defined (accuracy for real answers) are None. The bootstrap resamples whole sequences; every statistic
+    is a ratio of count-weighted sums over sequences, accumulated block by block (`_bootstrap_blocks`).
     """
-    n = table.kl_bits.shape[0]
-    counts = _bootstrap_counts(n, n_boot, seed) if n_boot > 0 else None
     alpha = (1 - level) / 2
-    metrics: dict[str, dict[str, float] | None] = {}
+    names, sums, cnts = [], [], []
+    for name, attr in PER_SEQUENCE_METRICS.items():
+        x = getattr(table, attr)
+        if x is None:
+            continue
+        names.append(name)
+        sums.append(x.nan_to_num(0.0).sum(1).cpu())  # (N,) per-sequence sum
+        cnts.append((~x.isnan()).sum(1).double().cpu())  # (N,) per-sequence scored positions
+    hm, hb = table.model_entropy_bits.cpu(), table.bayes_entropy_bits.cpu()  # (N,S)
+    boots = _bootstrap(torch.stack(sums + cnts, 1), hm, hb, n_boot, seed) if n_boot > 0 else None
 
-    def interval(mean: float, boots: torch.Tensor | None) -> dict[str, float]:
-        if boots is None:
+    def interval(mean: float, b: torch.Tensor | None) -> dict[str, float]:
+        if b is None:
             return {"mean": mean, "lo": mean, "hi": mean}
-        q = torch.quantile(boots, torch.tensor([alpha, 1 - alpha], dtype=torch.float64))
+        q = torch.quantile(b, torch.tensor([alpha, 1 - alpha], dtype=torch.float64))
         return {"mean": mean, "lo": float(q[0]), "hi": float(q[1])}
 
-    for name, attr in PER_SEQUENCE_METRICS.items():
-        x = getattr(table, attr) if attr != "entropy_abs_err_bits" else table.entropy_abs_err_bits
-        if x is None:
-            metrics[name] = None
-            continue
-        valid = ~x.isnan()
-        sums, cnts = x.nan_to_num(0.0).sum(1).cpu(), valid.sum(1).double().cpu()  # (N,) per-sequence
-        mean = float(sums.sum() / cnts.sum())
-        boots = None if counts is None else (counts @ sums) / (counts @ cnts)
-        metrics[name] = interval(mean, boots)
-
-    hm, hb = table.model_entropy_bits.cpu(), table.bayes_entropy_bits.cpu()
-    curve_mean = _curve_mae(hm, hb)
-    boots = None
-    if counts is not None:
-        v = (~hm.isnan()).double()
-        denom = counts @ v  # (R,S)
-        cm = (counts @ hm.nan_to_num(0.0)) / denom
-        cb = (counts @ hb.nan_to_num(0.0)) / denom
-        boots = (cm - cb).abs().nanmean(1)
-    metrics["entropy_mae_curve_bits"] = interval(curve_mean, boots)
+    metrics: dict[str, dict[str, float] | None] = dict.fromkeys(PER_SEQUENCE_METRICS)
+    for j, name in enumerate(names):
+        metrics[name] = interval(float(sums[j].sum() / cnts[j].sum()), None if boots is None else boots[:, j])
+    metrics["entropy_mae_curve_bits"] = interval(_curve_mae(hm, hb), None if boots is None else boots[:, -1])
 
     def curve(x: torch.Tensor | None) -> list[float] | None:
         return None if x is None else [float(v) for v in x.nanmean(0).cpu()]

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from windtunnel.runs import write_json
+from windtunnel.lock import DirLock
+from windtunnel.runs import check_writable, write_json
 from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
 
 DONE = "done.json"
@@ -61,7 +62,6 @@ def estimated_cost(entry: SuiteRun) -> float:
 
 def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -> dict[str, Any]:
     """Train (or resume), evaluate at every length, probe; mark done. Runs in a worker process."""
-    from windtunnel import evaluate as evaluation
     from windtunnel import train as training
     from windtunnel.config import validate
 
@@ -71,8 +71,7 @@ def run_one(entry: SuiteRun, runs_dir: Path, threads: int, probe: bool = True) -
         return {"name": entry.name, "skipped": True, **json.loads((run_dir / DONE).read_text())}
     start = time.time()
     config = validate(entry.config)
-    training.train(config, run_dir, resume=run_dir.exists(), progress=False)
-    evaluation.evaluate(run_dir)
+    training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
     probed = probe and config.model.arch not in BASELINES and config.seed == 0  # geometry of each cell's first seed
     if probed:
         from windtunnel.geometry.run import probe_run
@@ -92,17 +91,24 @@ def reproduce(
     probe: bool = True,
     echo: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Run the paper suite at `tier` into `out/runs/`, then write the report into `out/`."""
-    from windtunnel.report import build_report
-
+    """Run the paper suite at `tier` into `out/runs/`, then write the report into `out/`; holds `out`'s lock."""
     if jobs < 1:
         raise ValueError(f"jobs: must be >= 1 (got {jobs})")
     out = Path(out)
-    runs_dir = out / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    entries = suite(tier, seeds=seeds, only=only)
+    entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
+    check_writable(out)
+    with DirLock(out, "output directory"):  # one reproduce per output directory; each run also locks itself
+        return _reproduce_locked(tier, out, entries, seeds, jobs, only, probe, echo)
+
+
+def _reproduce_locked(tier: str, out: Path, entries: list[SuiteRun], seeds: int | None, jobs: int,
+                      only: dict[str, str] | None, probe: bool, echo: Callable[[str], None]) -> dict[str, Any]:
+    from windtunnel.report import build_report
+
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
     entries.sort(key=estimated_cost, reverse=True)  # longest first: parallel jobs finish close together
     threads = max(1, (os.cpu_count() or 1) // jobs)
     start = time.time()

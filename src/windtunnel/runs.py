@@ -9,8 +9,11 @@
     run_dir/eval.json                         final evaluation, one entry per evaluation setting
     run_dir/figures/
 
-Checkpoints are loaded without unpickling (safetensors + JSON only). This module also holds the two
-never-trained predictors, `oracle` and `uniform`, so that every consumer builds a run's predictor the same way.
+Checkpoints are loaded without unpickling (safetensors + JSON only); files are written atomically and readable by
+everyone the umask allows (0644 by default); a file that is missing, truncated or garbled raises `CheckpointError`
+naming it. A writer holds the directory's lock (`windtunnel.lock`). Opening a run never imports code: an import-string
+architecture in its config is built only with `trust_code=True`. This module also holds the two never-trained
+predictors, `oracle` and `uniform`, so that every consumer builds a run's predictor the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import inspect
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -35,14 +39,22 @@ from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel import models, tasks
 from windtunnel.config import RunConfig, config_to_json, validate
+from windtunnel.errors import CheckpointError
 from windtunnel.models.base import predictive
 from windtunnel.tasks.base import Batch, TaskSpec
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
+TEMP_SUFFIX = ".tmp"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, corrupted or truncated."""
+def _read_umask() -> int:
+    """The process umask (set and restored once, at import, before any thread writes files)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_read_umask()  # what open() would give a new file: results are shared like any other file
 
 
 # --- atomic files ----------------------------------------------------------------------------------------
@@ -53,8 +65,9 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
@@ -72,33 +85,101 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
             os.close(dfd)
 
 
+def check_writable(path: Path, what: str = "--out") -> None:
+    """Fail before any work if `path` (a directory to create or fill) cannot be written: it is a file, lies below a
+    file, or its nearest existing folder is read-only."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ValueError(f"{what}: {str(probe)!r} is a file, not a directory")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: {str(probe)!r} is not writable")
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what creating `path` would create), or None."""
+    missing = None
+    while not path.exists() and path.parent != path:
+        missing, path = path, path.parent
+    return missing
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
 
 
+def clean_temp_files(run_dir: str | Path) -> list[Path]:
+    """Delete the temp files of writes a killed process never finished (`.NAME.XXXX.tmp`); returns them.
+    Call only while holding the run's lock: a live writer's temp file is not stray."""
+    removed = []
+    for d in (Path(run_dir), Path(run_dir) / CKPT_DIR):
+        for p in d.glob(f".*{TEMP_SUFFIX}") if d.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
 def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a truncated, garbled or binary file raises CheckpointError naming it."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
+    except OSError as err:
+        raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """`read_json` for files that must hold a JSON object (config, eval, checkpoint metadata)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is corrupted: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _metrics_record(path: Path, lineno: int, line: str) -> dict:
+    """One metrics.jsonl line: a JSON object with a non-negative integer `step` and finite-or-null numbers."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: line {lineno} is not valid JSON ({err.msg})") from None
+    if not isinstance(rec, dict):
+        raise CheckpointError(f"{path}: line {lineno} is not a JSON object")
+    step = rec.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{path}: line {lineno}: step must be a non-negative integer (got {step!r})")
+    return rec
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """All complete lines of metrics.jsonl (a partial last line from a crash is ignored)."""
+    """The records of metrics.jsonl, in order. A last line without its newline (a write cut short by a crash) is
+    ignored; any other bad line raises CheckpointError naming its line number, so nothing is silently lost."""
     p = Path(run_dir) / METRICS
     if not p.exists():
         return []
-    out = []
-    for line in p.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            out.append(json.loads(line))
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{p} is corrupted: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    lines = text.split("\n")
+    complete, partial = lines[:-1], lines[-1]  # text ends with "\n" after a clean write: partial == ""
+    out = [_metrics_record(p, i + 1, line) for i, line in enumerate(complete) if line.strip()]
+    if partial.strip():
+        with contextlib.suppress(CheckpointError):
+            out.append(_metrics_record(p, len(lines), partial))
     return out
 
 
 def truncate_metrics(run_dir: str | Path, step: int) -> None:
     """Keep only metrics lines with step <= `step` (resume: drop what the lost steps had logged)."""
-    keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= step]
+    keep = [r for r in read_metrics(run_dir) if r["step"] <= step]
     atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
 
 
@@ -191,7 +272,47 @@ def list_checkpoints(run_dir: str | Path) -> list[int]:
 def latest_step(run_dir: str | Path) -> int | None:
     """Step named by checkpoints/latest.json, or None if the run has no checkpoint yet."""
     p = Path(run_dir) / CKPT_DIR / "latest.json"
-    return int(read_json(p)["step"]) if p.exists() else None
+    if not p.exists():
+        return None
+    step = read_json_object(p).get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{p} is corrupted: step must be a non-negative integer (got {step!r})")
+    return step
+
+
+def verify_checkpoint(run_dir: str | Path, step: int) -> None:
+    """Check that checkpoint `step` is complete and matches its checksums (without building a model)."""
+    d = Path(run_dir) / CKPT_DIR
+    meta = read_json_object(d / f"{_ckpt_name(step)}.state.json")
+    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    _read_safetensors(d / f"{_ckpt_name(step)}.safetensors", sha.get("weights"))
+    _read_safetensors(d / f"{_ckpt_name(step)}.state.safetensors", sha.get("state"))
+
+
+def resume_step(run_dir: str | Path) -> int | None:
+    """The checkpoint a resumed run continues from: latest.json's, or, when that one (or latest.json itself) is
+    corrupt, the newest checkpoint that verifies, with a warning naming what was skipped; None if there is none."""
+    problems = []
+    try:
+        latest = latest_step(run_dir)
+    except CheckpointError as err:
+        latest, problems = None, [str(err)]
+    candidates = [s for s in list_checkpoints(run_dir) if latest is None or s <= latest]
+    if latest is not None and latest not in candidates:
+        candidates.append(latest)
+    for step in sorted(candidates, reverse=True):
+        try:
+            verify_checkpoint(run_dir, step)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        if problems:
+            warnings.warn(f"resuming from step {step}, the newest good checkpoint: " + "; ".join(problems),
+                          RuntimeWarning, stacklevel=2)
+        return step
+    if problems:
+        raise CheckpointError("no good checkpoint to resume from: " + "; ".join(problems))
+    return None
 
 
 def delete_checkpoint(run_dir: str | Path, step: int) -> None:
@@ -211,8 +332,8 @@ def load_checkpoint(
     meta_path = d / f"{name}.state.json"
     if not meta_path.exists():
         raise CheckpointError(f"{meta_path} is missing (available steps: {list_checkpoints(run_dir)})")
-    meta = read_json(meta_path)
-    sha = meta.get("sha256", {})
+    meta = read_json_object(meta_path)
+    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
     weights = _read_safetensors(d / f"{name}.safetensors", sha.get("weights"))
     try:
         model.load_state_dict(weights, strict=True)
@@ -223,12 +344,17 @@ def load_checkpoint(
     state = _read_safetensors(d / f"{name}.state.safetensors", sha.get("state"))
     if optimizer is not None and meta.get("param_groups") is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
-        for key, t in state.items():
-            if key.startswith("optim."):
-                _, pid, k = key.split(".", 2)
-                per_param.setdefault(int(pid), {})[k] = t
-        optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
+        try:
+            for key, t in state.items():
+                if key.startswith("optim."):
+                    _, pid, k = key.split(".", 2)
+                    per_param.setdefault(int(pid), {})[k] = t
+            optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
+        except (ValueError, KeyError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"{meta_path}: the optimiser state does not match the run: {err}") from None
     if restore_rng:
+        if "rng.cpu" not in state:
+            raise CheckpointError(f"{d / (name + '.state.safetensors')} has no RNG state")
         torch.set_rng_state(state["rng.cpu"])
         cuda = [state[k] for k in sorted(k for k in state if k.startswith("rng.cuda."))]
         if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
@@ -345,13 +471,18 @@ def build_task(cfg: RunConfig) -> Any:
     return tasks.make(cfg.task.name, **cfg.task.params)
 
 
-def build_model(cfg: RunConfig, spec: TaskSpec, task: Any = None) -> nn.Module:
-    """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline."""
+def build_model(cfg: RunConfig, spec: TaskSpec, task: Any = None, *, trust_code: bool = False,
+                exclude: tuple[str | Path, ...] = ()) -> nn.Module:
+    """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline.
+
+    trust_code: allow `model.arch` to be an import string (importing runs code; see `models.resolve`), never from
+    the current directory or the directories in `exclude`.
+    """
     if cfg.model.arch == "oracle":
         return Oracle(spec)
     if cfg.model.arch == "uniform":
         return Uniform(spec, task)
-    factory = models.resolve(cfg.model.arch)
+    factory = models.resolve(cfg.model.arch, trust_code=trust_code, exclude=exclude)
     size = dict(cfg.model.size)
     if cfg.model.max_len is not None and "max_len" not in size and _accepts(factory, "max_len"):
         size["max_len"] = cfg.model.max_len
@@ -375,10 +506,14 @@ def _accepts(factory: Any, name: str) -> bool:
 
 @dataclass
 class Run:
-    """A run directory opened for reading: config, task, model (latest weights, eval mode), metrics, eval."""
+    """A run directory opened for reading: config, task, model (latest weights, eval mode), metrics, eval.
+
+    trust_code: whether an import-string architecture in the config may be imported to build the model.
+    """
 
     path: Path
     config: RunConfig
+    trust_code: bool = False
 
     @cached_property
     def task(self) -> Any:
@@ -389,7 +524,8 @@ class Run:
         """The predictor with the latest checkpoint's weights (baselines need none), in eval mode."""
         step = latest_step(self.path)
         if step is None:
-            m = build_model(self.config, self.task.spec, self.task)
+            m = build_model(self.config, self.task.spec, self.task, trust_code=self.trust_code,
+                        exclude=(self.path, self.path.parent))
             if not is_baseline(m):
                 raise CheckpointError(f"{self.path}: the run has no checkpoint yet")
             return m.eval()
@@ -397,7 +533,8 @@ class Run:
 
     def load_checkpoint(self, step: int) -> nn.Module:
         """A fresh model with the weights of checkpoint `step`, in eval mode."""
-        m = build_model(self.config, self.task.spec, self.task)
+        m = build_model(self.config, self.task.spec, self.task, trust_code=self.trust_code,
+                        exclude=(self.path, self.path.parent))
         if not is_baseline(m):
             load_checkpoint(self.path, step, m)
         return m.eval()
@@ -410,16 +547,26 @@ class Run:
 
     def eval(self) -> dict:
         p = self.path / EVAL
-        return read_json(p) if p.exists() else {}
+        return read_json_object(p) if p.exists() else {}
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Open a run directory (error if it has no config.json)."""
+def read_config(run_dir: str | Path) -> RunConfig:
+    """A run directory's config.json, validated; a config that is unreadable or invalid raises CheckpointError
+    naming the file and the field."""
+    cfg_path = Path(run_dir) / CONFIG
+    try:
+        return validate(read_json_object(cfg_path))
+    except ValueError as err:
+        raise CheckpointError(f"{cfg_path}: {err}") from None
+
+
+def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
+    """Open a run directory for reading (error if it has no config.json). Importing nothing: an import-string
+    architecture is only built when `trust_code=True`."""
     p = Path(run_dir)
-    cfg_path = p / CONFIG
-    if not cfg_path.is_file():
+    if not (p / CONFIG).is_file():
         raise FileNotFoundError(f"run_dir: {str(p)!r} is not a run directory (no {CONFIG})")
-    return Run(path=p, config=validate(read_json(cfg_path)))
+    return Run(path=p, config=read_config(p), trust_code=trust_code)
 
 
 def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
@@ -429,7 +576,7 @@ def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
 def merge_eval(run_dir: str | Path, results: dict) -> dict:
     """Merge evaluation results (by evaluation name) into run_dir/eval.json atomically; returns the merged dict."""
     p = Path(run_dir) / EVAL
-    merged = read_json(p) if p.exists() else {}
+    merged = read_json_object(p) if p.exists() else {}
     merged.update(results)
     write_json(p, merged)
     return merged

@@ -21,22 +21,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from windtunnel import runs
-from windtunnel.config import RunConfig, resolve_config, resolve_loss, validate
+from windtunnel.config import RunConfig, resolve_config, resolve_loss
 from windtunnel.curriculum import Curriculum
+from windtunnel.errors import TrainingDiverged
 from windtunnel.evaluate import evaluate, evaluate_model
+from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models.base import predictive
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
 from windtunnel.runs import train_seed, val_seed
 from windtunnel.tasks.base import Batch, TaskSpec
-
-
-class TrainingDiverged(RuntimeError):
-    """Loss or gradients became non-finite; the last good checkpoint is kept."""
-
-    def __init__(self, step: int, what: str) -> None:
-        super().__init__(f"training diverged at step {step}: non-finite {what} (last good checkpoint kept)")
-        self.step, self.what = step, what
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -93,36 +87,67 @@ def _prune(run_dir: Path, cfg: RunConfig) -> None:
         runs.delete_checkpoint(run_dir, s)
 
 
-def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[RunConfig, int]:
-    """Create/clear/reopen the run directory; returns the config to use and the step to resume from."""
-    exists = run_dir.exists() and any(run_dir.iterdir())
+def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
+    """The step a resume of `run_dir` with `cfg` continues from; refuses a config that differs in more than steps."""
+    if not (run_dir / runs.CONFIG).is_file():
+        raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
+    stored = runs.read_config(run_dir)
+    a, b = stored.model_dump(mode="json"), cfg.model_dump(mode="json")
+    a["train"].pop("steps"), b["train"].pop("steps")
+    if a != b:
+        diff = [k for k in a if a[k] != b[k]]
+        raise ValueError(f"resume: the config differs from {str(run_dir / runs.CONFIG)!r} in {diff} "
+                         "(only train.steps may change on resume)")
+    step = runs.resume_step(run_dir) or 0
+    if step > cfg.train.steps:
+        raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
+    return step
+
+
+def _clear(run_dir: Path) -> None:
+    """Delete a run directory's contents, except the lock this process holds on it."""
+    for p in run_dir.iterdir():
+        if p.name in (LOCK_FILE, OWNER_FILE):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> int:
+    """Clear or reopen a run directory whose lock this process holds; returns the step to resume from."""
+    _refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
+    runs.clean_temp_files(run_dir)
+    exists = (run_dir / runs.CONFIG).exists() or any(
+        p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
     if exists and resume:
-        if not (run_dir / runs.CONFIG).is_file():
-            raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
-        stored = validate(runs.read_json(run_dir / runs.CONFIG))
-        a, b = stored.model_dump(mode="json"), cfg.model_dump(mode="json")
-        a["train"].pop("steps"), b["train"].pop("steps")
-        if a != b:
-            diff = [k for k in a if a[k] != b[k]]
-            raise ValueError(f"resume: the config differs from {str(run_dir / runs.CONFIG)!r} in {diff} "
-                             "(only train.steps may change on resume)")
-        step = runs.latest_step(run_dir) or 0
-        if step > cfg.train.steps:
-            raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
+        step = _check_resumable(run_dir, cfg)
         runs.truncate_metrics(run_dir, step)
         runs.write_config(run_dir, cfg)
-        return cfg, step
-    if exists and not overwrite:
-        raise FileExistsError(f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
-                              "to replace it or resume=True (--resume) to continue it")
+        return step
     if exists:
-        if not (run_dir / runs.CONFIG).is_file():
-            raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+        _clear(run_dir)  # overwrite (checked by _refuse_existing before the lock was taken)
     (run_dir / runs.FIGURES).mkdir(exist_ok=True)
     runs.write_config(run_dir, cfg)
-    return cfg, 0
+    return 0
+
+
+def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Before anything is created: an existing, non-empty `run_dir` needs resume or overwrite, and overwrite
+    only ever deletes a run directory."""
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise ValueError(f"--out: {str(run_dir)!r} is a file, not a directory")
+    contents = [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)]
+    if not contents or resume:
+        return
+    if not overwrite:
+        raise FileExistsError(f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
+                              "to replace it or resume=True (--resume) to continue it")
+    if not (run_dir / runs.CONFIG).is_file():
+        raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
@@ -135,24 +160,47 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 def train(
     config: RunConfig | dict, run_dir: str | Path, resume: bool = False, overwrite: bool = False,
-    progress: bool = True,
+    progress: bool = True, *, trust_code: bool = False,
 ) -> dict:
     """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
 
-    resume=True continues from checkpoints/latest.json (metrics after that step are dropped and recomputed
-    identically); overwrite=True replaces an existing run directory. Raises TrainingDiverged on NaN/inf.
+    resume=True continues from checkpoints/latest.json (or, if that one is corrupt, the newest good checkpoint;
+    metrics after that step are dropped and recomputed identically); overwrite=True replaces an existing run
+    directory. Everything is validated -- config, task, model, device, the output path -- before anything is
+    created, and the run directory's lock is held throughout (RunInUseError if another process holds it).
+    trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf.
     """
     cfg = resolve_config(config)
     run_dir = Path(run_dir)
-    cfg, start = _prepare_run_dir(run_dir, cfg, resume, overwrite)
     task = runs.build_task(cfg)
-    spec = task.spec
     device = resolve_device(cfg.train.device)
-    model = runs.build_model(cfg, spec, task).to(device)
+    model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
+    runs.check_writable(run_dir)
+    _refuse_existing(run_dir, resume, overwrite)
+    created = runs.first_missing(run_dir)  # what this call creates, removed again if it is refused
+    lock = DirLock(run_dir)
+    try:
+        lock.acquire()
+        start = _prepare_run_dir(run_dir, cfg, resume, overwrite)
+    except BaseException:
+        if lock.is_locked:
+            lock.release()
+        if created is not None:  # a refused command leaves nothing behind
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    try:
+        return _train_locked(cfg, run_dir, task, model.to(device), device, start, progress, trust_code)
+    finally:
+        lock.release()
+
+
+def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, device: torch.device, start: int,
+                  progress: bool, trust_code: bool) -> dict:
+    """The training loop proper, in a prepared run directory whose lock this process holds."""
     if runs.is_baseline(model) or cfg.train.steps == 0:
         if not runs.is_baseline(model) and start == 0:
             runs.save_checkpoint(run_dir, 0, model)
-        return evaluate(runs.load_run(run_dir), device=device)
+        return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
     opt = make_optimizer(model, cfg)
     if start:
@@ -186,12 +234,12 @@ def train(
             loss = compute_loss(loss_kind, step_task.spec, out, batch)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
-                raise TrainingDiverged(step, "loss")
+                raise TrainingDiverged(step, "loss", runs.latest_step(run_dir))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
             if not torch.isfinite(gnorm):
-                raise TrainingDiverged(step, "gradients")
+                raise TrainingDiverged(step, "gradients", runs.latest_step(run_dir))
             opt.step()
             train_s += time.perf_counter() - t0
             tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
@@ -223,7 +271,7 @@ def train(
         if bar is not None:
             bar.close()
     model.eval()
-    return evaluate(runs.load_run(run_dir), device=device, model=model)
+    return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
 
 
 __all__ = ["TrainingDiverged", "closest_posterior", "compute_loss", "lr_at", "train", "train_seed", "val_seed"]

@@ -19,5 +19,13 @@ app = typer.Typer(
 from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd  # noqa: E402, F401, I001
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
+    """Warnings (a lock taken over, a checkpoint skipped on resume) as one `warning: ...` line, without source."""
+    return f"warning: {message}\n"
+
+
 def main() -> None:
+    import warnings
+
+    warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     app()

@@ -1,8 +1,10 @@
-"""Shared CLI helpers: one way to fail (message, exit code 2) and to parse `k=v` options."""
+"""Shared CLI helpers: one way to fail (one line on stderr, exit 2 for bad input, 1 for corrupt data) and to parse
+`k=v` options."""
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -12,7 +14,9 @@ from pydantic import ValidationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # bad input: fix the command
+EXIT_DATA = 1  # corrupt or mismatched data, a directory in use, a diverged run
+DEBUG_ENV = "WINDTUNNEL_DEBUG"  # set to 1 to see the traceback of an unexpected error
 
 
 def fail(message: str) -> NoReturn:
@@ -21,19 +25,52 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
+def fail_data(message: str) -> NoReturn:
+    """Print `error: message` to stderr and exit 1: the input files are corrupt or in use, not the command wrong."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_DATA)
+
+
 def guarded(fn: F) -> F:
-    """Turn user-input errors (ValueError, pydantic ValidationError, missing files) into `fail`."""
+    """Every error becomes one line on stderr: bad input (ValueError, pydantic ValidationError, a missing or
+    unusable path) exits 2; corrupt data, a run directory in use or a diverged run exits 1. An error of no known kind
+    is a bug: it exits 1 naming its type, with the traceback when WINDTUNNEL_DEBUG=1."""
+    from windtunnel.errors import CheckpointError, RunInUseError, TrainingDiverged
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
         except ValidationError as err:
             fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
-        except (ValueError, FileNotFoundError, FileExistsError) as err:
-            fail(str(err))
+        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+                PermissionError) as err:
+            fail(_os_message(err))
+        except (CheckpointError, RunInUseError, TrainingDiverged) as err:
+            fail_data(str(err))
+        except OSError as err:  # disk full, I/O error: the data could not be read or written
+            fail_data(_os_message(err))
+        except Exception as err:  # noqa: BLE001 - the last line of defence: one line, never a traceback
+            return _unexpected(err)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _os_message(err: Exception) -> str:
+    """`path: reason` for OS errors (whose str() is "[Errno 20] Not a directory: 'x'"), str(err) otherwise."""
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.filename}: {err.strerror or err}"
+    return str(err)
+
+
+def _unexpected(err: Exception) -> NoReturn:
+    if os.environ.get(DEBUG_ENV) == "1":
+        raise err
+    typer.echo(f"error: internal error ({type(err).__name__}: {err}); this is a bug in windtunnel -- rerun with "
+               f"{DEBUG_ENV}=1 for the traceback and report it", err=True)
+    raise typer.Exit(EXIT_DATA)
 
 
 def parse_value(text: str) -> Any:

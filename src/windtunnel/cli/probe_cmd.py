@@ -9,6 +9,7 @@ import typer
 
 from windtunnel.cli import app
 from windtunnel.cli.common import guarded
+from windtunnel.cli.train_cmd import TRUST_HELP
 
 
 def _fmt(x: Any) -> str:
@@ -51,12 +52,13 @@ def probe(
     out: Path | None = typer.Option(None, "--out", help="output directory (default: the run directory)"),
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
+    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
 ) -> None:
     """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
     frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
     from windtunnel.geometry.run import GEOMETRY_JSON, probe_run
 
-    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures)
+    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code)
     for line in _summary(result):
         typer.echo(line)
     typer.echo(f"wrote {(out or run_dir) / GEOMETRY_JSON}")

@@ -11,7 +11,9 @@ import typer
 from windtunnel.cli import app
 from windtunnel.cli.common import fail, guarded, parse_kv
 from windtunnel.config import build_config
-from windtunnel.runs import CheckpointError
+
+TRUST_HELP = ("allow model.arch to be an import string (package.module:Class): importing it runs its code, so only "
+              "for configs you trust; the module must be installed")
 
 
 def _row(name: str, r: dict[str, Any]) -> str:
@@ -47,19 +49,16 @@ def train_command(
     resume: bool = typer.Option(False, "--resume", help="continue from the run's latest checkpoint"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
 ) -> None:
     """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory."""
-    from windtunnel.train import TrainingDiverged, train
+    from windtunnel.train import train
 
     flags = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed, "train.steps": steps}
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_kv(set_, "--set"))
     cfg = build_config(config, overrides)
-    try:
-        results = train(cfg, out, resume=resume, overwrite=overwrite, progress=not no_progress)
-    except (TrainingDiverged, CheckpointError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+    results = train(cfg, out, resume=resume, overwrite=overwrite, progress=not no_progress, trust_code=trust_code)
     typer.echo(f"run: {out}")
     print_table(results)
 
@@ -72,10 +71,12 @@ def eval_command(
     n: int | None = typer.Option(None, "--n", help="number of held-out sequences (default: the run's eval.n)"),
     batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
 ) -> None:
     """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
+    from windtunnel.config import check_override
     from windtunnel.evaluate import evaluate
-    from windtunnel.runs import load_run
+    from windtunnel.runs import check_writable, load_run
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")
@@ -84,15 +85,14 @@ def eval_command(
     kv = parse_kv(set_, "--set")
     override: dict[str, Any] = {}
     for key, value in kv.items():
-        if not key.startswith("task.") or key.count(".") != 1:
-            fail(f"--set {key}: eval only takes task parameters (task.NAME=value)")
+        if not key.startswith("task.") or key.count(".") != 1 or key == "task.name":
+            fail(f"--set {key}: eval only takes task parameters (task.NAME=value, not task.name)")
         override[key.split(".", 1)[1]] = value
-    run = load_run(run_dir)
-    try:
-        results = evaluate(run, n=n, overrides=[override] if override else None, batch_size=batch_size)
-    except CheckpointError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+    run = load_run(run_dir, trust_code=trust_code)
+    check_writable(run.path, "run_dir")  # eval.json is written there: fail now, not after the work
+    if override:
+        check_override(run.config, override)
+    results = evaluate(run, n=n, overrides=[override] if override else None, batch_size=batch_size)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:

@@ -10,21 +10,23 @@ from windtunnel.geometry.data import not_applicable
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.figures import write_figures
 from windtunnel.geometry.probes import probe_model
-from windtunnel.runs import build_model, is_baseline, load_run, write_json
+from windtunnel.runs import build_model, check_writable, is_baseline, load_run, write_json
 
 GEOMETRY_JSON = "geometry.json"
 
 
 def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Path | None = None, n: int = 256,
-              figures: bool = True, dynamics_n: int = 64) -> dict[str, Any]:
+              figures: bool = True, dynamics_n: int = 64, *, trust_code: bool = False) -> dict[str, Any]:
     """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`.
 
     The frame-precision probe uses every checkpoint up to the probed one (train with a dense
-    `checkpoint_schedule` to get a useful curve).
+    `checkpoint_schedule` to get a useful curve). trust_code: see `runs.load_run`.
     """
     if int(n) < 2:
         raise ValueError(f"n: must be >= 2 (got {n})")
-    run = load_run(run_dir)
+    out_dir = Path(out) if out is not None else Path(run_dir)
+    check_writable(out_dir, "--out" if out is not None else "run_dir")  # fail before the work, not after it
+    run = load_run(run_dir, trust_code=trust_code)
     steps = run.checkpoints()
     if not steps:
         raise ValueError(f"run_dir: {str(run_dir)!r} has no checkpoint to probe")
@@ -35,14 +37,14 @@ def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Pat
     if is_baseline(model):
         raise ValueError(f"run_dir: {run.config.model.arch!r} is a baseline predictor with no internals to probe")
     task = run.task
-    init_model = build_model(run.config, task.spec, task).eval()  # same seed, step 0 weights
+    init_model = build_model(run.config, task.spec, task, trust_code=trust_code,  # same seed, step 0 weights
+                             exclude=(run.path, run.path.parent)).eval()
     results, data = probe_model(model, task, n=n, init_model=init_model, seed=run.config.seed)
     earlier = [s for s in steps if s <= step]
     results["dynamics"] = (frame_precision(run.load_checkpoint, earlier, task, n=dynamics_n)
                            if len(earlier) >= 2 else
                            not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)"))
     results = {"run_dir": str(run_dir), "arch": run.config.model.arch, "task": task.name, "step": step, **results}
-    out_dir = Path(out) if out is not None else Path(run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:
         results["figures"] = write_figures(results, model, data, out_dir / "figures")

@@ -3,6 +3,6 @@
 # Built-in architectures register themselves on import.
 from windtunnel.models import lstm, mamba, mlp, transformer  # noqa: E402, F401, I001
 from windtunnel.models.base import SequenceModel, predictive
-from windtunnel.models.registry import make, names, register, resolve
+from windtunnel.models.registry import check, is_import_string, make, names, register, resolve
 
-__all__ = ["SequenceModel", "make", "names", "predictive", "register", "resolve"]
+__all__ = ["SequenceModel", "check", "is_import_string", "make", "names", "predictive", "register", "resolve"]

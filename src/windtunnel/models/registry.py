@@ -1,15 +1,22 @@
 """Architecture registry: `make(arch, spec, **size)`, `names()`, `register(name, factory)`.
 
-An architecture may also be named by an import string `package.module:Class`; the class is called as
-`Class(spec, **size)`.
+An architecture may also be named by an import string `package.module:Class`, called as `Class(spec, **size)`.
+Importing a module runs its code, and a run directory may come from anyone, so an import string is resolved only
+with `trust_code=True` (CLI: `--trust-code`), and even then never from the current directory or a run directory:
+the module must be installed (or already imported by the caller).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from windtunnel.errors import UntrustedCodeError
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
 
@@ -19,21 +26,59 @@ register = _REGISTRY.register  # register(name, factory, overwrite=False); facto
 unregister = _REGISTRY.unregister
 names = _REGISTRY.names
 
+_IMPORT_STRING = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
-def resolve(arch: str) -> Callable[..., Any]:
-    """The factory for a registered name or a `module:attr` import string."""
-    if arch in _REGISTRY:
-        return _REGISTRY.get(arch)
-    if ":" in arch:
-        mod_name, _, attr = arch.partition(":")
-        try:
-            return getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"arch: cannot import {arch!r}: {err}") from None
+
+def is_import_string(arch: str) -> bool:
+    """Whether `arch` has the form `package.module:Attr` (checked without importing anything)."""
+    return bool(_IMPORT_STRING.match(arch))
+
+
+def check(arch: str) -> None:
+    """Validate an architecture name without importing anything: registered, or a well-formed import string."""
+    if arch in _REGISTRY or is_import_string(arch):
+        return
     raise ValueError(f"arch: unknown architecture {arch!r}; choose one of {', '.join(names())} "
                      "or give an import string 'package.module:Class'")
 
 
-def make(arch: str, spec: TaskSpec, **size: Any) -> Any:
+def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
+    """sys.path entries an import must not come from: the current directory ('' or its path) and `extra`."""
+    return {os.path.realpath(p) for p in (os.getcwd(), *extra)}
+
+
+def _import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
+    """Import `module` with the current directory and `exclude` taken off sys.path for the duration."""
+    bad = _untrusted_paths(exclude)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) not in bad]
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path[:] = saved
+
+
+def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()) -> Callable[..., Any]:
+    """The factory for a registered name, or, with `trust_code=True`, for a `module:attr` import string.
+
+    exclude: directories (a run directory) that, like the current directory, an import may not come from.
+    """
+    if arch in _REGISTRY:
+        return _REGISTRY.get(arch)
+    check(arch)
+    if not trust_code:
+        raise UntrustedCodeError(f"model.arch: {arch!r} is an import string, and importing it would run its code; "
+                                 "pass --trust-code (Python: trust_code=True) if you trust where it comes from")
+    mod_name, _, attr = arch.partition(":")
+    try:
+        obj: Any = _import_installed(mod_name, exclude)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"arch: cannot import {arch!r} from an installed package: {err}") from None
+    return obj
+
+
+def make(arch: str, spec: TaskSpec, *, trust_code: bool = False, **size: Any) -> Any:
     """Build architecture `arch` for a task `spec` with size parameters `size`."""
-    return resolve(arch)(spec, **size)
+    return resolve(arch, trust_code=trust_code)(spec, **size)

@@ -20,8 +20,8 @@ def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
     out = {}
     for r in records:
         try:
-            out[r.task] = float(tasks.make(r.task, **r.config["task"].get("params", {})).spec.log10_hypotheses)
-        except (ValueError, KeyError):
+            out[r.task] = float(tasks.make(r.task, **r.params).spec.log10_hypotheses)
+        except (ValueError, KeyError, TypeError):  # a task or parameters this version cannot build
             continue
     return out
 
@@ -59,24 +59,28 @@ GEOMETRY_COLUMNS = [
 ]
 
 
+def _f3(x: Any) -> str:
+    """A geometry number to 3 decimals; "—" for anything else (a probe that does not apply, or a garbled value)."""
+    return f"{x:.3f}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
+
+
 def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
     v = _dig(g, *path)
     if path[:2] == ("keys", "authors_signed_mean_cos_per_layer") and isinstance(v, float):
         init = _dig(g, "keys", "init_authors_signed_mean_cos_per_layer", 0)
         gauss = _dig(g, "keys", "authors_gaussian_baseline")
-        init_s = f"{init:.3f}" if isinstance(init, float) else "—"
-        gauss_s = f"{gauss['mean']:.3f} ± {gauss['std']:.3f}" if isinstance(gauss, dict) else "—"
-        return f"{v:.3f} / {init_s} / {gauss_s}"
+        gauss_s = f"{_f3(_dig(gauss, 'mean'))} ± {_f3(_dig(gauss, 'std'))}" if isinstance(gauss, dict) else "—"
+        return f"{v:.3f} / {_f3(init)} / {gauss_s}"
     if path[:2] == ("keys", "layer0_direction") and isinstance(v, dict):
         return f"ours: {v.get('ours_mean_abs_cos', '—')}; authors': {v.get('authors_signed_mean_cos', '—')}"
     if path[0] == "lens" and isinstance(v, list) and v:
-        return f"{v[0]:.3f} → {v[-1]:.3f}"
+        return f"{_f3(v[0])} → {_f3(v[-1])}"
     if path[0] == "dynamics" and isinstance(v, dict):
         frame, precision = v.get("frame_step_90_progress"), v.get("precision_step_2x")
         return f"{frame if frame is not None else '—'} / {precision if precision is not None else '—'}"
-    if isinstance(v, (int, float)):
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
-    return "—"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return _f3(v)
 
 
 def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
@@ -96,12 +100,12 @@ def _table_section(doc: Document, title: str, table: tuple[list[str], list[list[
 def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read run directories under `paths`, write the report into `out`, return the results dict."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    records = find_runs(paths)  # every input read and validated before anything is created
     meta = dict(meta or {})
     meta_file = out / "reproduce.json"
     if meta_file.exists() and not meta:
-        meta = json.loads(meta_file.read_text())
-    records = find_runs(paths)
+        meta = runs.read_json_object(meta_file)
+    out.mkdir(parents=True, exist_ok=True)
     doc = Document("windtunnel report: is each architecture doing exact Bayesian inference?")
 
     header, rows, data = tables.primitives_table(records)

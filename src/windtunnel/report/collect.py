@@ -1,7 +1,15 @@
-"""Read run directories into flat records the report can tabulate (only files, never a live model)."""
+"""Read run directories into flat records the report can tabulate (only files, never a live model).
+
+Run directories may be corrupt or hostile, so `read_run` checks every value the report reads before it builds a
+record: a value of the wrong kind is a `runs.CheckpointError` naming the file and the field (exit code 1), never a
+traceback later and never a silently wrong number in a table.
+"""
 
 from __future__ import annotations
 
+import math
+import reprlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,11 @@ class RunRecord:
     evals: dict[str, Any]  # eval.json: name -> {"task_params", "n", "metrics", "per_position"}
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl lines
     geometry: dict[str, Any] | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The task parameters the run was trained with (config.json task.params)."""
+        return self.config.get("task", {}).get("params", {})
 
     @property
     def default(self) -> dict[str, Any]:
@@ -60,25 +73,126 @@ class RunRecord:
         return pts
 
 
-def _read_json(path: Path) -> Any:
-    return runs.read_json(path) if path.exists() else None
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Missing:
+    """An absent key, told apart from an explicit null in error messages."""
+
+    def __repr__(self) -> str:
+        return "nothing (the key is missing)"
+
+
+MISSING = _Missing()
+# kind -> (test, what the error says was expected)
+KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "number": (lambda v: _is_number(v) and math.isfinite(v), "a finite number"),
+    "integer": (_is_int, "an integer"),
+    "count": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "positive": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "curve": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),  # nan: no data there
+}
+# Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
+TASK_PARAMS = {"N": "positive", "score_at": "text"}
+# metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics, tables.HEADLINE).
+HISTORY_FIELDS = {"elapsed_s": "number", "train_s": "number", "entropy_mae_bits": "number", "accuracy": "number"}
+
+
+def checked(value: Any, kind: str, path: Path, where: str) -> Any:
+    """`value` if it is of `kind` (see KINDS), else a one-line CheckpointError naming the file and the field."""
+    test, expected = KINDS[kind]
+    if value is MISSING or not test(value):
+        raise runs.CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(value)}")
+    return value
+
+
+def _required(d: dict[str, Any], key: str, kind: str, path: Path, where: str) -> Any:
+    return checked(d.get(key, MISSING), kind, path, where)
+
+
+def _optional(d: dict[str, Any], key: str, kind: str, path: Path, where: str) -> None:
+    """Check d[key] as `kind` unless it is absent or null."""
+    if d.get(key) is not None:
+        checked(d[key], kind, path, where)
+
+
+def _check_params(params: Any, path: Path, where: str) -> None:
+    for key, kind in TASK_PARAMS.items():
+        _optional(checked(params, "object", path, where), key, kind, path, f"{where}.{key}")
+
+
+def _check_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The config fields the report reads: task name and params, arch, seed, training steps and batch size."""
+    task = _required(cfg, "task", "object", path, "task")
+    _required(task, "name", "text", path, "task.name")
+    _check_params(task.get("params", {}), path, "task.params")
+    _required(_required(cfg, "model", "object", path, "model"), "arch", "text", path, "model.arch")
+    _optional(cfg, "seed", "integer", path, "seed")
+    train = checked(cfg.get("train", {}), "object", path, "train")
+    for key in ("steps", "batch_size"):
+        _optional(train, key, "count", path, f"train.{key}")
+    return cfg
+
+
+def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
+    """eval.json: {name: {"metrics": {m: {"mean", "lo", "hi"} or null}, "per_position": {curve: [...] or null},
+    "approximations": {a: {"kl_from_model_bits", "entropy_mae_bits", ...}}, "task_params": {...}}}. A null metric is
+    one the task does not define (accuracy for real answers); a metric that is there needs all three numbers."""
+    for name, ev in evals.items():
+        checked(ev, "object", path, name)
+        for m, v in checked(ev.get("metrics", {}), "object", path, f"{name}.metrics").items():
+            if v is not None:
+                for k in ("mean", "lo", "hi"):
+                    _required(checked(v, "object", path, f"{name}.metrics.{m}"), k, "number", path,
+                              f"{name}.metrics.{m}.{k}")
+        curves = checked(ev.get("per_position", {}), "object", path, f"{name}.per_position")
+        for c in curves:
+            _optional(curves, c, "curve", path, f"{name}.per_position.{c}")
+        for a, v in checked(ev.get("approximations", {}), "object", path, f"{name}.approximations").items():
+            for k in ("kl_from_model_bits", "entropy_mae_bits"):
+                _required(checked(v, "object", path, f"{name}.approximations.{a}"), k, "number", path,
+                          f"{name}.approximations.{a}.{k}")
+        _check_params(ev.get("task_params", {}), path, f"{name}.task_params")
+    return evals
+
+
+def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl records (`runs.read_metrics` has checked that each is an object with a step): the fields in
+    HISTORY_FIELDS numbers or null."""
+    for i, h in enumerate(history, 1):
+        for key, kind in HISTORY_FIELDS.items():
+            _optional(h, key, kind, path, f"record {i}.{key}")
+    return history
+
+
+def _read_object(path: Path, default: Any = None) -> Any:
+    """A JSON file that must hold an object (CheckpointError naming it otherwise), or `default` where it is absent."""
+    return runs.read_json_object(path) if path.exists() else default
 
 
 def read_run(path: str | Path) -> RunRecord:
-    """One run directory -> RunRecord; a directory without config.json is an error naming it."""
+    """One run directory -> RunRecord, every value the report reads checked (CheckpointError naming the file
+    and field otherwise); a directory without config.json is an error naming it."""
     p = Path(path)
-    config = _read_json(p / "config.json")
-    if config is None:
+    if not (p / runs.CONFIG).exists():
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
+    config = _check_config(_read_object(p / runs.CONFIG), p / runs.CONFIG)
     return RunRecord(
         path=p,
         task=config["task"]["name"],
         arch=config["model"]["arch"],
-        seed=int(config.get("seed", 0)),
+        seed=config.get("seed") or 0,
         config=config,
-        evals=_read_json(p / "eval.json") or {},
-        history=runs.read_metrics(p),
-        geometry=_read_json(p / "geometry.json"),
+        evals=_check_evals(_read_object(p / runs.EVAL, {}), p / runs.EVAL),
+        history=_check_history(runs.read_metrics(p), p / runs.METRICS),
+        geometry=_read_object(p / "geometry.json"),
     )
 
 

@@ -7,10 +7,20 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Markdown has no raw-text mode, so every string is escaped on the way out (as `html.escape` does for report.html):
+# run names, arch and task names and eval names come from run directories and may carry HTML or break a table.
+# Entities keep the rendered text unchanged; a backslash is doubled so that it cannot escape what follows it.
+_MD_TEXT = str.maketrans({"\\": "\\\\", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": " ", "\n": " "})
+_MD_CELL = str.maketrans({**_MD_TEXT, ord("|"): "&#124;"})
 
-def _cell(text: str) -> str:
-    """A Markdown table cell: a literal `|` would end the cell."""
-    return str(text).replace("|", "\\|")
+
+def md_escape(text: object, cell: bool = False) -> str:
+    """`text` as inert Markdown on one line: no raw HTML, and in a table cell (`cell=True`) no `|` that ends it."""
+    return str(text).translate(_MD_CELL if cell else _MD_TEXT)
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(md_escape(c, cell=True) for c in cells) + " |"
 
 
 @dataclass
@@ -52,21 +62,21 @@ class Document:
 
     def markdown(self, base: Path) -> str:
         """Markdown with figure links relative to `base` (the report directory)."""
-        out = [f"# {self.title}", ""]
+        esc = md_escape
+        out = [f"# {esc(self.title)}", ""]
         for b in self.blocks:
             if isinstance(b, Heading):
-                out += ["#" * b.level + " " + b.text, ""]
+                out += ["#" * b.level + " " + esc(b.text), ""]
             elif isinstance(b, Paragraph):
-                out += [b.text, ""]
+                out += [esc(b.text), ""]
             elif isinstance(b, Bullets):
-                out += [f"- {item}" for item in b.items] + [""]
+                out += [f"- {esc(item)}" for item in b.items] + [""]
             elif isinstance(b, Table):
-                out += ["| " + " | ".join(map(_cell, b.header)) + " |", "|" + "---|" * len(b.header)]
-                out += ["| " + " | ".join(map(_cell, r)) + " |" for r in b.rows]
-                out += (["", f"*{b.caption}*"] if b.caption else []) + [""]
+                out += [_row(b.header), "|" + "---|" * len(b.header)] + [_row(r) for r in b.rows]
+                out += (["", f"*{esc(b.caption)}*"] if b.caption else []) + [""]
             elif isinstance(b, Figure):
                 rel = b.path.relative_to(base) if b.path.is_relative_to(base) else b.path
-                out += [f"![{b.caption}]({rel.as_posix()})", "", f"*{b.caption}*", ""]
+                out += [f"![{esc(b.caption)}]({rel.as_posix()})", "", f"*{esc(b.caption)}*", ""]
         return "\n".join(out)
 
     def html(self) -> str:

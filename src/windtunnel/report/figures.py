@@ -16,6 +16,11 @@ ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "m
                "uniform": "C7", "oracle": "k"}
 
 
+def _label(text: str) -> str:
+    """A run-supplied name as literal figure text: a `$` would start matplotlib mathtext (which can fail to parse)."""
+    return text.replace("$", r"\$")
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -36,7 +41,7 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
     """Per-position predictive entropy of each architecture against the exact Bayes entropy."""
     runs = _first_seed([r for r in records if r.task == task and r.arch != "oracle"])
     curves = {a: r.default.get("per_position", {}) for a, r in runs.items()}
-    curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits")}
+    curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits") and c.get("bayes_entropy_bits")}
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -44,7 +49,7 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
     ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
     for arch, c in curves.items():
         ys = c["model_entropy_bits"]
-        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=arch)
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=_label(arch))
     ax.set_xlabel("scored position")
     ax.set_ylabel("predictive entropy (bits)")
     ax.set_title(f"{task}: model entropy vs exact posterior entropy")
@@ -63,9 +68,9 @@ def length_generalisation_figure(records: list[RunRecord], task: str, out: Path)
         for name, ev in r.evals.items():
             ys = ev.get("per_position", {}).get("entropy_abs_err_bits")
             if ys:
-                label = "train length" if name == "default" else name
+                label = "train length" if name == "default" else _label(name)
                 ax.plot(range(1, len(ys) + 1), ys, label=label)
-        ax.set_title(arch)
+        ax.set_title(_label(arch))
         ax.set_xlabel("scored position")
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("|H_model - H_Bayes| (bits)")
@@ -85,8 +90,8 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
     for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
         for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
             xs, ys = zip(*r.eval_curve, strict=True)
-            ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=r.arch if r.seed == 0 else None)
-        ax.set_title(task)
+            ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=_label(r.arch) if r.seed == 0 else None)
+        ax.set_title(_label(task))
         ax.set_xlabel("step")
         if task != "recall":
             ax.set_yscale("log")

@@ -186,7 +186,7 @@ def reference_levels(records: list[RunRecord]) -> list[str]:
         uniform = next((r.metric(metric) for r in records if r.task == task and r.arch == "uniform"), None)
         if uniform is not None:
             out.append(f"{task}: uniform predictor (context-blind) {fmt(uniform['mean'], metric)}")
-        params = next(r.config["task"].get("params", {}) for r in records if r.task == task)
+        params = next(r.params for r in records if r.task == task)
         if task == "recall" and "score_at" in params:
             where = {"key": "the queried key (the authors score the answer slot after it)",
                      "slot": "the answer slot after the queried key, as the authors do"}
@@ -200,7 +200,7 @@ def reference_levels(records: list[RunRecord]) -> list[str]:
 def below_stored_chance(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
     """Recall cells of Table 1 whose accuracy is below chance among the N stored values: a model that has not learnt
     even that the answer is a stored value failed to optimise; its number says nothing about the architecture."""
-    params = next((r.config["task"].get("params", {}) for r in records if r.task == "recall"), {})
+    params = next((r.params for r in records if r.task == "recall"), {})
     out = []
     for arch, cells in data.items():
         if arch in CONTEXT_BLIND:
@@ -254,6 +254,15 @@ def disagreements(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def memorisation_verdict(log10_hypotheses: float, seen: int) -> str:
+    """The fraction of a finite hypothesis space that `seen` training sequences could have covered, as 10^x
+    (x < 0), or "memorisation possible" once training saw at least as many sequences as there are hypotheses."""
+    if not seen:
+        return "no training"
+    exponent = math.log10(seen) - log10_hypotheses
+    return "memorisation possible" if exponent >= 0 else f"seen fraction 10^{exponent:.1f}"
+
+
 def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, float]) -> list[list[str]]:
     """Per task: hypotheses in the space against the most sequences any run of it saw in training."""
     rows = []
@@ -266,8 +275,7 @@ def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, flo
             h_txt, verdict = "continuous (infinite)", "cannot be memorised"
         else:
             h_txt = f"10^{h:.1f}"
-            ratio = h - math.log10(seen) if seen else math.inf
-            verdict = f"seen fraction 10^-{ratio:.1f}" if seen else "no training"
+            verdict = memorisation_verdict(h, seen)
         rows.append([task, h_txt, f"{seen:,}", verdict])
     return rows
 

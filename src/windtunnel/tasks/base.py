@@ -114,6 +114,8 @@ def make_generator(seed: int | None, generator: torch.Generator | None, device: 
     g = torch.Generator(device=device)
     if seed is None:
         g.seed()
+    elif not 0 <= int(seed) < 2**64:  # what a torch generator's seed holds
+        raise ValueError(f"seed: must be in [0, 2^64) (got {seed})")
     else:
         g.manual_seed(int(seed))
     return g
@@ -122,7 +124,7 @@ def make_generator(seed: int | None, generator: torch.Generator | None, device: 
 class TaskParams(BaseModel):
     """Base of every task's typed parameters; unknown parameters are an error, not ignored."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def validation_message(err: ValidationError, task: str) -> str:
