@@ -224,12 +224,14 @@ class TinyUserModel(SequenceModel):
 
 def test_import_string_and_register():
     spec = tasks.make("bijection").spec
-    model = models.make(f"{__name__}:TinyUserModel", spec, d_model=4)
+    with pytest.raises(ValueError, match="trust_code=True"):  # an import string is code: opt in
+        models.make(f"{__name__}:TinyUserModel", spec, d_model=4)
+    model = models.make(f"{__name__}:TinyUserModel", spec, d_model=4, trust_code=True)
     assert isinstance(model, TinyUserModel) and model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 20)
     models.register("tiny-user-test", TinyUserModel, overwrite=True)
     assert isinstance(models.make("tiny-user-test", spec), TinyUserModel)
     with pytest.raises(ValueError, match="cannot import"):
-        models.make(f"{__name__}:Missing", spec)
+        models.make(f"{__name__}:Missing", spec, trust_code=True)
 
 
 def test_transformer_head_and_layer_ablation():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -141,8 +143,9 @@ def test_muon_run_resumes_exactly(tmp_path):
 
 def test_recipes_apply_overrides_and_fractional_curricula():
     base = run_config("hmm", "transformer", "quick")
+    before = json.loads(json.dumps(base))
     cfg = RECIPES["curriculum"].apply(base)
-    assert cfg["train"]["schedule"] == "wsd" and base["train"].get("schedule") is None  # a copy
+    assert cfg["train"]["schedule"] == "wsd" and base == before  # a copy
     steps = base["train"]["steps"]
     assert [s["until"] for s in cfg["train"]["curriculum"]] == [round(0.1 * steps), round(0.25 * steps)]
     assert [s["params"]["K"] for s in cfg["train"]["curriculum"]] == [5, 10]

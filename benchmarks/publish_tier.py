@@ -1,0 +1,54 @@
+"""Copy what a `windtunnel reproduce` run made into docs/results/<tier>/: the report, its data and figures, and each
+probed run's geometry.json (plus the geometry figures of the transformer and Mamba cells). Run directories do not
+survive a working day; the published copy does.
+
+    python benchmarks/publish_tier.py runs/standard docs/results/standard
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+TOP = ("report.md", "report.html", "results.json", "reproduce.json")
+FIGURE_ARCHS = ("transformer", "mamba")  # the cells the paper makes geometric claims about
+
+
+def publish(src: Path, dest: Path) -> list[Path]:
+    """Copy the report files, figures/ and geometry of `src` (a reproduce --out) into `dest` (replaced)."""
+    if not (src / "report.md").is_file():
+        raise SystemExit(f"{src}: no report.md (is it a finished `windtunnel reproduce --out`?)")
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "geometry").mkdir(parents=True)
+    written = []
+    for name in TOP:
+        if (src / name).is_file():
+            written.append(Path(shutil.copy2(src / name, dest / name)))
+    if (src / "figures").is_dir():
+        shutil.copytree(src / "figures", dest / "figures")
+        written.append(dest / "figures")
+    for run in sorted((src / "runs").iterdir()):
+        geometry = run / "geometry.json"
+        if not geometry.is_file():
+            continue
+        written.append(Path(shutil.copy2(geometry, dest / "geometry" / f"{run.name}-geometry.json")))
+        cell = run.name.removesuffix("-s0")
+        if cell.split("-", 1)[1] in FIGURE_ARCHS:
+            for png in sorted((run / "figures").glob("*.png")):
+                written.append(Path(shutil.copy2(png, dest / "geometry" / f"{cell}-{png.name}")))
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("src", type=Path, help="a `windtunnel reproduce --out` directory")
+    parser.add_argument("dest", type=Path, help="where to publish, e.g. docs/results/standard")
+    args = parser.parse_args()
+    written = publish(args.src, args.dest)
+    print(f"{len(written)} files/folders -> {args.dest}")
+
+
+if __name__ == "__main__":
+    main()
