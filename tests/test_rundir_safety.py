@@ -250,6 +250,7 @@ def test_corrupt_config_under_eval_probe_report(trained, tmp_path, content):
     for command in (["eval", str(trained)], ["probe", str(trained), "--n", "4", "--no-figures"],
                     ["report", str(trained), "--out", str(tmp_path / "rep")]):
         assert "config.json" in _one_line_error(runner.invoke(app, command), 1)
+    assert not (tmp_path / "rep").exists()  # the report validates its inputs before creating --out
 
 
 @pytest.mark.parametrize(("sets", "words"), [
