@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -206,6 +207,16 @@ def test_cells_parse_and_build_their_run_configs():
         parse_cell("task=bijection,arch=transformer")
     with pytest.raises(ValueError, match="expected key=value"):
         parse_cell("task=bijection,transformer")
+
+
+def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_name():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "recipes" / "recall-curriculum.yaml"
+    cell = parse_cell(f"task=recall,arch=transformer,recipe={path},steps=100,set.task.params.N=32,"
+                      "set.task.params.key_vocab=64,set.task.params.value_vocab=64")
+    assert cell.recipe_name == "recall-curriculum" and "/" not in cell.slug and cell.slug.startswith("recall-")
+    cfg = resolve_config(cell_config(cell, seed=0))
+    assert [(s.until, s.params["N"]) for s in cfg.train.curriculum] == [(20, 8), (45, 24)]
+    assert cfg.task.params["N"] == 32 and cfg.train.schedule == "wsd"  # evaluation keeps the task's own N
 
 
 def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_path):

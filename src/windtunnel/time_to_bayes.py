@@ -50,14 +50,19 @@ class Cell(BaseModel):
     set: dict[str, Any] = Field(default_factory=dict)  # extra dotted overrides (model.size.*, train.*, task.params.*)
 
     @property
+    def recipe_name(self) -> str:
+        """The recipe's name: a registered name as given, a recipe file by its stem (no path in run names)."""
+        return Path(self.recipe).stem if Path(self.recipe).suffix in (".yaml", ".yml", ".json") else self.recipe
+
+    @property
     def label(self) -> str:
         extra = "".join(f",{k.split('.')[-1]}={v}" for k, v in sorted(self.set.items()))
-        return f"{self.task}/{self.arch}/{self.recipe} ({self.steps}x{self.batch_size}, lr {self.lr:g}{extra})"
+        return f"{self.task}/{self.arch}/{self.recipe_name} ({self.steps}x{self.batch_size}, lr {self.lr:g}{extra})"
 
     @property
     def slug(self) -> str:
         extra = "".join(f"-{k.split('.')[-1]}{v}" for k, v in sorted(self.set.items()))
-        return f"{self.task}-{self.arch}-{self.recipe}-{self.steps}x{self.batch_size}-lr{self.lr:g}{extra}"
+        return f"{self.task}-{self.arch}-{self.recipe_name}-{self.steps}x{self.batch_size}-lr{self.lr:g}{extra}"
 
 
 def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
