@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 # Predictors that are evaluated like models but never trained (see runs.Oracle / runs.Uniform).
 BASELINES = ("oracle", "uniform")
-TIERS = ("smoke", "quick", "paper")
 
 
 def _check_finite(value: Any, where: str) -> None:

@@ -15,12 +15,8 @@ from windtunnel.geometry.stats import entropy_bits
 
 
 def attention_maps(data: ProbeData) -> list[torch.Tensor] | None:
-    """Per-layer attention weights (B,H,T,T) from the cache, or None if the architecture has no attention."""
-    layers = data.cache.get("layers") or []
-    maps = [layer.get("attn") for layer in layers if isinstance(layer, dict)]
-    if not maps or any(m is None for m in maps):
-        return None
-    return maps
+    """Per-layer attention weights (B,H,T,T) (hook points `blocks.{l}.attn.pattern`), or None without attention."""
+    return data.per_layer("attn.pattern")
 
 
 def head_entropies(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

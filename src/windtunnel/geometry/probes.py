@@ -55,7 +55,7 @@ def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module
     results: dict[str, Any] = {
         "n_sequences": int(n),
         "entropy_error_bits": data.entropy_error,
-        "heldout_seed": "runs.test_seed(2**29 + 0) (probes), + 1 (frame-precision), + 2 (ablations)",
+        "heldout_seed": "seeds.test_seed(2**29 + 0) (probes), + 1 (frame-precision), + 2 (ablations)",
     }
     for p in probes:
         results[p] = _safe(runners[p])

@@ -115,7 +115,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         "(differential entropy for regression); recall = argmax accuracy at the scored position (see the recall "
         "task's score_at in Deviations). Each cell: mean over training seeds, its interval in brackets, the range of "
         "the seed means and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
-        "(runs.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
+        "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
         "read a separate validation stream. Paper numbers in parentheses are only those the paper reports (its v3 "
         "table), measured at the paper's budgets, which may differ from this run's (see Deviations)."))
     doc.add(Table(header, rows))

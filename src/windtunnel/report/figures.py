@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from windtunnel.report.collect import RunRecord  # noqa: E402
+from windtunnel.plotting import save, subplots
+from windtunnel.report.collect import RunRecord
 
 ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "mlp-pointwise": "C4",
                "uniform": "C7", "oracle": "k"}
@@ -22,12 +18,7 @@ def _label(text: str) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save(fig, path, bbox_inches="tight")
 
 
 def _first_seed(records: list[RunRecord]) -> dict[str, RunRecord]:
@@ -44,7 +35,7 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
     curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits") and c.get("bayes_entropy_bits")}
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     bayes = next(iter(curves.values()))["bayes_entropy_bits"]
     ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
     for arch, c in curves.items():
@@ -63,7 +54,7 @@ def length_generalisation_figure(records: list[RunRecord], task: str, out: Path)
     runs = {a: r for a, r in runs.items() if len(r.evals) > 1}
     if not runs:
         return None
-    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
+    fig, axes = subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
     for ax, (arch, r) in zip(axes[0], runs.items(), strict=True):
         for name, ev in r.evals.items():
             ys = ev.get("per_position", {}).get("entropy_abs_err_bits")
@@ -86,7 +77,7 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
             by_task[r.task].append(r)
     if not by_task:
         return None
-    fig, axes = plt.subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
+    fig, axes = subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
     for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
         for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
             xs, ys = zip(*r.eval_curve, strict=True)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
-from torch.distributions import Categorical, Distribution, Normal
+from torch.distributions import Distribution
 
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
@@ -85,24 +85,6 @@ class Batch:
     @property
     def device(self) -> torch.device:
         return self.inputs.device
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(
-            inputs=self.inputs.to(device),
-            target_mask=self.target_mask.to(device),
-            targets=self.targets.to(device),
-            posterior=posterior_to(self.posterior, device),
-            latent={k: v.to(device) for k, v in self.latent.items()},
-        )
-
-
-def posterior_to(dist: Distribution, device: torch.device | str) -> Distribution:
-    """Move a Categorical/Normal posterior to `device` (torch distributions have no `.to`)."""
-    if isinstance(dist, Categorical):
-        return Categorical(probs=dist.probs.to(device), validate_args=False)
-    if isinstance(dist, Normal):
-        return Normal(dist.loc.to(device), dist.scale.to(device), validate_args=False)
-    raise TypeError(f"unsupported posterior type {type(dist).__name__}")
 
 
 def make_generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
