@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from windtunnel import models, tasks
 from windtunnel.cli import app
-from windtunnel.geometry.attention import bijection_evidence, sharpening
+from windtunnel.geometry.attention import sharpening
 from windtunnel.geometry.data import collect
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.keys import key_orthogonality
@@ -121,8 +121,11 @@ def test_bijection_evidence_positions():
     # paired format: k0 v0 k1 v1 ?k0 -> the query row's evidence is the k0 key and its value
     inputs = torch.tensor([[0, 3, 1, 2, 0]])
     mask = torch.tensor([[True, False, True, False, True]])
-    seen, ev = bijection_evidence(inputs, mask)
+    evidence = tasks.make("bijection", V=4, L=3).attention_evidence(inputs, mask)
+    seen, ev = evidence["seen_key_match"]
     assert seen.tolist() == [[False, False, False, False, True]]
+    unseen, _ = evidence["unseen_value"]
+    assert unseen.tolist() == [[False, False, True, False, False]]  # the first key has nothing revealed before it
     assert ev[0, 4].tolist() == [True, True, False, False, False]
     assert ev[0, 2].tolist() == [False, True, False, False, False]  # unseen key: the revealed value
 

@@ -42,10 +42,9 @@ def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module
         raise ValueError(f"probes: unknown {sorted(unknown)}; choose from {', '.join(PROBES)}")
     model.eval()
     data = collect(model, task, n=n)
-    name = getattr(task, "name", None)
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "keys": lambda: key_orthogonality(model, init_model, seed=seed),
-        "attention": lambda: sharpening(data, task_name=name),
+        "attention": lambda: sharpening(data, task),
         "manifold": lambda: value_manifold(data, seed=seed),
         "clusters": lambda: state_clusters(data, seed=seed),
         "lens": lambda: logit_lens(model, data),

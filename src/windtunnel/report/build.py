@@ -132,11 +132,12 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                           + "; ".join(refs) + "."))
 
     fig_paths = []
-    for task in ("bijection", "hmm", "recall", "regression"):
+    present = tables.task_order({r.task for r in records})
+    for task in present:
         p = figures.calibration_figure(records, task, out)
         if p:
             fig_paths.append((p, f"{task}: per-position predictive entropy against the exact Bayes entropy"))
-    for task in ("hmm", "recall", "regression"):
+    for task in present:
         p = figures.length_generalisation_figure(records, task, out)
         if p:
             fig_paths.append((p, f"{task}: per-position entropy error at the training length and longer"))

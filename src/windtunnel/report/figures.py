@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
 from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import RunRecord
+from windtunnel.report.tables import headline_metric
 
 ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "mlp-pointwise": "C4",
                "uniform": "C7", "oracle": "k"}
@@ -15,6 +17,11 @@ ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "m
 def _label(text: str) -> str:
     """A run-supplied name as literal figure text: a `$` would start matplotlib mathtext (which can fail to parse)."""
     return text.replace("$", r"\$")
+
+
+def _slug(name: str) -> str:
+    """A run-supplied task name as a safe file-name part: letters, digits, '.', '_' and '-' kept, the rest '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "_"
 
 
 def _save(fig, path: Path) -> Path:
@@ -43,9 +50,9 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
         ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=_label(arch))
     ax.set_xlabel("scored position")
     ax.set_ylabel("predictive entropy (bits)")
-    ax.set_title(f"{task}: model entropy vs exact posterior entropy")
+    ax.set_title(f"{_label(task)}: model entropy vs exact posterior entropy")
     ax.legend(fontsize=8)
-    return _save(fig, out / "figures" / f"calibration_{task}.png")
+    return _save(fig, out / "figures" / f"calibration_{_slug(task)}.png")
 
 
 def length_generalisation_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
@@ -63,10 +70,11 @@ def length_generalisation_figure(records: list[RunRecord], task: str, out: Path)
                 ax.plot(range(1, len(ys) + 1), ys, label=label)
         ax.set_title(_label(arch))
         ax.set_xlabel("scored position")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a run without per-position curves draws nothing to label
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("|H_model - H_Bayes| (bits)")
-    fig.suptitle(f"{task}: length generalisation")
-    return _save(fig, out / "figures" / f"length_generalisation_{task}.png")
+    fig.suptitle(f"{_label(task)}: length generalisation")
+    return _save(fig, out / "figures" / f"length_generalisation_{_slug(task)}.png")
 
 
 def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
@@ -84,8 +92,9 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
             ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=_label(r.arch) if r.seed == 0 else None)
         ax.set_title(_label(task))
         ax.set_xlabel("step")
-        if task != "recall":
+        accuracy = headline_metric(task) == "accuracy"
+        if not accuracy:
             ax.set_yscale("log")
-        ax.set_ylabel("accuracy" if task == "recall" else "entropy error (bits)")
+        ax.set_ylabel("accuracy" if accuracy else "entropy error (bits)")
         ax.legend(fontsize=7)
     return _save(fig, out / "figures" / "training_curves.png")
