@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from windtunnel import models, tasks
 from windtunnel.cli import app
-from windtunnel.geometry.attention import bijection_evidence, sharpening
+from windtunnel.geometry.attention import sharpening
 from windtunnel.geometry.data import collect
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.keys import key_orthogonality
@@ -67,9 +67,9 @@ def test_every_probe_runs_and_is_in_range(arch, task_name):
         c = r["clusters"]
         assert -1 <= c["ari"] <= 1 and -1 <= c["silhouette"] <= 1 and c["entropy_r2"] <= 1 and c["k"] == 5
     kl = r["lens"]["kl_bits_per_layer"]
-    assert len(kl) == len(data.cache["resid"]) and all(k >= -1e-9 for k in kl)
+    assert len(kl) == len(data.resid) and all(k >= -1e-9 for k in kl)
     ab = r["ablation"]
-    assert len(ab["layers"]["block"]) == len(data.cache["resid"]) - 1
+    assert len(ab["layers"]["block"]) == len(data.resid) - 1
     assert applied(ab["heads"]) == has_attn
     assert any(abs(x) > 0 for x in ab["layers"]["block"])  # the ablation hook really changes the output
     if has_attn:
@@ -109,7 +109,7 @@ def test_sharpening_on_hand_built_attention():
     causal = torch.ones(T, T).tril()
     uniform = (causal / causal.sum(-1, keepdim=True)).expand(4, 2, T, T)  # (B,H,T,T)
     one_hot = torch.eye(T).expand(4, 2, T, T)  # every row attends to itself
-    data.cache["layers"] = [{"attn": uniform}, {"attn": one_hot}]
+    data.cache.update({"blocks.0.attn.pattern": uniform, "blocks.1.attn.pattern": one_hot})
     r = sharpening(data)
     rows = torch.arange(T)[data.mask[0]]
     assert r["entropy_bits_per_layer"][0] == pytest.approx(float(torch.log2(rows + 1.0).mean()))
@@ -121,8 +121,11 @@ def test_bijection_evidence_positions():
     # paired format: k0 v0 k1 v1 ?k0 -> the query row's evidence is the k0 key and its value
     inputs = torch.tensor([[0, 3, 1, 2, 0]])
     mask = torch.tensor([[True, False, True, False, True]])
-    seen, ev = bijection_evidence(inputs, mask)
+    evidence = tasks.make("bijection", V=4, L=3).attention_evidence(inputs, mask)
+    seen, ev = evidence["seen_key_match"]
     assert seen.tolist() == [[False, False, False, False, True]]
+    unseen, _ = evidence["unseen_value"]
+    assert unseen.tolist() == [[False, False, True, False, False]]  # the first key has nothing revealed before it
     assert ev[0, 4].tolist() == [True, True, False, False, False]
     assert ev[0, 2].tolist() == [False, True, False, False, False]  # unseen key: the revealed value
 
@@ -239,7 +242,7 @@ def test_lens_authors_direction_is_brute_force_kl_of_lens_to_floored_posterior()
     lens = logit_lens(model, data)
     p = data.batch.posterior.probs.double()[data.mask]  # (N,K) exact posterior at scored positions
     assert (p == 0).any()  # revealed values: the unfloored authors' KL would be infinite
-    for l, h in enumerate(data.cache["resid"]):
+    for l, h in enumerate(data.resid):
         with torch.no_grad():
             q = torch.softmax(model.head(model.norm(h)).double(), -1)[data.mask]  # (N,K) lens
         brute = (q * (q.log() - (p + 1e-12).log())).sum(-1).mean() / math.log(2)

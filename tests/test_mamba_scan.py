@@ -118,9 +118,9 @@ def test_mamba_model_scan_modes_agree(spec, T):
         torch.testing.assert_close(outs["fused"], outs[s])
         for name, a, b in zip(names, gs["fused"], gs[s], strict=True):
             torch.testing.assert_close(a, b, msg=f"{s}: {name}")
-    out_cache, cache = ms["fused"](x, cache=True)  # the cache path still scans sequentially and exposes h
+    out_cache, cache = ms["fused"].run_with_cache(x, names=["blocks.0.ssm.h"])  # asking for h scans another way
     torch.testing.assert_close(out_cache, outs["fused"])
-    assert cache["layers"][0]["h"].shape == (3, T, ms["fused"].d_inner, 5)
+    assert cache["blocks.0.ssm.h"].shape == (3, T, ms["fused"].d_inner, 5)
 
 
 def test_mamba_auto_scan_uses_fused_on_cpu(monkeypatch):
@@ -135,8 +135,8 @@ def test_mamba_auto_scan_uses_fused_on_cpu(monkeypatch):
     assert m.scan == "auto"
     m(torch.zeros(2, 5, dtype=torch.long)).sum().backward()
     assert calls == [(2, 5, 32)] * 2
-    m(torch.zeros(2, 5, dtype=torch.long), cache=True)  # cache=True never takes the fused path
-    assert len(calls) == 2
+    m.run_with_cache(torch.zeros(2, 5, dtype=torch.long), names=["blocks.0.ssm.h", "blocks.1.ssm.h"])
+    assert len(calls) == 2  # asking for every layer's state never takes the fused path
 
 
 def test_mamba_scan_is_validated():

@@ -106,10 +106,10 @@ def test_mamba_parallel_equals_sequential_model(spec):
     gb = torch.autograd.grad(b.sum(), list(seq.parameters()))
     for name, u, v in zip([n for n, _ in par.named_parameters()], ga, gb, strict=True):
         torch.testing.assert_close(u, v, msg=name)
-    # the cache path (sequential scan, every state kept) gives the same output
-    out_cache, cache = par(x, cache=True)
+    # asking for the states (parallel scan, every state kept) gives the same output
+    out_cache, cache = par.run_with_cache(x, names=["blocks.0.ssm.h"])
     torch.testing.assert_close(out_cache, a)
-    assert cache["layers"][0]["h"].shape == (2, 13, par.d_inner, par.d_state)
+    assert cache["blocks.0.ssm.h"].shape == (2, 13, par.d_inner, par.d_state)
 
 
 def test_mamba_reference_init():
@@ -136,10 +136,11 @@ def test_lstm_cache_path_equals_fast_path(spec):
     model = models.make("lstm", spec, n_layers=3, d_model=16)
     x = tokens(2, 11) if spec.input_kind == "tokens" else torch.randn(2, 11, spec.input_dim)
     fast = model(x)
-    slow, cache = model(x, cache=True)
+    names = [f"blocks.{l}.{n}" for l in range(3) for n in ("lstm.c", "lstm.h", "resid_post")]
+    slow, cache = model.run_with_cache(x, names=names)  # asking for c runs every layer's cell loop
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
-    for i, layer in enumerate(cache["layers"]):
-        torch.testing.assert_close(layer["h"], cache["resid"][i + 1])
+    for l in range(3):
+        torch.testing.assert_close(cache[f"blocks.{l}.lstm.h"], cache[f"blocks.{l}.resid_post"])
     gf = torch.autograd.grad(fast.sum(), list(model.parameters()))
     gs = torch.autograd.grad(slow.sum(), list(model.parameters()))
     for u, v in zip(gf, gs, strict=True):

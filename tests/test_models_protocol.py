@@ -1,4 +1,4 @@
-"""Model protocol: shapes, heads, cache layout, causality on every task spec, registry, bad input."""
+"""Model protocol: shapes, heads, causality on every task spec, registry, ablation, bad input (hooks: test_hooks)."""
 
 from __future__ import annotations
 
@@ -67,43 +67,6 @@ def test_full_length_recall(arch):
     x = random_inputs(model.spec, 1, model.spec.seq_len)
     with torch.no_grad():
         assert model(x).shape == (1, model.spec.seq_len, model.spec.n_classes)
-
-
-CACHE_KEYS = {"transformer": {"q", "k", "v", "attn"}, "mamba": {"delta", "B", "C", "h"}, "lstm": {"h", "c"},
-              "mlp": {"mlp_out"}, "mlp-pointwise": {"mlp_out"}}
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("task", ["bijection", "regression"])
-def test_cache_layout(arch, task):
-    model = build(arch, task)
-    spec, B, T = model.spec, 3, 9
-    x = random_inputs(spec, B, T)
-    with torch.no_grad():
-        out, cache = model(x, cache=True)
-        torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-4)
-    L = model.n_layers
-    assert len(cache["resid"]) == L + 1 and len(cache["layers"]) == L
-    d = cache["final"].shape[-1]
-    assert all(r.shape == (B, T, d) for r in cache["resid"])
-    torch.testing.assert_close(model.head(cache["final"]), out)
-    for layer in cache["layers"]:
-        assert set(layer) >= CACHE_KEYS[arch]
-    first = cache["layers"][0]
-    if arch == "transformer":
-        H = presets.preset(task, arch, "smoke")["n_heads"]
-        assert first["q"].shape == first["k"].shape == first["v"].shape == (B, H, T, d // H)
-        assert first["attn"].shape == (B, H, T, T)
-        torch.testing.assert_close(first["attn"].sum(-1), torch.ones(B, H, T))
-        assert torch.all(first["attn"].triu(1) == 0)
-    elif arch == "mamba":
-        Di, N = model.d_inner, model.d_state
-        assert first["delta"].shape == (B, T, Di) and (first["delta"] > 0).all()
-        assert first["B"].shape == first["C"].shape == (B, T, N)
-        assert first["h"].shape == (B, T, Di, N)
-    elif arch == "lstm":
-        assert first["h"].shape == first["c"].shape == (B, T, d)
-        torch.testing.assert_close(first["h"], cache["resid"][1])
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -238,10 +201,10 @@ def test_transformer_head_and_layer_ablation():
     model = build("transformer", "bijection")
     x = random_inputs(model.spec, 2, 11)
     with torch.no_grad():
-        base, cache = model(x, cache=True)
+        base, cache = model.run_with_cache(x, names=["blocks.1.resid_post"])
         with model.ablate(layers={0}, parts="block"):
-            _, abl = model(x, cache=True)
-        torch.testing.assert_close(abl["resid"][1], abl["resid"][0])
+            _, abl = model.run_with_cache(x, names=["blocks.0.resid_pre", "blocks.0.resid_post"])
+        torch.testing.assert_close(abl["blocks.0.resid_post"], abl["blocks.0.resid_pre"])
         with model.ablate(heads={(0, 1)}):
             one_head = model(x)
         assert not torch.allclose(one_head, base)
@@ -252,9 +215,10 @@ def test_transformer_head_and_layer_ablation():
         torch.testing.assert_close(model(x), one_head)
         W.copy_(saved)
         with model.ablate(layers={1}, parts="mlp"):
-            _, no_mlp = model(x, cache=True)
+            _, no_mlp = model.run_with_cache(x, names=["blocks.1.resid_post", "blocks.1.resid_mid"])
         # layer 1 without its MLP: resid after = resid before + attention output only
-        assert not torch.allclose(no_mlp["resid"][2], cache["resid"][2])
+        assert not torch.allclose(no_mlp["blocks.1.resid_post"], cache["blocks.1.resid_post"])
+        torch.testing.assert_close(no_mlp["blocks.1.resid_post"], no_mlp["blocks.1.resid_mid"])
         torch.testing.assert_close(model(x), base)  # restored after the context
     with pytest.raises(ValueError, match="heads"), model.ablate(heads={(0, 7)}):
         pass
@@ -265,8 +229,8 @@ def test_layer_ablation_makes_identity(arch):
     model = build(arch, "bijection")
     x = random_inputs(model.spec, 2, 7)
     with torch.no_grad(), model.ablate(layers={1}):
-        _, cache = model(x, cache=True)
-    torch.testing.assert_close(cache["resid"][2], cache["resid"][1])
+        _, cache = model.run_with_cache(x, names=["blocks.1.resid_pre", "blocks.1.resid_post"])
+    torch.testing.assert_close(cache["blocks.1.resid_post"], cache["blocks.1.resid_pre"])
     with pytest.raises(ValueError, match="parts"), model.ablate(layers={0}, parts="attn"):
         pass
 
@@ -302,17 +266,18 @@ def test_logit_scale_multiplies_the_class_logits_by_a_learned_exp(arch):
 def test_attention_sink_lets_a_head_sum_instead_of_average():
     model = build("transformer", "bijection", attn_sink=True)
     attn = model.blocks[0].attn
-    x = torch.randn(2, 5, model.d_model)
+    x = random_inputs(model.spec, 2, 5)
+    names = ["blocks.0.attn.pattern", "blocks.0.attn.out"]
     with torch.no_grad():
         attn.sink.fill_(-30.0)  # a sink nobody attends to: plain causal softmax
-        y_off, inner = attn(x, explicit=True)
-        torch.testing.assert_close(inner["attn"].sum(-1), torch.ones(2, attn.n_heads, 5))
+        _, off = model.run_with_cache(x, names=names)
+        torch.testing.assert_close(off["blocks.0.attn.pattern"].sum(-1), torch.ones(2, attn.n_heads, 5))
         plain = build("transformer", "bijection")
         plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.endswith(".sink")})
-        torch.testing.assert_close(y_off, plain.blocks[0].attn(x, explicit=True)[0])
+        torch.testing.assert_close(off["blocks.0.attn.out"], plain.run_with_cache(x, names=names)[1][names[1]])
         attn.sink.fill_(3.0)  # a strong sink takes mass from every row: each token's weight no longer sums to 1
-        _, inner = attn(x, explicit=True)
-        assert (inner["attn"].sum(-1) < 0.9).all()
+        _, on = model.run_with_cache(x, names=names)
+        assert (on["blocks.0.attn.pattern"].sum(-1) < 0.9).all()
     causal_ok = model.eval()
     xs = random_inputs(causal_ok.spec, 1, causal_ok.spec.seq_len)
     ys = xs.clone()

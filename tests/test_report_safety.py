@@ -86,6 +86,9 @@ def test_hostile_names_cannot_inject_html_or_break_tables(tmp_path):
     html = (tmp_path / "report" / "report.html").read_text()
     assert "<script" not in html and "<img src=x" not in html
     assert (tmp_path / "report" / "figures" / "calibration_bijection.png").is_file()  # `$` is not mathtext
+    figures = {p.name for p in (tmp_path / "report" / "figures").iterdir()}  # a task name is no file path
+    assert "length_generalisation__script_alert_3___script_.png" in figures
+    assert all(p.parent == tmp_path / "report" / "figures" for p in (tmp_path / "report").rglob("*.png"))
 
 
 def test_memorisation_verdict_both_sides_of_the_hypothesis_count():

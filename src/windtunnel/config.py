@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 # Predictors that are evaluated like models but never trained (see runs.Oracle / runs.Uniform).
 BASELINES = ("oracle", "uniform")
-TIERS = ("smoke", "quick", "paper")
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -330,13 +329,11 @@ def config_to_json(cfg: RunConfig) -> str:
 
 
 def resolve_loss(cfg: RunConfig, task: Any) -> str:
-    """The loss a run trains with: explicit choice, else soft_ce for HMM-like tasks, gaussian_nll for real answers,
-    otherwise ce. A task may state its own preference as a `default_loss` attribute."""
+    """The loss a run trains with: the explicit choice, else gaussian_nll for real answers, else the task's own
+    `default_loss` ("ce" on sampled targets unless the tunnel says "soft_ce"; tasks.base.WindTunnel)."""
     if cfg.train.loss != "auto":
         return cfg.train.loss
     if task.spec.answer_kind == "real":
         return "gaussian_nll"
-    pref = getattr(task, "default_loss", None)
-    if pref in ("ce", "soft_ce"):
-        return pref
-    return "soft_ce" if cfg.task.name == "hmm" else "ce"
+    pref = getattr(task, "default_loss", "ce")
+    return pref if pref in ("ce", "soft_ce") else "ce"

@@ -1,6 +1,6 @@
 """Evaluation against the exact posterior: every position of a batch in one forward pass, metrics in bits.
 
-`evaluate(run)` scores a run's model on the test stream (`runs.test_seed`: the same sequences for every run,
+`evaluate(run)` scores a run's model on the test stream (`seeds.test_seed`: the same sequences for every run,
 disjoint from training and from the validation stream that training-time evaluation reads) for the training
 setting and each `eval.overrides` setting (e.g. {"K": 50} for length generalisation), and merges the results into
 run_dir/eval.json.
@@ -19,6 +19,7 @@ from torch.distributions import Distribution
 from windtunnel import metrics, runs
 from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
 from windtunnel.precision import autocast
+from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch
 
 
@@ -26,10 +27,10 @@ def _predictions(
     model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, dtype: str,
     stream: str,
 ) -> Iterator[tuple[Batch, Distribution]]:
-    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with runs.stream_seed(stream, seed,
+    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with seeds.stream_seed(stream, seed,
     i)), one forward pass per chunk."""
     for i, start in enumerate(range(0, n, batch_size)):
-        batch = task.sample(min(batch_size, n - start), seed=runs.stream_seed(stream, seed, i), device=device)
+        batch = task.sample(min(batch_size, n - start), seed=stream_seed(stream, seed, i), device=device)
         with autocast(device, dtype):
             pred = runs.predict(model, task.spec, batch)
         yield batch, pred

@@ -286,8 +286,3 @@ def summarize(table: ScoreTable, n_boot: int = 1000, seed: int = 0, level: float
     }
     return {"metrics": metrics, "per_position": per_position}
 
-
-def quick_metrics(table: ScoreTable) -> dict[str, float | None]:
-    """Point estimates only (no bootstrap), for the periodic evaluation lines of metrics.jsonl."""
-    out = {k: (v["mean"] if v else None) for k, v in summarize(table, n_boot=0)["metrics"].items()}
-    return out

@@ -262,13 +262,10 @@ def markdown(data: dict[str, Any]) -> str:
 def plot(data: dict[str, Any], path: str | Path) -> None:
     """Log-log plot of the headline error (1 - accuracy for recall) against training seconds, one panel per task,
     one colour per cell, one line per seed; the marks as dotted lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from windtunnel.plotting import save, subplots
 
     tasks = list(dict.fromkeys(c["cell"]["task"] for c in data["cells"]))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    fig, axes = subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         cells = [c for c in data["cells"] if c["cell"]["task"] == task]
         metric = cells[0]["metric"]
@@ -291,10 +288,7 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
         ax.set_title(task)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    tmp = Path(path).with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save(fig, path, dpi=120)
 
 
 def parse_cell(text: str) -> Cell:

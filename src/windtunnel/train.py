@@ -29,7 +29,7 @@ from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models.base import predictive
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
-from windtunnel.runs import train_seed, val_seed
+from windtunnel.seeds import train_seed, val_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
 

@@ -1,8 +1,8 @@
 """Ablations: switch off one attention head, or one layer (whole block, attention only, or MLP only), and
 measure the change in entropy error (bits) on held-out sequences.
 
-Model contract relied on (models/common.py `Ablatable`): `with model.ablate(heads={(l, h)}, layers={l},
-parts=...)`, the allowed parts in `model._parts` and the head count in `model._n_heads` (0 = no heads).
+Model contract relied on (models/hooks.py `HookedModel`): `with model.ablate(heads={(l, h)}, layers={l},
+parts=...)`, the allowed parts in `model.ablation_parts` and the head count in `model.n_heads` (0 = no heads).
 The "hypothesis-frame head" is the layer-0 head whose removal raises the entropy error most.
 """
 
@@ -31,10 +31,10 @@ def ablations(model: nn.Module, batch: Batch, all_heads: bool = True) -> dict[st
         with model.ablate(**what):
             return entropy_error_bits(model, batch) - base
 
-    n_layers, n_heads = int(model.n_layers), int(getattr(model, "_n_heads", 0))
+    n_layers, n_heads = int(model.n_layers), int(getattr(model, "n_heads", 0))
     out: dict[str, Any] = {"baseline_entropy_error_bits": base}
     out["layers"] = {part: [delta(layers={l}, parts=part) for l in range(n_layers)]
-                     for part in getattr(model, "_parts", ("block",))}
+                     for part in getattr(model, "ablation_parts", ("block",))}
     if n_heads:
         layers = range(n_layers) if all_heads else range(1)
         heads = [[delta(heads={(l, h)}) for h in range(n_heads)] for l in layers]

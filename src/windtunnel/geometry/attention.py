@@ -15,12 +15,8 @@ from windtunnel.geometry.stats import entropy_bits
 
 
 def attention_maps(data: ProbeData) -> list[torch.Tensor] | None:
-    """Per-layer attention weights (B,H,T,T) from the cache, or None if the architecture has no attention."""
-    layers = data.cache.get("layers") or []
-    maps = [layer.get("attn") for layer in layers if isinstance(layer, dict)]
-    if not maps or any(m is None for m in maps):
-        return None
-    return maps
+    """Per-layer attention weights (B,H,T,T) (hook points `blocks.{l}.attn.pattern`), or None without attention."""
+    return data.per_layer("attn.pattern")
 
 
 def head_entropies(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -28,26 +24,6 @@ def head_entropies(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     h = entropy_bits(attn)  # (B,H,T)
     m = mask.unsqueeze(1).to(h.dtype)  # (B,1,T)
     return (h * m).sum((0, 2)) / m.sum((0, 2)).clamp_min(1)
-
-
-def bijection_evidence(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Evidence positions for each scored row of a bijection sequence (keys at even, values at odd positions).
-
-    Returns (seen (B,T) bool, evidence (B,T,T) bool). A row whose queried key was revealed earlier ("seen")
-    has as evidence that earlier key position and its value position; any other row has as evidence every
-    revealed value position before it (the values that eliminate hypotheses).
-    """
-    B, T = inputs.shape
-    pos = torch.arange(T, device=inputs.device)
-    before = pos[None, :] < pos[:, None]  # (T,T) key position j strictly before row p
-    is_key = (pos % 2 == 0)[None, :] & before  # (T,T)
-    match = (inputs[:, None, :] == inputs[:, :, None]) & is_key[None] & mask[:, :, None]  # (B,T,T)
-    seen = match.any(-1)  # (B,T)
-    match_val = torch.zeros_like(match)
-    match_val[..., 1:] = match[..., :-1]  # the value right after a matching key
-    values_before = ((pos % 2 == 1)[None, :] & before)[None].expand(B, T, T)  # (B,T,T)
-    evidence = torch.where(seen[..., None], match | (match_val & before[None]), values_before)
-    return seen & mask, evidence
 
 
 def evidence_mass(maps: list[torch.Tensor], rows: torch.Tensor, evidence: torch.Tensor) -> list[float] | None:
@@ -61,11 +37,13 @@ def evidence_mass(maps: list[torch.Tensor], rows: torch.Tensor, evidence: torch.
     return out
 
 
-def sharpening(data: ProbeData, task_name: str | None = None) -> dict[str, Any]:
+def sharpening(data: ProbeData, task: Any = None) -> dict[str, Any]:
     """Attention entropy per layer and head at scored positions, and the first->last layer drop in %.
 
     Beside each entropy: the same rows' uniform-attention bound (mean log2 of the number of visible keys),
-    so a reader can tell a sharp head from a short prefix.
+    so a reader can tell a sharp head from a short prefix. Where `task` says which earlier positions a scored row
+    should read (`attention_evidence`, tasks.base.WindTunnel), the attention mass there per layer, for each kind
+    of row it names.
     """
     maps = attention_maps(data)
     if maps is None:
@@ -78,16 +56,10 @@ def sharpening(data: ProbeData, task_name: str | None = None) -> dict[str, Any]:
     per_layer = [float(h.mean()) for h in per_head]
     first, last = per_layer[0], per_layer[-1]
     extra: dict[str, Any] = {}
-    if task_name == "bijection" and data.batch.inputs.dim() == 2:
-        seen, evidence = bijection_evidence(data.batch.inputs, mask)
-        unseen = mask & ~seen
-        unseen[:, 0] = False  # nothing revealed before the first key
-        extra = {
-            "seen_key_match_mass_per_layer": evidence_mass(maps, seen, evidence),
-            "unseen_value_mass_per_layer": evidence_mass(maps, unseen, evidence),
-            "n_seen_rows": int(seen.sum()),
-            "n_unseen_rows": int(unseen.sum()),
-        }
+    evidence_of = getattr(task, "attention_evidence", None)
+    for kind, (rows, evidence) in (evidence_of(data.batch.inputs, mask) if evidence_of else {}).items():
+        extra[f"{kind}_mass_per_layer"] = evidence_mass(maps, rows, evidence)
+        extra[f"n_{kind}_rows"] = int(rows.sum())
     return {
         **extra,
         "entropy_bits_per_layer": per_layer,

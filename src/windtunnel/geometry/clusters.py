@@ -29,7 +29,7 @@ def map_labels(data: ProbeData) -> tuple[Any, float] | None:
 
 
 def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> dict[str, Any]:
-    """Cluster statistics of cache["final"] at scored positions against MAP posterior states."""
+    """Cluster statistics of the hook point `final` at scored positions against MAP posterior states."""
     labels = map_labels(data)
     if labels is None:
         return not_applicable("the answer is real-valued: there are no discrete states to cluster")
@@ -38,7 +38,7 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
         return not_applicable(f"the posterior's MAP class is tied at {tied:.0%} of scored positions "
                               "(no state to recover, e.g. uniform over remaining values)")
     k = int(data.batch.posterior.probs.shape[-1])
-    x, h, idx = scored_points(data, data.cache["final"], max_points, seed)
+    x, h, idx = scored_points(data, data.final, max_points, seed)
     y = lab[data.mask][idx.to(lab.device)]
     if x.shape[0] < max(10, k + 1):
         return not_applicable("too few scored positions to cluster")

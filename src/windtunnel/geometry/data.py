@@ -1,6 +1,7 @@
-"""Held-out probe data: one forward pass with the activation cache over sequences the model never trained on.
+"""Held-out probe data: one forward pass, caching the named activations the probes read (models/hooks.py), over
+sequences the model never trained on.
 
-Probes read the test stream (`runs.test_seed`) from index `PROBE_OFFSET` upward: never a training or validation
+Probes read the test stream (`seeds.test_seed`) from index `PROBE_OFFSET` upward: never a training or validation
 sequence (the official analysis scripts rebuilt the training dataset with the same seed), and never the chunks
 the evaluation scores (indices below PROBE_OFFSET).
 """
@@ -16,7 +17,7 @@ import torch
 from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
-from windtunnel.runs import test_seed
+from windtunnel.seeds import test_seed
 from windtunnel.tasks.base import Batch
 
 PROBE_OFFSET = 2**29  # test-stream index of the first probe batch
@@ -27,16 +28,45 @@ def not_applicable(reason: str) -> dict[str, str]:
     return {"not_applicable": reason}
 
 
+def probe_hook_names(model: torch.nn.Module) -> list[str]:
+    """The hook points the probes read, where the model has them: the residual stream after the embedding and
+    every layer, the final representation, every layer's attention pattern and the last layer's values. Never a
+    recurrent state (Mamba's h is the largest activation and needs the slow scan; no probe reads it)."""
+    have = set(getattr(model, "hook_names", ()))
+    L = int(getattr(model, "n_layers", 0))
+    want = ["embed", *(f"blocks.{l}.resid_post" for l in range(L)), "final",
+            *(f"blocks.{l}.attn.pattern" for l in range(L)), f"blocks.{L - 1}.attn.v"]
+    return [n for n in want if n in have]
+
+
 @dataclass
 class ProbeData:
-    """A held-out batch, the model's output on it and its activation cache, plus per-position entropies."""
+    """A held-out batch, the model's output on it and its named activations, plus per-position entropies."""
 
     batch: Batch
     out: torch.Tensor  # (B,T,K) logits or (B,T,2)
-    cache: dict[str, Any]
+    cache: dict[str, torch.Tensor]  # hook name -> activation (probe_hook_names)
     mask: torch.Tensor  # (B,T) bool scored positions
     post_entropy: torch.Tensor  # (B,T) float64 bits, exact posterior
     model_entropy: torch.Tensor  # (B,T) float64 bits, model predictive
+
+    def per_layer(self, point: str) -> list[torch.Tensor] | None:
+        """`blocks.{l}.<point>` for every layer l = 0, 1, ... in the cache, or None when layer 0 has none."""
+        out = []
+        while (x := self.cache.get(f"blocks.{len(out)}.{point}")) is not None:
+            out.append(x)
+        return out or None
+
+    @property
+    def resid(self) -> list[torch.Tensor]:
+        """The residual stream after the embedding and after every layer, (B,T,d) each ([] when not cached)."""
+        post = self.per_layer("resid_post")
+        return [self.cache["embed"], *post] if post and "embed" in self.cache else []
+
+    @property
+    def final(self) -> torch.Tensor:
+        """(B,T,d): the representation the head reads (hook point `final`, after the final norm)."""
+        return self.cache["final"]
 
     @property
     def entropy_error(self) -> float:
@@ -59,12 +89,15 @@ def heldout_batch(task: Any, n: int, offset: int = 0, device: torch.device | str
 
 
 def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) -> ProbeData:
-    """Run `model` with cache=True on `n` held-out sequences of `task`."""
+    """Run `model` on `n` held-out sequences of `task`, caching `probe_hook_names(model)`."""
     device = next(model.parameters()).device
     batch = heldout_batch(task, n, offset, device)
     model.eval()
     with torch.no_grad():
-        out, cache = model(batch.inputs, cache=True)
+        if hasattr(model, "run_with_cache"):
+            out, cache = model.run_with_cache(batch.inputs, names=probe_hook_names(model))
+        else:  # a model without hook points: the probes that need activations say "not applicable"
+            out, cache = model(batch.inputs), {}
     return ProbeData(
         batch=batch,
         out=out,

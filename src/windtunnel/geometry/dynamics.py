@@ -4,7 +4,7 @@ On one fixed held-out batch, per checkpoint step s:
 * frame similarity: layer-0 attention of checkpoint s against the final checkpoint's, as the cosine between
   paired attention rows (per head, per scored query row), averaged over rows, heads and sequences; and
   1 - JS divergence (bits) averaged the same way. Both are 1 at the final checkpoint.
-* precision: entropy error (metrics.entropy_mae_bits) and the value-manifold stats of cache["final"].
+* precision: entropy error (metrics.entropy_mae_bits) and the value-manifold stats of the hook point `final`.
 Summary steps (the first checkpoint from which the condition holds at every later checkpoint):
 * frame_step_90: frame cosine >= 0.9 (90% of its final value, 1);
 * frame_step_90_progress: frame cosine has covered 90% of the way from the first checkpoint's value to 1;
@@ -47,7 +47,7 @@ def frame_precision(load: Callable[[int], nn.Module], steps: Sequence[int], task
         mask = data.mask
         layer_maps = attention_maps(data)
         maps.append(None if layer_maps is None else layer_maps[0].cpu())
-        x, h, _ = scored_points(data, data.cache["final"], max_points)
+        x, h, _ = scored_points(data, data.final, max_points)
         m = manifold_stats(x, h)
         rows.append({"step": step, "entropy_error_bits": data.entropy_error,
                      "pc1_var": m["pc1_var"], "entropy_r2": m["entropy_r2"]})

@@ -1,22 +1,19 @@
-"""Figures of the probes (PNG, matplotlib Agg): one function per figure, `write_figures` draws all that apply."""
+"""Figures of the probes (PNG, windtunnel.plotting): one function per figure, `write_figures` draws all that apply."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from torch import nn
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from torch import nn  # noqa: E402
-
-from windtunnel.geometry.clusters import map_labels  # noqa: E402
-from windtunnel.geometry.data import ProbeData  # noqa: E402
-from windtunnel.geometry.keys import key_cosines  # noqa: E402
-from windtunnel.geometry.manifold import scored_points  # noqa: E402
-from windtunnel.geometry.stats import pca  # noqa: E402
+from windtunnel.geometry.clusters import map_labels
+from windtunnel.geometry.data import ProbeData
+from windtunnel.geometry.keys import key_cosines
+from windtunnel.geometry.manifold import scored_points
+from windtunnel.geometry.stats import pca
+from windtunnel.plotting import save, subplots
 
 
 def _ok(result: Any) -> bool:
@@ -25,30 +22,26 @@ def _ok(result: Any) -> bool:
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def key_heatmaps(model: nn.Module, path: Path) -> Path:
     """|cosine| between the probe tokens' keys per layer (mean of |cos| over heads)."""
     cos = np.abs(key_cosines(model)).mean(1)  # (L,n,n)
     L = cos.shape[0]
-    fig, axes = plt.subplots(1, L, figsize=(2.6 * L, 2.6), squeeze=False)
+    fig, axes = subplots(1, L, figsize=(2.6 * L, 2.6), squeeze=False)
     for l, ax in enumerate(axes[0]):
         im = ax.imshow(cos[l], vmin=0, vmax=1, cmap="viridis")
         ax.set_title(f"layer {l}")
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="|cos| (mean over heads)")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def attention_entropy(result: dict[str, Any], path: Path) -> Path:
     """Attention entropy by layer: each head as a dot, the head mean as a line, the uniform bound dashed."""
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig, ax = subplots(figsize=(4.5, 3.2))
     for l, heads in enumerate(result["entropy_bits_per_head"]):
         ax.scatter([l] * len(heads), heads, s=12, color="tab:gray", alpha=0.6)
     ax.plot(result["entropy_bits_per_layer"], "o-", label="mean over heads")
@@ -62,9 +55,9 @@ def attention_entropy(result: dict[str, Any], path: Path) -> Path:
 
 def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path:
     """PC1-PC2 of the final-layer representation at scored positions, coloured by posterior entropy."""
-    x, h, _ = scored_points(data, data.cache["final"], max_points)
+    x, h, _ = scored_points(data, data.final, max_points)
     ratios, scores = pca(x)
-    fig, ax = plt.subplots(figsize=(4.5, 3.8))
+    fig, ax = subplots(figsize=(4.5, 3.8))
     sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0],
                     c=h.cpu().numpy(), s=5, cmap="viridis")
     fig.colorbar(sc, ax=ax, label="posterior entropy (bits)")
@@ -76,10 +69,10 @@ def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Pat
 def cluster_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path:
     """PC1-PC2 of the final-layer representation coloured by the posterior's MAP state."""
     lab, _ = map_labels(data)
-    x, _, idx = scored_points(data, data.cache["final"], max_points)
+    x, _, idx = scored_points(data, data.final, max_points)
     y = lab[data.mask][idx.to(lab.device)].cpu().numpy()
     _, scores = pca(x)
-    fig, ax = plt.subplots(figsize=(4.5, 3.8))
+    fig, ax = subplots(figsize=(4.5, 3.8))
     sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0],
                     c=y, s=5, cmap="tab10")
     fig.colorbar(sc, ax=ax, label="MAP state")
@@ -90,7 +83,7 @@ def cluster_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path
 
 def lens_kl(result: dict[str, Any], path: Path) -> Path:
     """KL(posterior || logit lens) in bits per layer, log scale."""
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig, ax = subplots(figsize=(4.5, 3.2))
     kl = np.maximum(np.asarray(result["kl_bits_per_layer"]), 1e-6)
     ax.semilogy(range(len(kl)), kl, "o-")
     ax.set_xticks(range(len(kl)), ["emb"] + [str(i) for i in range(len(kl) - 1)])
@@ -103,7 +96,7 @@ def ablation_bars(result: dict[str, Any], path: Path) -> Path:
     """Entropy-error increase per ablated layer part, and per layer-0 head when there are heads."""
     heads = result.get("heads")
     has_heads = isinstance(heads, list)
-    fig, axes = plt.subplots(1, 2 if has_heads else 1, figsize=(8 if has_heads else 4.5, 3.2), squeeze=False)
+    fig, axes = subplots(1, 2 if has_heads else 1, figsize=(8 if has_heads else 4.5, 3.2), squeeze=False)
     ax = axes[0][0]
     parts = result["layers"]
     width = 0.8 / len(parts)
@@ -127,7 +120,7 @@ def frame_precision_curves(result: dict[str, Any], path: Path) -> Path:
     """Frame similarity to the final checkpoint and entropy error against training step."""
     rows = result["checkpoints"]
     steps = [r["step"] for r in rows]
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = subplots(figsize=(5, 3.4))
     ax.semilogy(steps, [max(r["entropy_error_bits"], 1e-6) for r in rows], "o-", color="tab:red")
     ax.set_xlabel("step")
     ax.set_ylabel("entropy error (bits)", color="tab:red")

@@ -15,8 +15,8 @@ off-diagonal cosines per head; per layer the mean over heads. Same probe tokens 
 has mean 0 and spread sqrt(2/(n(n-1) d_head)). With an init model, `layer0_direction` says in words
 (DIRECTION_WORDS) how training moved layer 0 on both statistics.
 
-Model contract relied on (models/transformer.py): `model.embed.token_weight` (V,d), `model.blocks[l].norm1`,
-`model.blocks[l].attn.qkv` (a bias-free Linear d -> 3d laid out [q; k; v], heads contiguous), `.attn.n_heads`.
+Model contract relied on (models/transformer.py): `model.embed.token_weight` (V,d), `model.blocks[l].norm1`, and
+`model.blocks[l].attn.w_k` (the (d,d) key projection, rows = heads x d_head) with `.attn.n_heads`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ DIRECTION_WORDS = {
 def _frame_parts(model: nn.Module) -> str | None:
     """Reason the key probe cannot run on `model`, or None when it can."""
     blocks = getattr(model, "blocks", None)
-    if blocks is None or not all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks):
+    if blocks is None or not all(hasattr(getattr(b, "attn", None), "w_k") for b in blocks):
         return "the architecture has no attention keys"
     embed = getattr(model, "embed", None)
     if embed is None or getattr(embed, "token_weight", None) is None:
@@ -76,9 +76,7 @@ def token_keys(model: nn.Module, norm: bool = True) -> list[torch.Tensor]:
     out = []
     for block in model.blocks:
         attn = block.attn
-        d = emb.shape[1]
-        w_k = attn.qkv.weight[d : 2 * d]  # (d,d) rows = H heads x d_head
-        k = (block.norm1(emb) if norm else emb) @ w_k.T  # (n,d)
+        k = (block.norm1(emb) if norm else emb) @ attn.w_k.T  # (n,d)
         out.append(k.view(k.shape[0], attn.n_heads, -1).transpose(0, 1).float().cpu())  # (H,n,dh)
     return out
 

@@ -10,7 +10,8 @@ the posterior is floored at 1e-12 as theirs was; `lens_mass_on_impossible_per_la
 is. For real answers both are Gaussian KLs (no floor). KL_L is the model's own KL (the head reads resid[L]).
 
 Model contract relied on: `model.norm` (the final norm) and `model.head` (the output head), as in
-models/transformer.py; the cache's "resid" list (embedding, then after every layer).
+models/transformer.py; the residual stream after the embedding and every layer (hook points `embed` and
+`blocks.{l}.resid_post`, `ProbeData.resid`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def floored(posterior: Any, floor: float = POSTERIOR_FLOOR) -> Any:
 def logit_lens(model: nn.Module, data: ProbeData) -> dict[str, Any]:
     """Mean KL between the posterior and lens_l, both directions, in bits at scored positions for every layer."""
     norm, head = getattr(model, "norm", None), getattr(model, "head", None)
-    resid = data.cache.get("resid") or []
+    resid = data.resid
     if norm is None or head is None:
         return not_applicable("the model exposes no final norm + head (model.norm, model.head)")
     if len(resid) < 2:

@@ -1,8 +1,8 @@
 """Value manifold: PCA of representations at scored positions against the exact posterior entropy.
 
 Two representations, both at the scored positions: the final-layer representation the head reads
-(cache["final"], every architecture) and the last layer's attention value vectors with heads concatenated
-(cache["layers"][-1]["v"], attention models only).
+(hook point `final`, every architecture) and the last layer's attention value vectors with heads concatenated
+(`blocks.{L-1}.attn.v`, attention models only).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def value_manifold(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
     if data.batch.posterior is None or int(data.mask.sum()) < 10:
         return not_applicable("fewer than 10 scored positions")
     out: dict[str, Any] = {}
-    x, h, _ = scored_points(data, data.cache["final"], max_points, seed)
+    x, h, _ = scored_points(data, data.final, max_points, seed)
     out["final"] = manifold_stats(x, h, seed=seed)
-    layers = data.cache.get("layers") or []
-    v = layers[-1].get("v") if layers and isinstance(layers[-1], dict) else None
+    last = len(data.resid) - 2  # the last layer's index (resid: the embedding, then one per layer)
+    v = data.cache.get(f"blocks.{last}.attn.v") if last >= 0 else None  # (B,H,T,dh)
     if v is None:
         out["values"] = not_applicable("the architecture has no attention value vectors")
     else:

@@ -42,10 +42,9 @@ def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module
         raise ValueError(f"probes: unknown {sorted(unknown)}; choose from {', '.join(PROBES)}")
     model.eval()
     data = collect(model, task, n=n)
-    name = getattr(task, "name", None)
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "keys": lambda: key_orthogonality(model, init_model, seed=seed),
-        "attention": lambda: sharpening(data, task_name=name),
+        "attention": lambda: sharpening(data, task),
         "manifold": lambda: value_manifold(data, seed=seed),
         "clusters": lambda: state_clusters(data, seed=seed),
         "lens": lambda: logit_lens(model, data),
@@ -55,7 +54,7 @@ def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module
     results: dict[str, Any] = {
         "n_sequences": int(n),
         "entropy_error_bits": data.entropy_error,
-        "heldout_seed": "runs.test_seed(2**29 + 0) (probes), + 1 (frame-precision), + 2 (ablations)",
+        "heldout_seed": "seeds.test_seed(2**29 + 0) (probes), + 1 (frame-precision), + 2 (ablations)",
     }
     for p in probes:
         results[p] = _safe(runners[p])

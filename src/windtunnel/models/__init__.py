@@ -2,7 +2,8 @@
 
 # Built-in architectures register themselves on import.
 from windtunnel.models import lstm, mamba, mlp, transformer  # noqa: E402, F401, I001
-from windtunnel.models.base import SequenceModel, predictive
+from windtunnel.models.base import ResidualModel, SequenceModel, predictive
 from windtunnel.models.registry import check, is_import_string, make, names, register, resolve
 
-__all__ = ["SequenceModel", "check", "is_import_string", "make", "names", "predictive", "register", "resolve"]
+__all__ = ["ResidualModel", "SequenceModel", "check", "is_import_string", "make", "names", "predictive", "register",
+           "resolve"]

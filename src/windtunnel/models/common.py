@@ -1,4 +1,4 @@
-"""Pieces every architecture shares: input embedding, output head, feed-forward block, init, ablation, sizing.
+"""Pieces every architecture shares: input embedding, output head, feed-forward block, init, sizing.
 
 The embedding and head are chosen from the task's `TaskSpec`, so every architecture runs on every wind tunnel:
 token inputs get an `nn.Embedding`, real inputs a `Linear`; K-class answers get K logits (tied to the answer
@@ -7,10 +7,8 @@ tokens' embedding rows when the spec says the answers are input tokens), real an
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -175,56 +173,6 @@ def make_norm(kind: str, d: int, eps: float = 1e-5) -> nn.Module:
     """'rms' -> RMSNorm, 'layer' -> LayerNorm."""
     check_choice("norm", kind, ("rms", "layer"))
     return nn.RMSNorm(d, eps=eps) if kind == "rms" else nn.LayerNorm(d, eps=eps)
-
-
-# ---------------------------------------------------------------------------------------------- ablation
-
-
-@dataclass(frozen=True)
-class Ablation:
-    """What is switched off: heads {(layer, head)} (transformer) and whole parts of layers."""
-
-    heads: frozenset[tuple[int, int]] = field(default_factory=frozenset)
-    layers: frozenset[int] = field(default_factory=frozenset)
-    parts: str = "block"
-
-    def drops(self, layer: int, part: str) -> bool:
-        """True when `part` ('attn' or 'mlp'; 'block' for single-part layers) of `layer` is zeroed."""
-        return layer in self.layers and (self.parts == "block" or self.parts == part)
-
-
-NO_ABLATION = Ablation()
-
-
-class Ablatable:
-    """Mixin: `with model.ablate(heads={(l, h)}, layers={l}, parts="attn"|"mlp"|"block"):` zeroes components.
-
-    An ablated layer part contributes nothing to the residual stream (so an ablated 'block' makes the layer the
-    identity: resid[l+1] == resid[l]); an ablated head's output is zeroed before the attention output projection.
-    """
-
-    n_layers: int
-    _ablation: Ablation = NO_ABLATION
-    _parts: tuple[str, ...] = ("block",)
-    _n_heads: int = 0
-
-    @contextlib.contextmanager
-    def ablate(self, heads: Iterable[tuple[int, int]] = (), layers: Iterable[int] = (),
-               parts: str = "block") -> Iterator[None]:
-        check_choice("parts", parts, self._parts)
-        heads, layers = frozenset((int(l), int(h)) for l, h in heads), frozenset(int(l) for l in layers)
-        for l in layers:
-            check_int("layers", l, 0, self.n_layers - 1)
-        if heads and not self._n_heads:
-            raise ValueError(f"heads: {type(self).__name__} has no attention heads to ablate")
-        for l, h in heads:
-            check_int("heads (layer)", l, 0, self.n_layers - 1)
-            check_int("heads (head)", h, 0, self._n_heads - 1)
-        previous, self._ablation = self._ablation, Ablation(heads, layers, parts)
-        try:
-            yield
-        finally:
-            self._ablation = previous
 
 
 # ---------------------------------------------------------------------------------------------- sizing

@@ -1,7 +1,8 @@
 """Stacked LSTM: embedding -> L single-layer LSTMs -> LayerNorm -> head (tied where the spec allows).
 
-The fast path runs each layer as a fused `nn.LSTM`. With `cache=True` the same weights run through an explicit
-cell loop (PyTorch's gate order i, f, g, o) that records the hidden and cell state of every layer at every step.
+Each layer runs as a fused `nn.LSTM`. Where a probe asks for the cell states (hook point `blocks.{l}.lstm.c`,
+models/hooks.py) that layer runs the same weights through an explicit cell loop (PyTorch's gate order i, f, g, o)
+that records the hidden and cell state at every step.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from windtunnel.models.base import SequenceModel
-from windtunnel.models.common import Ablatable, InputEmbedding, OutputHead, check_int, init_weights
+from windtunnel.models.base import ResidualModel
+from windtunnel.models.common import InputEmbedding, OutputHead, check_int, init_weights
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -30,12 +31,14 @@ def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.stack(hs, dim=1), torch.stack(cs, dim=1)
 
 
-class LSTM(Ablatable, SequenceModel):
+class LSTM(ResidualModel):
     """Stacked LSTM. Size: n_layers, d_model, pos ('none'|'learned'), max_len, tie, dropout (0, between layers),
     logit_scale.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity (its input passes straight through).
     """
+
+    layer_hooks = ("lstm.h", "lstm.c")
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, pos: str = "none",
                  max_len: int | None = None, tie: bool = True, dropout: float = 0.0, logit_scale: bool = False) -> None:
@@ -53,26 +56,17 @@ class LSTM(Ablatable, SequenceModel):
         self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
         self.apply(init_weights)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
 
-    def forward(self, inputs: torch.Tensor, cache: bool = False):
-        ablation = self._ablation
-        x = self.embed(inputs)  # (B,T,d)
-        resid, caches = [x], []
-        for i, layer in enumerate(self.layers):
-            if i > 0:
-                x = self.dropout(x)
-            if cache:
-                h, c = lstm_cell_loop(layer, x)  # (B,T,d) each
-                caches.append({"h": h, "c": c})
-            else:
-                h, _ = layer(x)  # (B,T,d)
-            if not ablation.drops(i, "block"):
-                x = h
-            resid.append(x)
-        final = self.norm(x)  # (B,T,d)
-        out = self.head(final)
-        if not cache:
-            return out
-        return out, {"resid": resid, "final": final, "layers": caches}
+    def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        """Layer l replaces the stream with its hidden states: resid_post = lstm.h."""
+        hook, lstm = self.layer_hook(l), self.layers[l]
+        if l > 0:
+            x = self.dropout(x)
+        if self.wants(f"blocks.{l}.lstm.c"):  # the fused nn.LSTM returns only h: run the cell loop for c
+            h, c = lstm_cell_loop(lstm, x)  # (B,T,d) each
+            hook("lstm.c", c)
+        else:
+            h, _ = lstm(x)  # (B,T,d)
+        return hook("lstm.h", h)
 
     def state_size(self, T: int) -> int:
         """h and c of every layer; independent of T."""

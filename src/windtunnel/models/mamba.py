@@ -11,8 +11,8 @@ builds a per-step autograd graph. `scan="auto"` (default) picks, by the input's 
     is memory- and allocation-bound): ~5x faster model steps than "parallel" at batch 64, d 128 (1 thread).
   * elsewhere: `scan="parallel"`, a custom autograd function on the materialised dA, dBu whose backward is itself a
     reverse scan, with a log-depth Hillis-Steele kernel (GPU) or a single in-place pass (CPU; see `parallel_scan`).
-`cache=True` (or `scan="sequential"`) runs the plain autograd loop over t that exposes every state h_t -- the
-reference the fast paths are tested against.
+`scan="sequential"` runs the plain autograd loop over t -- the reference the fast paths are tested against. The states
+h_t are materialised (hook point `blocks.{l}.ssm.h`, models/hooks.py) only in a layer whose h a probe asks for.
 
 `variant="paper"` is the authors' simplified block (official-code.md §6.5): rank-1 dt, a shared A_log =
 log(0.1 [1..N]), clamps on delta, delta A, delta B u and the state, a LayerNorm on y, no pre-norm, nan_to_num after
@@ -28,15 +28,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from windtunnel.models.base import SequenceModel
+from windtunnel.models.base import ResidualModel
 from windtunnel.models.common import (
-    Ablatable,
     InputEmbedding,
     OutputHead,
     check_choice,
     check_int,
     init_weights,
 )
+from windtunnel.models.hooks import LayerHook
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -203,7 +203,8 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
 
     u, delta (B,T,Di); A (Di,N); B, C (B,T,N). Fused loop over t with a hand-written reverse-loop backward (see
     `_SelectiveScan`): the fast CPU training path (scan fwd+bwd at (B,T,Di,N) = (64,37,256,16), 1 thread: ~25 ms
-    vs ~255 ms for `parallel_scan` on the unfused tensors). The states h are not returned (`cache=True` shows them).
+    vs ~255 ms for `parallel_scan` on the unfused tensors). The states h are not returned (asking for the hook
+    point `ssm.h` switches that layer to a scan that materialises them).
     Runs in the inputs' promoted dtype, at least float32, with autocast off (a bf16 state would drift).
     """
     dtype = torch.promote_types(torch.result_type(u, delta), torch.result_type(A, B))
@@ -216,7 +217,7 @@ def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: tor
 
 
 class MambaBlock(nn.Module):
-    """One selective-SSM mixer; returns the (B,T,d) output and its internals (delta, B, C, h)."""
+    """One selective-SSM mixer, with hook points ssm.delta, B, C, h (when a scan materialises it) and y."""
 
     def __init__(self, d_model: int, d_state: int, expand: int, d_conv: int, dt_rank: int, variant: str) -> None:
         super().__init__()
@@ -249,9 +250,10 @@ class MambaBlock(nn.Module):
         dt = torch.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=dt_floor)
         self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus: softplus(bias) = dt
 
-    def forward(self, x: torch.Tensor, scan: str):
-        """scan: "sequential" (autograd loop, exposes h), "parallel" (`parallel_scan`) or "fused" (`selective_scan`,
-        no h in the internals: None). The paper variant always scans sequentially."""
+    def forward(self, x: torch.Tensor, scan: str, hook: LayerHook) -> torch.Tensor:
+        """(B,T,d) -> (B,T,d). scan: "sequential" (autograd loop), "parallel" (`parallel_scan`) or "fused"
+        (`selective_scan`, which never materialises the states: `ssm.h` is not reached). The paper variant always
+        scans sequentially."""
         T = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B,T,Di) each
         u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # causal depthwise conv, (B,T,Di)
@@ -259,6 +261,8 @@ class MambaBlock(nn.Module):
         delta = F.softplus(self.dt_proj(dt))  # (B,T,Di)
         if self.variant == "paper":
             delta = delta.clamp(1e-4, 10.0)
+        delta, Bm, Cm = hook("ssm.delta", delta), hook("ssm.B", Bm), hook("ssm.C", Cm)
+        if self.variant == "paper":
             A = -torch.exp(self.A_log.clamp(max=5.0)).expand(self.d_inner, -1)  # (Di,N), shared over channels
             dA = (delta[..., None] * A).clamp(-20.0, 0.0)  # (B,T,Di,N)
             dBu = ((delta * u)[..., None] * Bm[:, :, None, :]).clamp(-10.0, 10.0)  # (B,T,Di,N)
@@ -272,20 +276,24 @@ class MambaBlock(nn.Module):
             dBu = (delta * u)[..., None] * Bm[:, :, None, :]  # (B,T,Di,N)
             h = sequential_scan(dA.exp(), dBu) if scan == "sequential" else parallel_scan(dA.exp(), dBu)
         if h is not None:
-            y = torch.einsum("btdn,btn->btd", h, Cm)  # (B,T,Di)
+            y = torch.einsum("btdn,btn->btd", hook("ssm.h", h), Cm)  # (B,T,Di)
+        y = hook("ssm.y", y)
         if self.y_norm is not None:
             y = self.y_norm(y)
         y = (y + self.D * u) * F.silu(z)  # (B,T,Di)
-        return self.out_proj(y), {"delta": delta, "B": Bm, "C": Cm, "h": h}
+        return self.out_proj(y)
 
 
-class Mamba(Ablatable, SequenceModel):
+class Mamba(ResidualModel):
     """Stack of Mamba blocks. Size: n_layers, d_model, d_state (16), expand (2), d_conv (4), dt_rank ('auto' =
     ceil(d/16)), variant ('reference'|'paper'), scan ('auto'|'fused'|'parallel'|'sequential'; auto = fused on CPU,
-    parallel elsewhere; `cache=True` always scans sequentially), pos, max_len, tie, logit_scale.
+    parallel elsewhere; a layer whose state `ssm.h` is hooked or cached materialises it with the parallel scan, or
+    the sequential one when scan="sequential"), pos, max_len, tie, logit_scale.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity.
     """
+
+    layer_hooks = ("ssm.delta", "ssm.B", "ssm.C", "ssm.h", "ssm.y", "ssm.out")
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, d_state: int = 16, expand: int = 2,
                  d_conv: int = 4, dt_rank: int | str = "auto", variant: str = "reference", scan: str = "auto",
@@ -316,26 +324,15 @@ class Mamba(Ablatable, SequenceModel):
             block.reset_ssm_parameters()
         self.d_model, self.d_state, self.d_inner = d_model, d_state, expand * d_model
 
-    def forward(self, inputs: torch.Tensor, cache: bool = False):
-        scan = "sequential" if cache else self.scan
-        if scan == "auto":  # the fused loop on CPU (memory-bound), the log-depth parallel scan elsewhere
-            scan = "fused" if inputs.device.type == "cpu" else "parallel"
-        ablation = self._ablation
-        h = self.embed(inputs)  # (B,T,d)
-        resid, layers = [h], []
-        for i, (norm, block) in enumerate(zip(self.norms, self.blocks, strict=True)):
-            out, internals = block(norm(h), scan)  # (B,T,d)
-            if not ablation.drops(i, "block"):
-                h = h + out
-            if self.variant == "paper":
-                h = torch.nan_to_num(h)
-            resid.append(h)
-            layers.append(internals)
-        final = self.norm(h)  # (B,T,d)
-        out = self.head(final)
-        if not cache:
-            return out
-        return out, {"resid": resid, "final": final, "layers": layers}
+    def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
+        scan = self.scan
+        if self.wants(f"blocks.{l}.ssm.h"):  # the fused scan never holds the states: materialise them here only
+            scan = "sequential" if scan == "sequential" else "parallel"
+        elif scan == "auto":  # the fused loop on CPU (memory-bound), the log-depth parallel scan elsewhere
+            scan = "fused" if h.device.type == "cpu" else "parallel"
+        hook = self.layer_hook(l)
+        h = h + hook("ssm.out", self.blocks[l](self.norms[l](h), scan, hook))  # (B,T,d)
+        return torch.nan_to_num(h) if self.variant == "paper" else h
 
     def state_size(self, T: int) -> int:
         """SSM state (Di x N) plus the conv buffer (Di x (k-1)) per layer; independent of T."""

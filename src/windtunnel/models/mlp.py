@@ -19,10 +19,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from windtunnel.models.base import SequenceModel
+from windtunnel.models.base import ResidualModel
 from windtunnel.models.common import (
     INIT_STD,
-    Ablatable,
     FeedForward,
     InputEmbedding,
     OutputHead,
@@ -34,10 +33,10 @@ from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
 
-class _ResidualMLP(Ablatable, SequenceModel):
+class _ResidualMLP(ResidualModel):
     """Shared body: embed (subclass) -> n_layers residual FeedForward blocks -> final norm -> head."""
 
-    embed: nn.Module
+    layer_hooks = ("mlp.out",)
 
     def _build_body(self, spec: TaskSpec, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module,
                     head: OutputHead) -> None:
@@ -49,21 +48,8 @@ class _ResidualMLP(Ablatable, SequenceModel):
         self.apply(init_weights)
         scale_residual_projections(self, n_layers)
 
-    def forward(self, inputs: torch.Tensor, cache: bool = False):
-        ablation = self._ablation
-        h = self.embed(inputs)  # (B,T,d)
-        resid, layers = [h], []
-        for i, block in enumerate(self.blocks):
-            delta = block(h)  # (B,T,d)
-            if not ablation.drops(i, "block"):
-                h = h + delta
-            resid.append(h)
-            layers.append({"mlp_out": delta})
-        final = self.norm(h)  # (B,T,d)
-        out = self.head(final)
-        if not cache:
-            return out
-        return out, {"resid": resid, "final": final, "layers": layers}
+    def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
+        return h + self.hook(f"blocks.{l}.mlp.out", self.blocks[l](h))  # (B,T,d)
 
 
 class PrefixEmbedding(nn.Module):

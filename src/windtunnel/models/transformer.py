@@ -2,8 +2,8 @@
 
 Token (+ learned absolute position) embedding -> L x [h += Attn(RMSNorm(h)); h += MLP(RMSNorm(h))] -> RMSNorm ->
 head tied to the answer tokens' embeddings where the spec allows. Attention has no biases, the MLP has biases.
-Attention runs fused (`F.scaled_dot_product_attention`) on GPUs; with `cache=True` it computes the weights
-explicitly so the probes can read q, k, v and the attention pattern of every head. `attention="auto"` (default) also
+Attention runs fused (`F.scaled_dot_product_attention`) on GPUs; where a probe asks for the attention pattern
+(`blocks.{l}.attn.pattern`, models/hooks.py) it computes the weights explicitly. `attention="auto"` (default) also
 uses the explicit path on CPUs: PyTorch's CPU flash-attention backward is slow at these short lengths (bf16 training
 step of the paper bijection model at batch 128 on 2 cores: 0.42 s fused, 0.19 s explicit; equal in float32).
 """
@@ -17,11 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from windtunnel.models.base import SequenceModel
+from windtunnel.models.base import ResidualModel
 from windtunnel.models.common import (
     INIT_STD,
-    Ablatable,
-    Ablation,
     FeedForward,
     InputEmbedding,
     OutputHead,
@@ -30,6 +28,7 @@ from windtunnel.models.common import (
     init_weights,
     scale_residual_projections,
 )
+from windtunnel.models.hooks import LayerHook
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -45,7 +44,7 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention without biases; returns the output and (when asked) its internals.
+    """Multi-head causal self-attention without biases, with hook points q, k, v, pattern and z (models/hooks.py).
 
     `sink=True` adds one learned logit per head to every softmax denominator (an attention sink with a zero value):
     a head may then give each of n matching tokens weight near 1 instead of 1/n, so it can *sum* what it reads, not
@@ -59,12 +58,18 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
         self.sink = nn.Parameter(torch.zeros(n_heads)) if sink else None
 
-    def forward(self, x: torch.Tensor, explicit: bool, head_keep: torch.Tensor | None = None):
+    @property
+    def w_k(self) -> torch.Tensor:
+        """(d,d) key projection, rows = heads x d_head (the qkv weight is laid out [q; k; v], heads contiguous)."""
+        d = self.out_proj.weight.shape[0]
+        return self.qkv.weight[d : 2 * d]
+
+    def forward(self, x: torch.Tensor, explicit: bool, hook: LayerHook) -> torch.Tensor:
         B, T, d = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # 3 x (B,H,T,dh)
         if self.rope:
             q, k = rotary(q), rotary(k)
-        internals = None
+        q, k, v = hook("attn.q", q), hook("attn.k", k), hook("attn.v", v)
         if explicit or self.sink is not None:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B,H,T,T)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -74,14 +79,11 @@ class CausalSelfAttention(nn.Module):
             else:
                 sink = self.sink.to(scores.dtype)[None, :, None, None].expand(B, -1, T, 1)  # (B,H,T,1)
                 attn = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :T]  # (B,H,T,T), rows sum < 1
-            y = attn @ v  # (B,H,T,dh)
-            internals = {"q": q, "k": k, "v": v, "attn": attn}
+            y = hook("attn.pattern", attn) @ v  # (B,H,T,dh)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B,H,T,dh)
-        if head_keep is not None:
-            y = y * head_keep.to(y.dtype)[None, :, None, None]  # zero ablated heads
-        y = y.transpose(1, 2).reshape(B, T, d)  # (B,T,d)
-        return self.out_proj(y), internals
+        y = hook("attn.z", y).transpose(1, 2).reshape(B, T, d)  # (B,T,d)
+        return self.out_proj(y)
 
 
 class Block(nn.Module):
@@ -93,20 +95,13 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(d_model, n_heads, rope, sink)
         self.mlp = FeedForward(d_model, d_ff, norm="rms", eps=eps)
 
-    def forward(self, h: torch.Tensor, layer: int, explicit: bool, ablation: Ablation):
-        keep = None
-        if any(l == layer for l, _ in ablation.heads):
-            keep = torch.ones(self.attn.n_heads, device=h.device)
-            keep[[hd for l, hd in ablation.heads if l == layer]] = 0.0
-        a, internals = self.attn(self.norm1(h), explicit, keep)  # (B,T,d)
-        if not ablation.drops(layer, "attn"):
-            h = h + a
-        if not ablation.drops(layer, "mlp"):
-            h = h + self.mlp(h)
-        return h, internals
+    def forward(self, h: torch.Tensor, explicit: bool, hook: LayerHook) -> torch.Tensor:
+        h = h + hook("attn.out", self.attn(self.norm1(h), explicit, hook))  # (B,T,d)
+        h = hook("resid_mid", h)
+        return h + hook("mlp.out", self.mlp(h))
 
 
-class Transformer(Ablatable, SequenceModel):
+class Transformer(ResidualModel):
     """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std,
     logit_scale, attn_sink.
 
@@ -120,12 +115,12 @@ class Transformer(Ablatable, SequenceModel):
     output projections get std/sqrt(2 n_layers)).
 
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
-    CUDA, explicit on CPU, where it is faster); `cache=True` always uses the explicit path. `explicit=True` is an
-    alias of attention="explicit".
+    CUDA, explicit on CPU, where it is faster); a layer whose `attn.pattern` is hooked or cached runs explicitly.
+    `explicit=True` is an alias of attention="explicit".
     Ablation: `with model.ablate(heads={(layer, head)}, layers={l}, parts="attn"|"mlp"|"block"): ...`.
     """
 
-    _parts = ("attn", "mlp", "block")
+    layer_hooks = ("attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out")
 
     def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
                  d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
@@ -134,7 +129,7 @@ class Transformer(Ablatable, SequenceModel):
         super().__init__()
         self.spec = spec
         self.n_layers = check_int("n_layers", n_layers, 1)
-        self._n_heads = check_int("n_heads", n_heads, 1)
+        self.n_heads = check_int("n_heads", n_heads, 1)
         check_int("d_model", d_model, 1)
         if d_model % n_heads:
             raise ValueError(f"d_model: must be divisible by n_heads={n_heads} (got {d_model})")
@@ -155,20 +150,10 @@ class Transformer(Ablatable, SequenceModel):
         self.apply(functools.partial(init_weights, std=float(init_std)))
         scale_residual_projections(self, n_layers, base_std=float(init_std))
 
-    def forward(self, inputs: torch.Tensor, cache: bool = False):
-        explicit = cache or self.attention == "explicit" or (self.attention == "auto" and inputs.device.type != "cuda")
-        ablation = self._ablation
-        h = self.embed(inputs)  # (B,T,d)
-        resid, layers = [h], []
-        for i, block in enumerate(self.blocks):
-            h, internals = block(h, i, explicit, ablation)  # (B,T,d)
-            resid.append(h)
-            layers.append(internals)
-        final = self.norm(h)  # (B,T,d)
-        out = self.head(final)  # (B,T,K) or (B,T,2)
-        if not cache:
-            return out
-        return out, {"resid": resid, "final": final, "layers": layers}
+    def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
+        explicit = (self.attention == "explicit" or (self.attention == "auto" and h.device.type != "cuda")
+                    or self.wants(f"blocks.{l}.attn.pattern"))
+        return self.blocks[l](h, explicit, self.layer_hook(l))  # (B,T,d)
 
     def state_size(self, T: int) -> int:
         """KV cache: keys and values of every layer for T tokens."""

@@ -115,7 +115,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         "(differential entropy for regression); recall = argmax accuracy at the scored position (see the recall "
         "task's score_at in Deviations). Each cell: mean over training seeds, its interval in brackets, the range of "
         "the seed means and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
-        "(runs.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
+        "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
         "read a separate validation stream. Paper numbers in parentheses are only those the paper reports (its v3 "
         "table), measured at the paper's budgets, which may differ from this run's (see Deviations)."))
     doc.add(Table(header, rows))
@@ -132,11 +132,12 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                           + "; ".join(refs) + "."))
 
     fig_paths = []
-    for task in ("bijection", "hmm", "recall", "regression"):
+    present = tables.task_order({r.task for r in records})
+    for task in present:
         p = figures.calibration_figure(records, task, out)
         if p:
             fig_paths.append((p, f"{task}: per-position predictive entropy against the exact Bayes entropy"))
-    for task in ("hmm", "recall", "regression"):
+    for task in present:
         p = figures.length_generalisation_figure(records, task, out)
         if p:
             fig_paths.append((p, f"{task}: per-position entropy error at the training length and longer"))

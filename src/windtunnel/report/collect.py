@@ -101,7 +101,8 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
 TASK_PARAMS = {"N": "positive", "score_at": "text"}
-# metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics, tables.HEADLINE).
+# metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
+# tables.headline_metric).
 HISTORY_FIELDS = {"elapsed_s": "number", "train_s": "number", "entropy_mae_bits": "number", "accuracy": "number"}
 
 

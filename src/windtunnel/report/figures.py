@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from windtunnel.report.collect import RunRecord  # noqa: E402
+from windtunnel.plotting import save, subplots
+from windtunnel.report.collect import RunRecord
+from windtunnel.report.tables import headline_metric
 
 ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "mlp-pointwise": "C4",
                "uniform": "C7", "oracle": "k"}
@@ -21,13 +19,13 @@ def _label(text: str) -> str:
     return text.replace("$", r"\$")
 
 
+def _slug(name: str) -> str:
+    """A run-supplied task name as a safe file-name part: letters, digits, '.', '_' and '-' kept, the rest '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "_"
+
+
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save(fig, path, bbox_inches="tight")
 
 
 def _first_seed(records: list[RunRecord]) -> dict[str, RunRecord]:
@@ -44,7 +42,7 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
     curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits") and c.get("bayes_entropy_bits")}
     if not curves:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = subplots(figsize=(6.5, 4))
     bayes = next(iter(curves.values()))["bayes_entropy_bits"]
     ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
     for arch, c in curves.items():
@@ -52,9 +50,9 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
         ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=_label(arch))
     ax.set_xlabel("scored position")
     ax.set_ylabel("predictive entropy (bits)")
-    ax.set_title(f"{task}: model entropy vs exact posterior entropy")
+    ax.set_title(f"{_label(task)}: model entropy vs exact posterior entropy")
     ax.legend(fontsize=8)
-    return _save(fig, out / "figures" / f"calibration_{task}.png")
+    return _save(fig, out / "figures" / f"calibration_{_slug(task)}.png")
 
 
 def length_generalisation_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
@@ -63,7 +61,7 @@ def length_generalisation_figure(records: list[RunRecord], task: str, out: Path)
     runs = {a: r for a, r in runs.items() if len(r.evals) > 1}
     if not runs:
         return None
-    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
+    fig, axes = subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
     for ax, (arch, r) in zip(axes[0], runs.items(), strict=True):
         for name, ev in r.evals.items():
             ys = ev.get("per_position", {}).get("entropy_abs_err_bits")
@@ -72,10 +70,11 @@ def length_generalisation_figure(records: list[RunRecord], task: str, out: Path)
                 ax.plot(range(1, len(ys) + 1), ys, label=label)
         ax.set_title(_label(arch))
         ax.set_xlabel("scored position")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a run without per-position curves draws nothing to label
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("|H_model - H_Bayes| (bits)")
-    fig.suptitle(f"{task}: length generalisation")
-    return _save(fig, out / "figures" / f"length_generalisation_{task}.png")
+    fig.suptitle(f"{_label(task)}: length generalisation")
+    return _save(fig, out / "figures" / f"length_generalisation_{_slug(task)}.png")
 
 
 def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
@@ -86,15 +85,16 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
             by_task[r.task].append(r)
     if not by_task:
         return None
-    fig, axes = plt.subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
+    fig, axes = subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
     for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
         for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
             xs, ys = zip(*r.eval_curve, strict=True)
             ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=_label(r.arch) if r.seed == 0 else None)
         ax.set_title(_label(task))
         ax.set_xlabel("step")
-        if task != "recall":
+        accuracy = headline_metric(task) == "accuracy"
+        if not accuracy:
             ax.set_yscale("log")
-        ax.set_ylabel("accuracy" if task == "recall" else "entropy error (bits)")
+        ax.set_ylabel("accuracy" if accuracy else "entropy error (bits)")
         ax.legend(fontsize=7)
     return _save(fig, out / "figures" / "training_curves.png")

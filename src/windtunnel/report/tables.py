@@ -19,6 +19,7 @@ from typing import Any
 
 from scipy import stats
 
+from windtunnel import tasks
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import paper_result
 
@@ -27,20 +28,29 @@ EXACT_ACCURACY, APPROX_ACCURACY = 0.99, 0.90
 LEVELS = ("exact", "approximate", "fail")
 MARK = {"exact": "✓", "approximate": "◐", "fail": "✗"}
 
-COLUMNS = [  # (task, metric, column title, higher is better)
-    ("bijection", "entropy_mae_bits", "Bijection entropy error (bits)", False),
-    ("hmm", "entropy_mae_bits", "HMM entropy error (bits)", False),
-    ("recall", "accuracy", "Recall accuracy", True),
-    ("regression", "entropy_mae_bits", "Regression entropy error (bits)", False),
-]
 CONTEXT_BLIND = ("uniform", "oracle", "mlp-pointwise")  # predictors that cannot (or need not) read the stored pairs
-HEADLINE = {task: metric for task, metric, _, _ in COLUMNS}
 ROW_ORDER = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise", "oracle", "uniform"]
+METRIC_WORDS = {"entropy_mae_bits": "entropy error (bits)", "accuracy": "accuracy"}
 
 
 def headline_metric(task: str) -> str:
-    """The metric a task's column reports (accuracy for recall, entropy error elsewhere)."""
-    return HEADLINE.get(task, "entropy_mae_bits")
+    """The metric a task's column reports: the tunnel's own `headline_metric` (tasks.info)."""
+    return tasks.info(task).headline_metric
+
+
+def task_order(names: set[str] | list[str]) -> list[str]:
+    """Tasks in registration order (the built-in tunnels first), then any no longer registered, by name."""
+    registered = [t for t in tasks.names() if t in names]
+    return registered + sorted(set(names) - set(registered))
+
+
+def columns(records: list[RunRecord]) -> list[tuple[str, str, str]]:
+    """Table 1's columns, one per task in `records`: (task, headline metric, column title)."""
+    out = []
+    for task in task_order({r.task for r in records}):
+        meta = tasks.info(task)
+        out.append((task, meta.headline_metric, f"{meta.title} {METRIC_WORDS[meta.headline_metric]}"))
+    return out
 
 
 def level(metric: str, worst: float) -> str:
@@ -135,26 +145,28 @@ def _cell_text(c: dict[str, Any], metric: str) -> str:
 
 
 def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]], dict[str, Any]]:
-    """Rows = architectures (+ oracle, uniform); columns = the four wind tunnels (plus the closest-posterior column
-    of each task that has approximations); returns (header, rows, data)."""
+    """Rows = architectures (+ oracle, uniform); columns = the wind tunnels in `records`, a user's registered ones
+    included (plus the closest-posterior column of each task that has approximations); returns (header, rows,
+    data)."""
     by_cell: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for r in records:
         by_cell[(r.arch, r.task)].append(r)
     archs = [a for a in ROW_ORDER if any(k[0] == a for k in by_cell)]
     archs += sorted({a for a, _ in by_cell} - set(archs))
+    cols = columns(records)
     cells = {(arch, task): cell_value(by_cell.get((arch, task), []), metric)
-             for arch in archs for task, metric, _, _ in COLUMNS}
+             for arch in archs for task, metric, _ in cols}
     with_approx = {task for (_, task), c in cells.items() if c is not None and "closest" in c}
     header = ["Architecture"]
-    for task, _, title, _ in COLUMNS:
+    for task, _, title in cols:
         header.append(title)
         if task in with_approx:
-            header.append(f"{task.upper() if len(task) <= 3 else task}: closest posterior")
+            header.append(f"{tasks.info(task).title}: closest posterior")
     header += ["Exact (✓) / approximate (◐)"]
     rows, data = [], {}
     for arch in archs:
         row, counts, tested = [arch], dict.fromkeys(LEVELS, 0), 0
-        for task, metric, _, _ in COLUMNS:
+        for task, metric, _ in cols:
             cell = cells[(arch, task)]
             paper = paper_result(arch, task)
             paper_txt = f" (paper {fmt(paper.value, metric)})" if paper is not None else ""

@@ -39,14 +39,6 @@ SEEDS: dict[str, dict[str, int]] = {
     "paper": {"transformer": 3, "mamba": 3},
 }
 
-# The primitive each wind tunnel isolates, and the headline metric of its column in Table 1.
-PRIMITIVE = {
-    "bijection": ("belief accumulation", "entropy_mae_bits"),
-    "hmm": ("belief transport", "entropy_mae_bits"),
-    "recall": ("random-access binding", "accuracy"),
-    "regression": ("continuous inference", "entropy_mae_bits"),
-}
-
 # Task sizes per tier (parameters not listed take the task's defaults); the paper tier's come from the sourced table.
 TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {task: values(paper_setting(task, "*"), "task.") for task in TASKS},

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
-from torch.distributions import Categorical, Distribution, Normal
+from torch.distributions import Distribution
 
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
@@ -86,24 +86,6 @@ class Batch:
     def device(self) -> torch.device:
         return self.inputs.device
 
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(
-            inputs=self.inputs.to(device),
-            target_mask=self.target_mask.to(device),
-            targets=self.targets.to(device),
-            posterior=posterior_to(self.posterior, device),
-            latent={k: v.to(device) for k, v in self.latent.items()},
-        )
-
-
-def posterior_to(dist: Distribution, device: torch.device | str) -> Distribution:
-    """Move a Categorical/Normal posterior to `device` (torch distributions have no `.to`)."""
-    if isinstance(dist, Categorical):
-        return Categorical(probs=dist.probs.to(device), validate_args=False)
-    if isinstance(dist, Normal):
-        return Normal(dist.loc.to(device), dist.scale.to(device), validate_args=False)
-    raise TypeError(f"unsupported posterior type {type(dist).__name__}")
-
 
 def make_generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
     """The one place a task turns (seed | generator) into a torch.Generator on `device`."""
@@ -145,15 +127,51 @@ def validation_message(err: ValidationError, task: str) -> str:
     return "; ".join(parts)
 
 
-class Task:
-    """Base class: holds validated `params`, exposes `spec`, and samples batches.
+HEADLINE_METRICS = ("entropy_mae_bits", "accuracy")
+DEFAULT_LOSSES = ("ce", "soft_ce")
 
-    Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`.
+
+@runtime_checkable
+class WindTunnel(Protocol):
+    """What the toolkit reads from a wind tunnel. Required: `name`, `spec`, `sample`. The metadata below are read
+    with these defaults when a tunnel does not set them (`tasks.info`); `Task` subclasses set them as class
+    attributes:
+
+        primitive        the inference primitive it isolates ("belief accumulation"); "" if none is claimed
+        title            its Table 1 column title (default: the name, capitalised)
+        headline_metric  "entropy_mae_bits" (default) or "accuracy": what Table 1 reports and marks
+        default_loss     "ce" on sampled targets (default) or "soft_ce" on the exact posterior (real answers always
+                         train with gaussian_nll)
+
+    Optional methods: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
+    exact one: the report's closest-posterior column and the ✓ rule), `attention_evidence(inputs, mask) ->
+    {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
+    probe reports the mass there), `describe(batch, i)` (tokens for `windtunnel tasks show`).
+    """
+
+    name: str
+
+    @property
+    def spec(self) -> TaskSpec: ...
+
+    def sample(self, batch_size: int, seed: int | None = None, generator: torch.Generator | None = None,
+               device: torch.device | str | None = None) -> Batch: ...
+
+
+class Task:
+    """Base class: holds validated `params`, exposes `spec`, and samples batches (a `WindTunnel`).
+
+    Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`; they set the
+    metadata of `WindTunnel` (primitive, title, headline_metric, default_loss) where the defaults do not fit.
     """
 
     name: ClassVar[str] = "task"
     Params: ClassVar[type[TaskParams]] = TaskParams
     description: ClassVar[str] = ""
+    primitive: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    headline_metric: ClassVar[str] = "entropy_mae_bits"
+    default_loss: ClassVar[str] = "ce"
 
     def __init__(self, **params: Any) -> None:
         try:

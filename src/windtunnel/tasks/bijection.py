@@ -60,12 +60,46 @@ def bijection_posterior(
     return torch.where(seen[..., None], point, uniform)
 
 
+def evidence_positions(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evidence positions for each scored row of a bijection sequence (keys at even, values at odd positions).
+
+    Returns (seen (B,T) bool, evidence (B,T,T) bool). A row whose queried key was revealed earlier ("seen")
+    has as evidence that earlier key position and its value position; any other row has as evidence every
+    revealed value position before it (the values that eliminate hypotheses).
+    """
+    B, T = inputs.shape
+    pos = torch.arange(T, device=inputs.device)
+    before = pos[None, :] < pos[:, None]  # (T,T) key position j strictly before row p
+    is_key = (pos % 2 == 0)[None, :] & before  # (T,T)
+    match = (inputs[:, None, :] == inputs[:, :, None]) & is_key[None] & mask[:, :, None]  # (B,T,T)
+    seen = match.any(-1)  # (B,T)
+    match_val = torch.zeros_like(match)
+    match_val[..., 1:] = match[..., :-1]  # the value right after a matching key
+    values_before = ((pos % 2 == 1)[None, :] & before)[None].expand(B, T, T)  # (B,T,T)
+    evidence = torch.where(seen[..., None], match | (match_val & before[None]), values_before)
+    return seen & mask, evidence
+
+
 class Bijection(Task):
     """Bijection elimination: predict each key's value under a fresh uniform permutation per sequence."""
 
     name = "bijection"
     Params = BijectionParams
     description = "belief accumulation: infer a random permutation from revealed pairs"
+    primitive = "belief accumulation"
+    title = "Bijection"
+
+    def attention_evidence(self, inputs: torch.Tensor,
+                           mask: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Rows and the earlier positions they should attend to (the attention probe, tasks.base.WindTunnel):
+        a queried key revealed before -> that key and its value ("seen_key_match"); any other scored row but the
+        first -> every revealed value ("unseen_value"). Token inputs of the paired layout only."""
+        if inputs.dim() != 2:
+            return {}
+        seen, evidence = evidence_positions(inputs, mask)
+        unseen = mask & ~seen
+        unseen[:, 0] = False  # nothing revealed before the first key
+        return {"seen_key_match": (seen, evidence), "unseen_value": (unseen, evidence)}
 
     @property
     def spec(self) -> TaskSpec:

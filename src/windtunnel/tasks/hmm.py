@@ -135,6 +135,9 @@ class HMM(Task):
     name = "hmm"
     Params = HMMParams
     description = "belief transport: filter the hidden state of a random HMM given in the prompt"
+    primitive = "belief transport"
+    title = "HMM"
+    default_loss = "soft_ce"  # the authors' soft targets: cross-entropy against the exact filter
 
     @property
     def header_len(self) -> int:

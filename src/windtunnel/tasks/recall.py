@@ -58,6 +58,9 @@ class Recall(Task):
     name = "recall"
     Params = RecallParams
     description = "random-access binding: recall the value stored with a key"
+    primitive = "random-access binding"
+    title = "Recall"
+    headline_metric = "accuracy"
 
     @property
     def value_offset(self) -> int:

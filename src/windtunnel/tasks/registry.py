@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from windtunnel.registry import Registry
+from windtunnel.tasks.base import DEFAULT_LOSSES, HEADLINE_METRICS
 
 _REGISTRY = Registry("task")
 
@@ -16,3 +18,32 @@ names = _REGISTRY.names
 def make(name: str, **params: Any) -> Any:
     """Build the task `name` with `params` (paper settings where a parameter is not given)."""
     return _REGISTRY.get(name)(**params)
+
+
+@dataclass(frozen=True)
+class TunnelInfo:
+    """A wind tunnel's metadata (`tasks.base.WindTunnel`), with the defaults filled in."""
+
+    name: str
+    primitive: str
+    title: str
+    headline_metric: str
+    default_loss: str
+
+
+def info(name: str) -> TunnelInfo:
+    """The metadata of the registered tunnel `name`, read from its class (defaults for what it does not set, and
+    for a name no longer registered, e.g. in an old run directory). ValueError for a value outside the allowed set."""
+    try:
+        factory: Any = _REGISTRY.get(name)
+    except ValueError:
+        factory = None
+    metric = getattr(factory, "headline_metric", "entropy_mae_bits")
+    loss = getattr(factory, "default_loss", "ce")
+    if metric not in HEADLINE_METRICS:
+        raise ValueError(f"{name}.headline_metric: must be one of {', '.join(HEADLINE_METRICS)} (got {metric!r})")
+    if loss not in DEFAULT_LOSSES:
+        raise ValueError(f"{name}.default_loss: must be one of {', '.join(DEFAULT_LOSSES)} (got {loss!r})")
+    return TunnelInfo(name=name, primitive=str(getattr(factory, "primitive", "") or ""),
+                      title=str(getattr(factory, "title", "") or name.capitalize()),
+                      headline_metric=metric, default_loss=loss)

@@ -62,6 +62,8 @@ class Regression(Task):
     name = "regression"
     Params = RegressionParams
     description = "continuous inference: Gaussian posterior predictive of a random linear map"
+    primitive = "continuous inference"
+    title = "Regression"
 
     @property
     def spec(self) -> TaskSpec:
