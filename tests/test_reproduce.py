@@ -54,9 +54,9 @@ def test_standard_tier_trains_the_quick_sizes_with_recipes():
     assert (bij["steps"], bij["batch_size"], bij["lr"]) == (steps, batch, lr)
     recipe = RECIPE[("bijection", "transformer")]
     assert bij["schedule"] == "wsd" and bij.get("optimizer", "adamw") == ("muon" if recipe == "muon" else "adamw")
-    mlp = entries["bijection-mlp"]["train"]  # a control takes its transformer's budget, with AdamW under wsd
+    mlp = entries["bijection-mlp"]["train"]  # a control takes its transformer's budget and recipe
     assert (mlp["steps"], mlp["lr"], mlp["schedule"]) == (bij["steps"], bij["lr"], bij["schedule"])
-    assert mlp.get("optimizer", "adamw") == "adamw"
+    assert mlp.get("optimizer", "adamw") == bij.get("optimizer", "adamw")
     assert entries["regression-transformer-s0"]["task"]["params"]["pair_tokens"] is True
     quick = {r.name: r.config for r in suite("quick")}  # the quick tier trains with the same recipes, for less
     for name, cfg in quick.items():
