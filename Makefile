@@ -26,7 +26,7 @@ demo: $(STAMP)
 
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -m "not slow" tests
+	$(BIN)/python -m pytest tests
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks

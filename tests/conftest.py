@@ -11,3 +11,13 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run only where CUDA is available (never in CI); elsewhere they are reported as skipped."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
