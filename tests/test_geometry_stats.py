@@ -16,7 +16,7 @@ def test_entropy_one_hot_and_uniform():
     rows[0, 3] = 1.0
     rows[1] = 1 / 8
     rows[2, :5] = 1 / 5
-    h = stats.entropy_bits(rows)
+    h = stats.probs_entropy_bits(rows)
     assert h[0].item() == pytest.approx(0.0, abs=1e-12)
     assert h[1].item() == pytest.approx(3.0)
     assert h[2].item() == pytest.approx(math.log2(5))
@@ -24,10 +24,10 @@ def test_entropy_one_hot_and_uniform():
 
 def test_kl_and_js():
     p = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
-    assert stats.kl_bits(p, torch.log(p.clamp_min(1e-30)))[0].item() == pytest.approx(0.0, abs=1e-9)
+    assert stats.probs_kl_bits(p, torch.log(p.clamp_min(1e-30)))[0].item() == pytest.approx(0.0, abs=1e-9)
     q = torch.full((3,), 1 / 3)
     # KL(one-hot || uniform over 3) = log2 3
-    assert stats.kl_bits(p[1], torch.log(q)).item() == pytest.approx(math.log2(3))
+    assert stats.probs_kl_bits(p[1], torch.log(q)).item() == pytest.approx(math.log2(3))
     a, b = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
     assert stats.js_bits(a, b).item() == pytest.approx(1.0)
     assert stats.js_bits(a, a).item() == pytest.approx(0.0, abs=1e-9)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from windtunnel import tasks
-from windtunnel.tasks._util import entropy_bits
+from windtunnel.metrics import entropy_bits
 
 
 def revealed_pairs(task, tokens: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
@@ -80,7 +80,7 @@ def test_paired_layout_and_query():
     assert torch.equal(b.inputs[:, -1], q)
     assert bool((b.latent["keys"] == q[:, None]).any(1).all())  # query drawn from the context keys
     assert torch.equal(b.targets[:, -1], b.latent["perm"].gather(1, q[:, None])[:, 0])
-    assert torch.allclose(entropy_bits(b.posterior)[:, -1], torch.zeros(32), atol=1e-4)
+    assert torch.allclose(entropy_bits(b.posterior)[:, -1], torch.zeros(32, dtype=torch.float64), atol=1e-4)
 
 
 def test_reference_numbers():
@@ -90,7 +90,7 @@ def test_reference_numbers():
     assert H.mean().item() == pytest.approx(3.2146, abs=1e-4)
     assert (math.log2(20) - H).abs().mean().item() == pytest.approx(1.1073, abs=1e-4)
     curve = entropy_bits(b.posterior)[:, 0::2].mean(0)
-    want = torch.tensor([math.log2(20 - t) for t in range(19)])
+    want = torch.tensor([math.log2(20 - t) for t in range(19)], dtype=torch.float64)
     torch.testing.assert_close(curve, want, atol=1e-5, rtol=0)
 
 

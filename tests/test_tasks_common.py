@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from torch.distributions import Categorical, Normal
 
 from windtunnel import tasks
+from windtunnel.metrics import entropy_bits
 from windtunnel.tasks import registry
-from windtunnel.tasks._util import entropy_bits
 
 LATENT = {
     "bijection": {"perm", "keys"},

@@ -9,7 +9,7 @@ import typer
 from windtunnel import tasks
 from windtunnel.cli import app
 from windtunnel.cli.common import guarded, parse_kv
-from windtunnel.tasks._util import entropy_bits
+from windtunnel.metrics import entropy_bits
 
 tasks_app = typer.Typer(
     help="List the wind tunnels, or show one sampled sequence with its exact posterior.",

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from windtunnel.geometry.data import ProbeData, max_entropy_bits, not_applicable
-from windtunnel.geometry.stats import entropy_bits
+from windtunnel.geometry.stats import probs_entropy_bits
 
 
 def attention_maps(data: ProbeData) -> list[torch.Tensor] | None:
@@ -21,7 +21,7 @@ def attention_maps(data: ProbeData) -> list[torch.Tensor] | None:
 
 def head_entropies(attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(H,) mean attention entropy in bits of each head over the query rows where `mask` (B,T) holds."""
-    h = entropy_bits(attn)  # (B,H,T)
+    h = probs_entropy_bits(attn)  # (B,H,T)
     m = mask.unsqueeze(1).to(h.dtype)  # (B,1,T)
     return (h * m).sum((0, 2)) / m.sum((0, 2)).clamp_min(1)
 

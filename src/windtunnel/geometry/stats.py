@@ -29,7 +29,7 @@ def _np(x: Any) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- entropies
 
 
-def entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def probs_entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Shannon entropy in bits of probability vectors along `dim` (0 log 0 = 0); one value per row.
 
     Apply it per attention row and per head BEFORE any averaging: averaging weights first under-states entropy
@@ -39,7 +39,7 @@ def entropy_bits(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return -(torch.special.xlogy(p, p)).sum(dim) / LOG2
 
 
-def kl_bits(p: torch.Tensor, log_q: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def probs_kl_bits(p: torch.Tensor, log_q: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """KL(p || q) in bits along `dim`, from probabilities `p` and log-probabilities `log_q` (0 log 0 = 0)."""
     p = p.double()
     log_q = log_q.double()
@@ -53,7 +53,7 @@ def js_bits(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
     p, q = p.double(), q.double()
     m = 0.5 * (p + q)
     log_m = torch.log(m.clamp_min(EPS))
-    return 0.5 * kl_bits(p, log_m, dim) + 0.5 * kl_bits(q, log_m, dim)
+    return 0.5 * probs_kl_bits(p, log_m, dim) + 0.5 * probs_kl_bits(q, log_m, dim)
 
 
 def row_cosine(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> torch.Tensor:

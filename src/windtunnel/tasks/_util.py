@@ -7,8 +7,6 @@ import math
 import torch
 from torch.distributions import Categorical, Normal
 
-LOG2 = math.log(2.0)
-
 
 def random_perm(batch: int, n: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
     """(B,n) long: an independent uniform permutation of 0..n-1 per row (argsort of uniform noise)."""
@@ -54,8 +52,3 @@ def scatter_targets(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def log10_falling(n: int, k: int) -> float:
     """log10 of n! / (n-k)!: the number of ordered draws of k distinct items from n."""
     return (math.lgamma(n + 1) - math.lgamma(n - k + 1)) / math.log(10.0)
-
-
-def entropy_bits(dist: Categorical | Normal) -> torch.Tensor:
-    """Entropy of each distribution in bits (differential entropy for a Normal), batch shape of `dist`."""
-    return dist.entropy() / LOG2
