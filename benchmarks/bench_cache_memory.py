@@ -32,7 +32,7 @@ def measure(task: str, arch: str, tier: str, n: int, mode: str) -> dict:
 
     torch.manual_seed(0)
     t = tasks.make(task, **run_config(task, arch, tier, 0)["task"]["params"])
-    model = models.make(arch, t.spec, **preset(task, arch, tier)).eval()
+    model = models.make(arch, t.spec, preset(task, arch, tier)).eval()
     batch = heldout_batch(t, n)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()

@@ -4,7 +4,7 @@
     python benchmarks/bench_models.py --steps 5 --batch 32 --archs transformer mamba
 
 One AdamW step per timed iteration on a fixed batch of random tokens (data generation is excluded: it is
-negligible next to the model, official-code.md §13.1). Prints one row per (task, tier, arch).
+negligible next to the model). Prints one row per (task, tier, arch).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ DEFAULT_RUNS = [("bijection", "quick"), ("bijection", "paper"), ("hmm", "paper")
 def bench(task: str, tier: str, arch: str, batch: int, steps: int, device: str) -> tuple[int, float]:
     """(params, tokens/s) for `steps` timed training steps after one warm-up step."""
     spec = tasks.make(task).spec
-    model = models.make(arch, spec, **presets.preset(task, arch, tier)).to(device)
+    model = models.make(arch, spec, presets.preset(task, arch, tier)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, spec.vocab_size, (batch, spec.seq_len), device=device)
     y = torch.randint(0, spec.n_classes, (batch, spec.seq_len), device=device)

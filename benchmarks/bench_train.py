@@ -11,7 +11,7 @@ In one process, with torch's current thread count (set OMP_NUM_THREADS to choose
 * theirs (only with `--authors-repo`): imports the authors' model classes from a work tree of their repository
   (vishalmisra/bayesian-wind-tunnel, MIT licence; nothing of it is copied here) and times a plain training step on
   one fixed batch of random tokens: forward, cross-entropy, backward, grad-norm clip 1.0 and AdamW, as their scripts
-  do (official-code.md sections 6-7), 2 warm-up steps then `--authors-steps` timed steps:
+  do (their train.py scripts), 2 warm-up steps then `--authors-steps` timed steps:
   - bijection: `experiments/jlens/models.py:SepVocabTinyGPT(vocab_size=40, dim=192, n_layers=6, n_heads=6,
     max_seq_len=38)`, G3 format: V=20 with separate key/value vocab, 37 tokens, batch 128, labels at the 19 key
     positions, AdamW lr 3e-4 weight decay 0.1;
@@ -46,7 +46,8 @@ The full measurement (both tasks, float32 and bf16, authors' code, 2 threads):
 
     OMP_NUM_THREADS=2 python benchmarks/bench_train.py --authors-repo /tmp/authors --json bench_train.json
 
-Authors' scripts on a 2-core CPU (official-code.md section 13): bijection 6x192 batch 128 ~10k tokens/s; HMM 9x256
+Authors' scripts on a 2-core CPU (measured with this benchmark's --authors-repo mode, docs/training.md):
+bijection 6x192 batch 128 ~10k tokens/s; HMM 9x256
 batch 64 ~2.3k tokens/s; 2,000-sequence bijection evaluation 104 s.
 """
 
@@ -67,7 +68,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from windtunnel import runs
+from windtunnel import rundir, runs
 from windtunnel.config import build_config
 from windtunnel.evaluate import evaluate
 from windtunnel.precision import cpu_has_native_bf16
@@ -96,7 +97,7 @@ def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dic
         with warnings.catch_warnings():  # the no-native-bf16 fallback warning; reported as effective_dtype instead
             warnings.filterwarnings("ignore", message="dtype: this CPU has no native bf16")
             train(cfg, Path(d) / "run", progress=False)
-        logged = [r for r in runs.read_metrics(Path(d) / "run") if "loss" in r]
+        logged = [r for r in rundir.read_metrics(Path(d) / "run") if "loss" in r]
         lines = logged[min(WARMUP_LOGGED, len(logged) - 1):]  # skip warm-up steps, keep at least one
         run = runs.load_run(Path(d) / "run")
         params = run.model.n_params()

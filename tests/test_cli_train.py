@@ -49,7 +49,11 @@ def test_oracle_run_from_config_file(tmp_path):
      (["--set", "train.nope=1"], "train.nope"),
      (["--set", "oops"], "--set"),
      (["--config", "/nonexistent.yaml"], "config"),
-     (["--steps", "-3"], "train.steps")],
+     (["--steps", "-3"], "train.steps"),
+     (["--set", "model.d_model=0"], "model.size.d_model"),
+     (["--set", "model.n_heads=5"], "model.size.d_model: must be divisible by n_heads=5"),
+     (["--arch", "mamba", "--set", "model.n_heads=4"], "model.size.n_heads: Extra inputs are not permitted"),
+     (["--arch", "lstm", "--set", "model.dropout=1.5"], "model.size.dropout")],
 )
 def test_train_user_errors_exit_2_naming_the_field(tmp_path, args, field):
     r = runner.invoke(app, ["train", "--out", str(tmp_path / "r"), "--no-progress", *args])

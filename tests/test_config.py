@@ -81,6 +81,18 @@ def test_resolve_rejects_bad_task_params_and_arch():
         build_config(overrides={"model.arch": "oracle", "model.d_model": 3})
 
 
+def test_model_size_is_typed_at_resolve_time():
+    """The architecture's Size validates model.size before anything is built; the config keeps only given fields."""
+    r = resolve_config(build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.d_state": 8}))
+    assert r.model.size == {"n_layers": 2, "d_model": 32, "d_state": 8}
+    with pytest.raises(ValueError, match=r"model\.size\.d_state: Input should be a valid integer"):
+        resolve_config(build_config(overrides={"model.arch": "mamba", "model.d_state": 2.5}))
+    with pytest.raises(ValueError, match=r"model\.size\.dt_rank: .*'auto' or an integer >= 1"):
+        resolve_config(build_config(overrides={"model.arch": "mamba", "model.dt_rank": 0}))
+    with pytest.raises(ValueError, match=r"model\.size\.pos: Input should be 'learned', 'none', 'rotary'"):
+        resolve_config(build_config(overrides={"model.pos": "sinusoid"}))
+
+
 def test_auto_loss_and_eval_names():
     assert resolve_loss(build_config(), tasks.make("bijection")) == "ce"
     assert resolve_loss(build_config(overrides={"task.name": "hmm"}), tasks.make("hmm")) == "soft_ce"

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.gpu
 def _pair(arch: str, task: str, **extra):
     torch.manual_seed(0)
     spec = tasks.make(task).spec
-    size = {**presets.preset(task, arch, "smoke"), **extra}
-    cpu = models.make(arch, spec, **size).eval()
-    gpu = models.make(arch, spec, **size).eval().cuda()
+    size = presets.preset(task, arch, "smoke")
+    cpu = models.make(arch, spec, size, **extra).eval()
+    gpu = models.make(arch, spec, size, **extra).eval().cuda()
     gpu.load_state_dict(cpu.state_dict())
     return cpu, gpu, tasks.make(task).sample(8, seed=0)
 

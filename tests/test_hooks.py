@@ -23,7 +23,7 @@ LOCAL = {  # per-layer hook points beyond resid_pre / resid_post, where the conc
 def build(arch: str, task: str = "bijection", **extra):
     torch.manual_seed(0)
     spec = tasks.make(task, **({"V": 6, "L": 5} if task == "bijection" else {})).spec
-    return models.make(arch, spec, **{**presets.preset(task, arch, "smoke"), **extra}).eval()
+    return models.make(arch, spec, presets.preset(task, arch, "smoke"), **extra).eval()
 
 
 def inputs(model, B: int = 3, T: int = 8, seed: int = 0) -> torch.Tensor:

@@ -125,7 +125,7 @@ def test_mamba_reference_init():
 
 
 def test_mamba_paper_variant_param_count():
-    """official-code.md §6.5: MambaBijection 6 x 192 with 38 learned positions has 1,441,632 params."""
+    """The authors' MambaBijection 6 x 192 with 38 learned positions has 1,441,632 params."""
     m = models.make("mamba", SPEC, n_layers=6, d_model=192, variant="paper", max_len=38)
     assert m.n_params() == 1_441_632
 
@@ -148,7 +148,7 @@ def test_lstm_cache_path_equals_fast_path(spec):
 
 
 def test_lstm_official_param_count():
-    """official-code.md §6.3: LSTMBijection (6 x 192, 38 learned positions, tied head, LayerNorm) = 1,794,048."""
+    """The authors' LSTMBijection (6 x 192, 38 learned positions, tied head, LayerNorm) = 1,794,048."""
     assert models.make("lstm", SPEC, n_layers=6, d_model=192, pos="learned", max_len=38).n_params() == 1_794_048
 
 

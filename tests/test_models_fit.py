@@ -17,7 +17,7 @@ def fit_kl(arch: str, steps: int = 200) -> float:
     """Train on fresh batches with cross-entropy; return the mean KL(posterior || model) in nats on held-out data."""
     torch.manual_seed(0)
     spec = TASK.spec
-    model = models.make(arch, spec, **presets.preset("bijection", arch, "smoke", spec=spec))
+    model = models.make(arch, spec, presets.preset("bijection", arch, "smoke", spec=spec))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):

@@ -15,7 +15,7 @@ TASKS = ["bijection", "hmm", "recall", "regression"]
 
 def n_params(task: str, arch: str, tier: str, spec: TaskSpec | None = None) -> int:
     spec = spec or tasks.make(task).spec
-    return count_params(models.resolve(arch), spec, **presets.preset(task, arch, tier, spec=spec))
+    return count_params(models.resolve(arch), spec, presets.preset(task, arch, tier, spec=spec))
 
 
 def test_tiers():
@@ -26,18 +26,20 @@ def test_paper_transformer_bijection_is_2_67m():
     assert abs(n_params("bijection", "transformer", "paper") - 2.67e6) / 2.67e6 < 0.01
     spec = tasks.make("bijection").spec
     size = presets.preset("bijection", "transformer", "paper")
-    assert size == dict(n_layers=6, n_heads=6, d_model=192, d_ff=768)
+    assert size.as_config() == dict(n_layers=6, n_heads=6, d_model=192, d_ff=768)
     # the official production model (vocab 40, 38 positions): 2,677,440
-    assert count_params(models.resolve("transformer"), spec, max_len=38, **size) == 2_677_440
+    assert count_params(models.resolve("transformer"), spec, size, max_len=38) == 2_677_440
 
 
 def test_paper_hmm_sizes():
-    assert presets.preset("hmm", "transformer", "paper") == dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024)
-    assert presets.preset("hmm", "mamba", "paper") == dict(n_layers=9, d_model=256)
-    assert presets.preset("hmm", "lstm", "paper") == dict(n_layers=9, d_model=256, dropout=0.1)
+    hmm_tf = presets.preset("hmm", "transformer", "paper")
+    assert hmm_tf.as_config() == dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024)
+    assert presets.preset("hmm", "mamba", "paper").as_config() == dict(n_layers=9, d_model=256)
+    assert presets.preset("hmm", "lstm", "paper").as_config() == dict(n_layers=9, d_model=256, dropout=0.1)
     # the authors' bijection LSTM and Mamba read learned positions; their LSTMs use inter-layer dropout 0.1
-    assert presets.preset("bijection", "lstm", "paper") == dict(n_layers=6, d_model=192, pos="learned", dropout=0.1)
-    assert presets.preset("bijection", "mamba", "paper") == dict(n_layers=6, d_model=192, pos="learned")
+    bij_lstm = presets.preset("bijection", "lstm", "paper")
+    assert bij_lstm.as_config() == dict(n_layers=6, d_model=192, pos="learned", dropout=0.1)
+    assert presets.preset("bijection", "mamba", "paper").as_config() == dict(n_layers=6, d_model=192, pos="learned")
     # official LSTMHMM (no positions, untied 5-way head, LayerNorm): 4,765,701
     assert n_params("hmm", "lstm", "paper") == 4_765_701
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from windtunnel import models, tasks
 from windtunnel.models import presets
-from windtunnel.models.base import SequenceModel, predictive
+from windtunnel.models.base import ModelSize, SequenceModel, predictive
 from windtunnel.models.common import InputEmbedding, OutputHead
 
 ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
@@ -20,7 +20,7 @@ VARIANTS = [(a, {}) for a in ARCHS] + [("mamba", {"variant": "paper"}), ("transf
 def build(arch: str, task: str, **extra) -> SequenceModel:
     torch.manual_seed(0)
     spec = tasks.make(task).spec
-    return models.make(arch, spec, **{**presets.preset(task, arch, "smoke"), **extra}).eval()
+    return models.make(arch, spec, presets.preset(task, arch, "smoke"), **extra).eval()
 
 
 def random_inputs(spec, B: int, T: int, seed: int = 0) -> torch.Tensor:
@@ -137,10 +137,10 @@ def test_init_gives_sane_step_one_loss():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_max_len_allows_longer_inputs(arch):
     spec = tasks.make("bijection").spec
-    model = models.make(arch, spec, **presets.preset("bijection", arch, "smoke"), max_len=2 * spec.seq_len)
+    model = models.make(arch, spec, presets.preset("bijection", arch, "smoke"), max_len=2 * spec.seq_len)
     x = random_inputs(spec, 1, 2 * spec.seq_len)
     assert model(x).shape[1] == 2 * spec.seq_len
-    short = models.make(arch, spec, **presets.preset("bijection", arch, "smoke"))
+    short = models.make(arch, spec, presets.preset("bijection", arch, "smoke"))
     with pytest.raises(ValueError, match="max_len"):
         short(x)
 
@@ -170,11 +170,14 @@ def test_bad_inputs_and_sizes():
 class TinyUserModel(SequenceModel):
     """A user model: embedding + causal running mean + head, built from the shared pieces."""
 
-    def __init__(self, spec, d_model: int = 8):
+    class Size(ModelSize):
+        d_model: int = 8
+
+    def __init__(self, spec, size=None, **fields):
         super().__init__()
-        self.spec = spec
-        self.embed = InputEmbedding(spec, d_model)
-        self.head = OutputHead(spec, d_model, embedding=self.embed)
+        self.spec, self.size = spec, self.Size.of(size, fields)
+        self.embed = InputEmbedding(spec, self.size.d_model)
+        self.head = OutputHead(spec, self.size.d_model, embedding=self.embed)
 
     def forward(self, inputs, cache=False):
         h = self.embed(inputs)  # (B,T,d)
@@ -193,6 +196,8 @@ def test_import_string_and_register():
     assert isinstance(model, TinyUserModel) and model(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 20)
     models.register("tiny-user-test", TinyUserModel, overwrite=True)
     assert isinstance(models.make("tiny-user-test", spec), TinyUserModel)
+    with pytest.raises(ValueError, match="declares no size"):  # an architecture must type its size
+        models.register("untyped-user-test", lambda spec, **kw: TinyUserModel(spec, **kw))
     with pytest.raises(ValueError, match="cannot import"):
         models.make(f"{__name__}:Missing", spec, trust_code=True)
 

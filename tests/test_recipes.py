@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import runs
+from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import build_config, resolve_config
 from windtunnel.curriculum import Curriculum
 from windtunnel.optim import MultiOptimizer, lr_at, make_optimizer
@@ -129,8 +129,8 @@ def test_muon_run_resumes_exactly(tmp_path):
     cfg = _smoke(**{"train.optimizer": "muon", "train.schedule": "wsd"})
     fresh = train(cfg, tmp_path / "fresh", progress=False)
     shutil.copytree(tmp_path / "fresh", tmp_path / "cut")  # as if stopped after the step-4 checkpoint
-    runs.delete_checkpoint(tmp_path / "cut", 8)
-    runs.write_json(tmp_path / "cut" / "checkpoints" / "latest.json", {"step": 4})
+    checkpoints.delete_checkpoint(tmp_path / "cut", 8)
+    rundir.write_json(tmp_path / "cut" / "checkpoints" / "latest.json", {"step": 4})
     (tmp_path / "cut" / "eval.json").unlink()
     resumed = train(cfg, tmp_path / "cut", resume=True, progress=False)
     assert resumed["default"]["metrics"] == fresh["default"]["metrics"]
@@ -220,7 +220,7 @@ def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_name():
 
 
 def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_path):
-    from windtunnel import runs as run_files
+    from windtunnel import rundir as run_files
     from windtunnel.time_to_bayes import merge, summarize_marks
 
     def result(machine, label):

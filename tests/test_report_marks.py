@@ -116,7 +116,7 @@ def test_paper_tier_is_built_from_the_sourced_table():
                 assert (tuple(got) if isinstance(got, list) else got) == v, (task, arch, key)
             assert cfg["task"]["params"] == values(table, "task.")
             if arch in ("transformer", "mamba", "lstm"):
-                size = preset(task, arch, "paper")
+                size = preset(task, arch, "paper").as_config()
                 for key, v in values(table, "model.").items():
                     if key != "norm" and key in size:
                         assert size[key] == v, (task, arch, key)
@@ -142,11 +142,11 @@ def test_capacity_table_reports_the_largest_n_at_each_level():
 
     recs = [run("transformer", 0, {4: 1.0, 8: 1.0, 16: 0.995}), run("transformer", 1, {4: 1.0, 8: 0.99, 16: 0.97}),
             run("mamba", 0, {4: 0.995, 8: 0.93, 16: 0.4})]
-    header, rows = tables.capacity_table(recs)
+    header, rows = tables.capacity_table(recs, "recall", "N")
     assert header == ["Architecture", "N = 4", "N = 8", "N = 16", "largest exact", "largest approximate"]
     assert rows[0] == ["transformer", "100.0%", "99.5%", "98.2%", "8", "16"]
     assert rows[1] == ["mamba", "99.5%", "93.0%", "40.0%", "4", "8"]
-    assert tables.capacity_table([r for r in recs if r.arch == "mamba"][:0]) is None
+    assert tables.capacity_table([r for r in recs if r.arch == "mamba"][:0], "recall", "N") is None
 
 
 def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
@@ -154,7 +154,10 @@ def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
                       config={"task": {"name": "recall", "params": {"N": 16}}}, evals={}) for a in ("lstm", "uniform")]
     data = {"lstm": {"recall": {"mean": 0.04}}, "mamba": {"recall": {"mean": 0.9}},
             "uniform": {"recall": {"mean": 0.004}}}
-    assert tables.below_stored_chance(data, recs) == ["lstm (4.0% < 6.2%)"]
+    assert tables.below_floor(data, recs) == ["recall / lstm (4.0% < chance among the 16 stored values 6.2%)"]
+    refs = tables.reference_levels(recs)
+    assert "recall: chance among the 16 stored values 6.2% (a model below it has not even learnt that the answer " \
+           "is a stored value)" in refs and any(r.startswith("recall: scored at the answer slot") for r in refs)
 
 
 def test_seed_intervals_stay_inside_the_metric_range():

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from windtunnel.errors import CheckpointError
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Document, Table, md_escape
-from windtunnel.runs import CheckpointError
 
 HOSTILE_ARCH = "<img src=x onerror=alert(1)>|x\n| injected | row |"
 METRIC = {"mean": 0.05, "lo": 0.04, "hi": 0.06}
@@ -181,7 +181,7 @@ CORRUPT_METRICS = {  # id -> (metrics.jsonl lines, what the error names after th
 
 @pytest.mark.parametrize("case", list(CORRUPT_METRICS))
 def test_corrupt_metrics_records_are_a_checkpoint_error_naming_file_and_record(tmp_path, case):
-    """Records that are not objects or lack a step are refused by runs.read_metrics; fields the report computes with
+    """Records that are not objects or lack a step are refused by rundir.read_metrics; fields the report computes with
     by the report."""
     lines, where = CORRUPT_METRICS[case]
     run = write_run(tmp_path, "run", metrics_lines=lines)

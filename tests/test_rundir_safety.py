@@ -17,7 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from windtunnel import runs
+from windtunnel import rundir, runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError, RunInUseError, UntrustedCodeError
 from windtunnel.lock import OWNER_FILE, DirLock, is_locked
@@ -102,9 +102,9 @@ def test_trusted_import_string_from_an_installed_module_builds(tmp_path, monkeyp
     site = tmp_path / "site"
     site.mkdir()
     (site / "my_arch_pkg_xyz.py").write_text(textwrap.dedent("""
-        from windtunnel.models.registry import resolve
-        def Model(spec, **size):
-            return resolve("lstm")(spec, **size)
+        from windtunnel.models.lstm import LSTM
+        class Model(LSTM):
+            pass
     """))
     monkeypatch.syspath_prepend(str(site))  # an installed location, not the current or the run directory
     cfg = {**SMOKE_CFG, "model": {"arch": "my_arch_pkg_xyz:Model", "size": {"d_model": 8, "n_layers": 1}},
@@ -273,7 +273,7 @@ def test_bad_metrics_line_in_the_middle_is_an_error_naming_it(trained, tmp_path,
     good = p.read_text().splitlines()
     p.write_text("\n".join([good[0], line, *good[1:]]) + "\n")
     with pytest.raises(CheckpointError, match="line 2"):
-        runs.read_metrics(trained)
+        rundir.read_metrics(trained)
     r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE,
                             "--resume", "--steps", "3"])
     assert "line 2" in _one_line_error(r, 1)
@@ -284,7 +284,7 @@ def test_bad_metrics_line_in_the_middle_is_an_error_naming_it(trained, tmp_path,
 def test_partial_last_line_from_a_crash_is_ignored(trained):
     with open(trained / "metrics.jsonl", "a") as f:
         f.write('{"step": 9, "lo')
-    assert all(r["step"] <= 2 for r in runs.read_metrics(trained))
+    assert all(r["step"] <= 2 for r in rundir.read_metrics(trained))
 
 
 @pytest.mark.parametrize("content", ["{}", '{"step": "x"}', "[]", ""])
@@ -335,14 +335,14 @@ def test_stray_temp_files_are_cleaned_on_the_next_open(tmp_path):
 def test_results_are_readable_by_others(tmp_path):
     old = os.umask(0o022)
     try:
-        runs.atomic_write(tmp_path / "a.json", "{}")
-        assert (tmp_path / "a.json").stat().st_mode & 0o777 == runs.FILE_MODE
+        rundir.atomic_write(tmp_path / "a.json", "{}")
+        assert (tmp_path / "a.json").stat().st_mode & 0o777 == rundir.FILE_MODE
     finally:
         os.umask(old)
     train(SMOKE_CFG, tmp_path / "r", progress=False)
     for p in (tmp_path / "r").rglob("*"):
         if p.is_file() and not p.name.startswith("."):
-            assert p.stat().st_mode & 0o044 == 0o044 & runs.FILE_MODE, p
+            assert p.stat().st_mode & 0o044 == 0o044 & rundir.FILE_MODE, p
 
 
 def test_lock_is_released_after_a_run_and_after_an_error(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from windtunnel import metrics, tasks
-from windtunnel.runs import Oracle, Uniform
+from windtunnel.models.baselines import Oracle, Uniform
 from windtunnel.tasks.recall import ANS, FILLER, KEY_OFFSET, QUERY, SEP, STORE
 
 
@@ -86,7 +86,7 @@ def test_oracle_perfect_uniform_chance(score_at):
     assert metrics.accuracy(Oracle(task.spec).predict(b), b) == pytest.approx(1.0)
     assert metrics.bayes_accuracy(b) == pytest.approx(1.0)
     assert metrics.entropy_mae_bits(Oracle(task.spec).predict(b), b) == pytest.approx(0.0, abs=1e-6)
-    assert metrics.accuracy(Uniform(task.spec, task).predict(b), b) == pytest.approx(1 / 16, abs=0.015)
+    assert metrics.accuracy(Uniform(task.spec, task=task).predict(b), b) == pytest.approx(1 / 16, abs=0.015)
 
 
 @pytest.mark.parametrize(

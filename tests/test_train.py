@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import models, runs
+from windtunnel import checkpoints, models, rundir, runs
 from windtunnel.config import build_config
 from windtunnel.train import TrainingDiverged, lr_at, train
 
@@ -101,7 +101,7 @@ def test_divergence_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mon
     with pytest.raises(TrainingDiverged, match="step 3: non-finite loss") as info:
         train(_cfg(), tmp_path / "r", progress=False)
     assert info.value.step == 3 and info.value.what == "loss"
-    assert runs.latest_step(tmp_path / "r") == 2
+    assert checkpoints.latest_step(tmp_path / "r") == 2
     runs.load_run(tmp_path / "r").load_checkpoint(2)  # the kept checkpoint loads
 
 
@@ -131,7 +131,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
                             env=env)
     deadline = time.time() + 120
     while time.time() < deadline:
-        step = (killed / "checkpoints" / "latest.json").exists() and runs.latest_step(killed)
+        step = (killed / "checkpoints" / "latest.json").exists() and checkpoints.latest_step(killed)
         if step and step >= 10:
             break
         assert proc.poll() is None, "training subprocess exited before it could be killed"
@@ -139,7 +139,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    stopped_at = runs.latest_step(killed)
+    stopped_at = checkpoints.latest_step(killed)
     assert stopped_at < 100 and not (killed / "eval.json").exists()
 
     resumed = train(cfg, killed, resume=True, progress=False)
@@ -148,7 +148,8 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     assert resumed["default"]["per_position"] == fresh["default"]["per_position"]
 
     def key_lines(path):
-        return [(r["step"], r.get("split"), r.get("loss"), r.get("entropy_mae_bits")) for r in runs.read_metrics(path)]
+        return [(r["step"], r.get("split"), r.get("loss"), r.get("entropy_mae_bits"))
+                for r in rundir.read_metrics(path)]
 
     assert key_lines(killed) == key_lines(tmp_path / "fresh")  # no duplicated or missing lines
     a = runs.load_run(killed).model.state_dict()

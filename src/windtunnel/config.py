@@ -7,7 +7,6 @@ depends on (model preset into `model.size`, task defaults into `task.params`, `m
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from pathlib import Path
@@ -16,8 +15,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# Predictors that are evaluated like models but never trained (see runs.Oracle / runs.Uniform).
+# Predictors that are evaluated like models but never trained (windtunnel.models.baselines).
 BASELINES = ("oracle", "uniform")
+
+# The size tiers of the model presets (windtunnel.models.presets), smallest first.
+SizeTier = Literal["smoke", "quick", "paper"]
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -56,7 +58,7 @@ class ModelConfig(_Strict):
     """Architecture, optional size preset, size overrides on top of it, and positions to allocate."""
 
     arch: str = "transformer"
-    preset: Literal["smoke", "quick", "paper"] | None = None
+    preset: SizeTier | None = None
     size: dict[str, Any] = Field(default_factory=dict)
     max_len: int | None = Field(default=None, ge=1)
 
@@ -157,13 +159,19 @@ class RunConfig(_Strict):
         return self
 
 
-def error_message(err: ValidationError) -> str:
-    """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`."""
+def error_message(err: ValidationError, where: str = "config", prefix: str = "") -> str:
+    """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`, each field name after
+    `prefix`. An error of the whole object (a check across fields, whose message names them) is given as is, or after
+    `where` when it names nothing."""
     parts = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(p) for p in e["loc"])
+        if not loc:
+            parts.append(prefix + msg if ": " in msg else f"{where}: {msg}")
+            continue
         got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        parts.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}{got}")
+        parts.append(f"{prefix}{loc}: {msg}{got}")
     return "; ".join(parts)
 
 
@@ -259,7 +267,7 @@ def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
     """Validate an evaluation setting of a resolved run config (task parameters to change) against the model the run
     trained; returns the task. The task must build, keep the model's input and output sizes, and, for an
     architecture with a position limit (`max_len`), fit in it."""
-    from windtunnel import models, tasks
+    from windtunnel import tasks
 
     where = f"eval override {eval_name(override)}"
     if "name" in override:
@@ -270,10 +278,8 @@ def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
     _check_same_shape(task.spec, base.spec, where, "an evaluation")
-    limit = cfg.model.max_len
-    limited = cfg.model.arch in models.names() and "max_len" in inspect.signature(
-        models.resolve(cfg.model.arch)).parameters
-    if limited and limit is not None and task.spec.seq_len > limit:
+    limit = cfg.model.size.get("max_len", cfg.model.max_len)  # every architecture's Size has max_len
+    if cfg.model.arch not in BASELINES and limit is not None and task.spec.seq_len > limit:
         raise ValueError(f"{where}: its sequences have {task.spec.seq_len} positions, more than the model's "
                              f"model.max_len = {limit}; train with a larger model.max_len to evaluate them")
     return task
@@ -284,8 +290,8 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
     Builds the task (validating task.params and each curriculum stage; defaults filled in), expands the preset into
     model.size (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings
-    and curriculum stages.
-    The model size itself is validated when the run builds the model (runs.build_model).
+    and curriculum stages. The model size is validated against the architecture's `Size` (an import-string
+    architecture's when the run builds it, as importing runs code).
     """
     from windtunnel import models, tasks
     from windtunnel.models.presets import preset
@@ -315,7 +321,9 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     if cfg.model.arch not in BASELINES:
         models.check(cfg.model.arch)  # unknown arch -> ValueError naming it; imports nothing
         if cfg.model.preset is not None:
-            size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec), **size}
+            size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec).as_config(), **size}
+        if cfg.model.arch in models.names():  # an import string's Size is read when the run builds it (trust_code)
+            size = models.size_class(cfg.model.arch).of(size, where="model.size.").as_config()
     data = cfg.model_dump(mode="json")
     data["task"]["params"] = params
     data["model"]["size"] = size

@@ -16,8 +16,9 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from windtunnel import metrics, runs
+from windtunnel import checkpoints, metrics, rundir, runs
 from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
+from windtunnel.models import baselines
 from windtunnel.precision import autocast
 from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch
@@ -32,7 +33,7 @@ def _predictions(
     for i, start in enumerate(range(0, n, batch_size)):
         batch = task.sample(min(batch_size, n - start), seed=stream_seed(stream, seed, i), device=device)
         with autocast(device, dtype):
-            pred = runs.predict(model, task.spec, batch)
+            pred = baselines.predict(model, task.spec, batch)
         yield batch, pred
 
 
@@ -145,7 +146,7 @@ def evaluate(
         run = runs.load_run(run_or_config, trust_code=trust_code)
     if run is not None:
         cfg, task = run.config, run.task
-        step = runs.latest_step(run.path)
+        step = checkpoints.latest_step(run.path)
         model = model if model is not None else run.model
     else:
         cfg = resolve_config(run_or_config)
@@ -162,5 +163,5 @@ def evaluate(
         r.pop("metrics_point")
         results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, **r}
     if run is not None and write:
-        runs.merge_eval(run.path, results)
+        rundir.merge_eval(run.path, results)
     return results

@@ -20,6 +20,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from windtunnel.errors import RunInUseError
+from windtunnel.rundir import atomic_write
 
 LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"
 
@@ -64,7 +65,6 @@ class DirLock:
                           RuntimeWarning, stacklevel=2)
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        from windtunnel.runs import atomic_write  # runs imports this module
 
         atomic_write(self.directory / OWNER_FILE, json.dumps(owner) + "\n")
         return self

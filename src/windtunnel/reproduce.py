@@ -17,10 +17,8 @@ from typing import Any
 import torch
 
 from windtunnel.lock import DirLock
-from windtunnel.runs import check_writable, write_json
+from windtunnel.rundir import DONE, check_writable, write_json
 from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
-
-DONE = "done.json"
 
 
 def machine_description() -> dict[str, Any]:
@@ -55,8 +53,8 @@ def estimated_cost(entry: SuiteRun) -> float:
     if arch in BASELINES or not train.get("steps"):
         return 0.0
     spec = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).spec
-    size = {**preset(cfg["task"]["name"], arch, cfg["model"]["preset"], spec), **cfg["model"].get("size", {})}
-    n_params = count_params(resolve(arch), spec, **size)
+    size = preset(cfg["task"]["name"], arch, cfg["model"]["preset"], spec)
+    n_params = count_params(resolve(arch), spec, size, **cfg["model"].get("size", {}))
     return train["steps"] * train["batch_size"] * spec.seq_len * n_params * ARCH_COST.get(arch, 1.0)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from windtunnel import runs
+from windtunnel import rundir
 from windtunnel.recipes import get_recipe
 from windtunnel.report.tables import headline_metric
 
@@ -106,8 +106,8 @@ def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
     config = cell_config(cell, seed)
     if not (run_dir / "eval.json").exists():
         train(config, run_dir, resume=run_dir.exists(), progress=False)
-    final = runs.read_json(run_dir / "eval.json")["default"]["metrics"]  # the test stream, written by train()
-    lines = runs.read_metrics(run_dir)
+    final = rundir.read_json(run_dir / "eval.json")["default"]["metrics"]  # the test stream, written by train()
+    lines = rundir.read_metrics(run_dir)
     evals = [r for r in lines if r.get("split") == "eval"]
     steps = [r for r in lines if "loss" in r]
     metric = headline_metric(cell.task)
@@ -186,8 +186,8 @@ def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print,
 def _write(data: dict[str, Any], out: Path) -> str:
     """time_to_bayes.json, .md and .png into `out`; returns the Markdown."""
     text = markdown(data)
-    runs.write_json(out / "time_to_bayes.json", data)
-    runs.atomic_write(out / "time_to_bayes.md", text)
+    rundir.write_json(out / "time_to_bayes.json", data)
+    rundir.atomic_write(out / "time_to_bayes.md", text)
     plot(data, out / "time_to_bayes.png")
     return text
 
@@ -201,7 +201,7 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
         p = p / "time_to_bayes.json" if p.is_dir() else p
         if not p.is_file():
             raise ValueError(f"merge: no time_to_bayes.json at {str(src)!r}")
-        data = runs.read_json(p)
+        data = rundir.read_json(p)
         cells += data["cells"]
         machines.append(data["machine"])
         wall += float(data.get("wall_s", 0.0))

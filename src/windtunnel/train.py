@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from windtunnel import runs
+from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import RunConfig, resolve_config, resolve_loss
 from windtunnel.curriculum import Curriculum
 from windtunnel.errors import TrainingDiverged
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
+from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
@@ -82,23 +83,23 @@ def _prune(run_dir: Path, cfg: RunConfig) -> None:
     if keep is None:
         return
     protected = set(cfg.train.checkpoint_schedule or [])
-    periodic = [s for s in runs.list_checkpoints(run_dir) if s not in protected]
+    periodic = [s for s in checkpoints.list_checkpoints(run_dir) if s not in protected]
     for s in periodic[:-keep]:
-        runs.delete_checkpoint(run_dir, s)
+        checkpoints.delete_checkpoint(run_dir, s)
 
 
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
     """The step a resume of `run_dir` with `cfg` continues from; refuses a config that differs in more than steps."""
-    if not (run_dir / runs.CONFIG).is_file():
+    if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
-    stored = runs.read_config(run_dir)
+    stored = rundir.read_config(run_dir)
     a, b = stored.model_dump(mode="json"), cfg.model_dump(mode="json")
     a["train"].pop("steps"), b["train"].pop("steps")
     if a != b:
         diff = [k for k in a if a[k] != b[k]]
-        raise ValueError(f"resume: the config differs from {str(run_dir / runs.CONFIG)!r} in {diff} "
+        raise ValueError(f"resume: the config differs from {str(run_dir / rundir.CONFIG)!r} in {diff} "
                          "(only train.steps may change on resume)")
-    step = runs.resume_step(run_dir) or 0
+    step = checkpoints.resume_step(run_dir) or 0
     if step > cfg.train.steps:
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
     return step
@@ -118,18 +119,18 @@ def _clear(run_dir: Path) -> None:
 def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> int:
     """Clear or reopen a run directory whose lock this process holds; returns the step to resume from."""
     _refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
-    runs.clean_temp_files(run_dir)
-    exists = (run_dir / runs.CONFIG).exists() or any(
+    rundir.clean_temp_files(run_dir)
+    exists = (run_dir / rundir.CONFIG).exists() or any(
         p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
     if exists and resume:
         step = _check_resumable(run_dir, cfg)
-        runs.truncate_metrics(run_dir, step)
-        runs.write_config(run_dir, cfg)
+        rundir.truncate_metrics(run_dir, step)
+        rundir.write_config(run_dir, cfg)
         return step
     if exists:
         _clear(run_dir)  # overwrite (checked by _refuse_existing before the lock was taken)
-    (run_dir / runs.FIGURES).mkdir(exist_ok=True)
-    runs.write_config(run_dir, cfg)
+    (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
+    rundir.write_config(run_dir, cfg)
     return 0
 
 
@@ -146,7 +147,7 @@ def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
     if not overwrite:
         raise FileExistsError(f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
                               "to replace it or resume=True (--resume) to continue it")
-    if not (run_dir / runs.CONFIG).is_file():
+    if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
 
 
@@ -175,9 +176,9 @@ def train(
     task = runs.build_task(cfg)
     device = resolve_device(cfg.train.device)
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
-    runs.check_writable(run_dir)
+    rundir.check_writable(run_dir)
     _refuse_existing(run_dir, resume, overwrite)
-    created = runs.first_missing(run_dir)  # what this call creates, removed again if it is refused
+    created = rundir.first_missing(run_dir)  # what this call creates, removed again if it is refused
     lock = DirLock(run_dir)
     try:
         lock.acquire()
@@ -197,25 +198,25 @@ def train(
 def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, device: torch.device, start: int,
                   progress: bool, trust_code: bool) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds."""
-    if runs.is_baseline(model) or cfg.train.steps == 0:
-        if not runs.is_baseline(model) and start == 0:
-            runs.save_checkpoint(run_dir, 0, model)
+    if baselines.is_baseline(model) or cfg.train.steps == 0:
+        if not baselines.is_baseline(model) and start == 0:
+            checkpoints.save_checkpoint(run_dir, 0, model)
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
     opt = make_optimizer(model, cfg)
     if start:
-        runs.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
+        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
     loss_kind = resolve_loss(cfg, task)
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
     ckpt_at = checkpoint_steps(cfg)
-    log = runs.MetricsLog(run_dir)
+    log = rundir.MetricsLog(run_dir)
     bar = _progress_bar(t.steps, start, progress)
     last_eval: float | None = None
     # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every
     # (re)start of this run, so an interrupted run reports its true cost.
-    previous = runs.read_metrics(run_dir)
+    previous = rundir.read_metrics(run_dir)
     elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in previous), default=0.0)
     train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
     t_start = time.perf_counter()
@@ -234,12 +235,12 @@ def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, de
             loss = compute_loss(loss_kind, step_task.spec, out, batch)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
-                raise TrainingDiverged(step, "loss", runs.latest_step(run_dir))
+                raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
             if not torch.isfinite(gnorm):
-                raise TrainingDiverged(step, "gradients", runs.latest_step(run_dir))
+                raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
             opt.step()
             train_s += time.perf_counter() - t0
             tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
@@ -258,7 +259,7 @@ def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, de
                 last_eval = m["metrics_point"]["entropy_mae_bits"]
             if step in ckpt_at:
                 log.sync()
-                runs.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
+                checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
                 _prune(run_dir, cfg)
             if bar is not None:
                 bar.update(1)

@@ -56,9 +56,10 @@ def probe(
 ) -> None:
     """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
     frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
-    from windtunnel.geometry.run import GEOMETRY_JSON, probe_run
+    from windtunnel.geometry.run import probe_run
+    from windtunnel.rundir import GEOMETRY
 
     result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code)
     for line in _summary(result):
         typer.echo(line)
-    typer.echo(f"wrote {(out or run_dir) / GEOMETRY_JSON}")
+    typer.echo(f"wrote {(out or run_dir) / GEOMETRY}")

@@ -41,7 +41,7 @@ def report(
 ) -> None:
     """Rebuild the report from existing run directories (made here, on a GPU box, anywhere)."""
     from windtunnel.report import build_report
-    from windtunnel.runs import check_writable
+    from windtunnel.rundir import check_writable
 
     check_writable(out)  # before reading anything, so nothing is done for a report that cannot be written
     results = build_report(list(run_dirs), out)

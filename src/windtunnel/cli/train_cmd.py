@@ -76,7 +76,8 @@ def eval_command(
     """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
     from windtunnel.config import check_override
     from windtunnel.evaluate import evaluate
-    from windtunnel.runs import check_writable, load_run
+    from windtunnel.rundir import check_writable
+    from windtunnel.runs import load_run
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")

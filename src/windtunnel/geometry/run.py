@@ -10,9 +10,9 @@ from windtunnel.geometry.data import not_applicable
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.figures import write_figures
 from windtunnel.geometry.probes import probe_model
-from windtunnel.runs import build_model, check_writable, is_baseline, load_run, write_json
-
-GEOMETRY_JSON = "geometry.json"
+from windtunnel.models.baselines import is_baseline
+from windtunnel.rundir import GEOMETRY, check_writable, write_json
+from windtunnel.runs import build_model, load_run
 
 
 def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Path | None = None, n: int = 256,
@@ -48,5 +48,5 @@ def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:
         results["figures"] = write_figures(results, model, data, out_dir / "figures")
-    write_json(out_dir / GEOMETRY_JSON, json.loads(json.dumps(results, default=float)))
+    write_json(out_dir / GEOMETRY, json.loads(json.dumps(results, default=float)))
     return results

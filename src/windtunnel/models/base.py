@@ -7,11 +7,19 @@ predictive distribution.
 Every built-in architecture is a `ResidualModel`: embed -> n_layers x `layer(l, h)` -> final norm -> head, with the
 hook points embed, blocks.{l}.resid_pre, blocks.{l}.resid_post and final placed here once; an architecture file
 holds only its layer (the mixer and how it joins the residual stream) and that layer's own hook points.
+
+Every architecture declares its size as a pydantic `ModelSize` subclass, `Arch.Size`: the one place its size
+parameters, their defaults and their allowed ranges are written. A config's `model.size` is validated against it
+when the config is resolved, and the model is built as `Arch(spec, size)` (or `Arch(spec, **fields)`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
@@ -22,9 +30,45 @@ from windtunnel.tasks.base import TaskSpec
 LOGVAR_MIN, LOGVAR_MAX = -12.0, 8.0
 
 
-class SequenceModel(nn.Module):
-    """Base class of all architectures: a causal map from (B,T[,D]) inputs to per-position outputs."""
+def size_int(default: int, lo: int = 1) -> Any:
+    """A size field holding an integer >= `lo` (strict: 2.0 or True is not an integer here)."""
+    return Field(default=default, ge=lo, strict=True)
 
+
+class ModelSize(BaseModel):
+    """Typed size of an architecture (subclass it per architecture): unknown fields, wrong types, values out of range
+    and non-finite numbers are errors naming the field. `max_len` (positions to allocate) is every model's."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    max_len: int | None = Field(default=None, ge=1)  # None: the task's sequence length
+
+    @classmethod
+    def of(cls, size: ModelSize | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
+           where: str = "") -> Self:
+        """`size` (an object or a mapping of fields) with `overrides` on top, validated; ValueError names each bad
+        field after `where` (`model.size.d_model: Input should be greater than or equal to 1 (got 0)`)."""
+        base = size.model_dump(exclude_unset=True) if isinstance(size, ModelSize) else dict(size or {})
+        try:
+            return cls.model_validate({**base, **(overrides or {})})
+        except ValidationError as err:
+            from windtunnel.config import error_message
+
+            raise ValueError(error_message(err, cls.__name__, where)) from None
+
+    def as_config(self) -> dict[str, Any]:
+        """The fields that were given (the config form of a size: defaults stay implicit), JSON-ready."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class SequenceModel(nn.Module):
+    """Base class of all architectures: a causal map from (B,T[,D]) inputs to per-position outputs.
+
+    An architecture is registered (`models.register`) as a class with a `Size` (a `ModelSize` subclass) and a
+    constructor `Arch(spec, size=None, **fields)`.
+    """
+
+    Size: ClassVar[type[ModelSize]]
     spec: TaskSpec
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
@@ -40,11 +84,21 @@ class SequenceModel(nn.Module):
 
 
 class ResidualModel(HookedModel, SequenceModel):
-    """embed -> n_layers x layer(l, h) -> final norm -> head, with the shared hook points around every layer."""
+    """embed -> n_layers x layer(l, h) -> final norm -> head, with the shared hook points around every layer.
+
+    A subclass's constructor starts with `super().__init__(spec, size, **fields)`, which validates the size against
+    its `Size` and stores it as `self.size`; it then builds `embed`, the layers, `norm` and `head` from `self.size`.
+    """
 
     embed: nn.Module
     norm: nn.Module
     head: nn.Module
+    n_layers: int
+
+    def __init__(self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__()
+        self.spec = spec
+        self.size = self.Size.of(size, fields)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
         """Layer l on the (B,T,d) residual stream: the stream it leaves (for most layers h + mixer(norm(h)))."""

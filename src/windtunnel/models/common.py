@@ -178,10 +178,10 @@ def make_norm(kind: str, d: int, eps: float = 1e-5) -> nn.Module:
 # ---------------------------------------------------------------------------------------------- sizing
 
 
-def count_params(factory: Callable[..., nn.Module], spec: TaskSpec, **size: Any) -> int:
-    """Parameter count of `factory(spec, **size)`, built on the meta device (no memory, no init cost)."""
+def count_params(factory: Callable[..., nn.Module], spec: TaskSpec, size: Any = None, **fields: Any) -> int:
+    """Parameter count of `factory(spec, size, **fields)`, built on the meta device (no memory, no init cost)."""
     with torch.device("meta"):
-        model = factory(spec, **size)
+        model = factory(spec, size, **fields)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

@@ -7,11 +7,15 @@ that records the hidden and cell state at every step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Literal
+
 import torch
+from pydantic import Field
 from torch import nn
 
-from windtunnel.models.base import ResidualModel
-from windtunnel.models.common import InputEmbedding, OutputHead, check_int, init_weights
+from windtunnel.models.base import ModelSize, ResidualModel, size_int
+from windtunnel.models.common import InputEmbedding, OutputHead, init_weights
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -31,29 +35,37 @@ def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.stack(hs, dim=1), torch.stack(cs, dim=1)
 
 
+class LSTMSize(ModelSize):
+    """Size of an `LSTM`: `dropout` applies between layers (the authors' LSTMs use 0.1)."""
+
+    n_layers: int = size_int(6)
+    d_model: int = size_int(192)
+    pos: Literal["none", "learned"] = "none"
+    tie: bool = True
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    logit_scale: bool = False
+
+
 class LSTM(ResidualModel):
-    """Stacked LSTM. Size: n_layers, d_model, pos ('none'|'learned'), max_len, tie, dropout (0, between layers),
-    logit_scale.
+    """Stacked LSTM; its size is an `LSTMSize`.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity (its input passes straight through).
     """
 
+    Size = LSTMSize
+    size: LSTMSize
     layer_hooks = ("lstm.h", "lstm.c")
 
-    def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, pos: str = "none",
-                 max_len: int | None = None, tie: bool = True, dropout: float = 0.0, logit_scale: bool = False) -> None:
-        super().__init__()
-        self.spec = spec
-        self.n_layers = check_int("n_layers", n_layers, 1)
-        self.d_model = check_int("d_model", d_model, 1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: must be in [0, 1) (got {dropout!r})")
-        self.embed = InputEmbedding(spec, d_model, max_len, pos=pos)
+    def __init__(self, spec: TaskSpec, size: LSTMSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__(spec, size, **fields)
+        s = self.size
+        self.n_layers, self.d_model = s.n_layers, s.d_model
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=s.pos)
         self.max_len = self.embed.max_len
-        self.layers = nn.ModuleList(nn.LSTM(d_model, d_model, batch_first=True) for _ in range(n_layers))
-        self.dropout = nn.Dropout(dropout)
-        self.norm = nn.LayerNorm(d_model)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
+        self.layers = nn.ModuleList(nn.LSTM(s.d_model, s.d_model, batch_first=True) for _ in range(s.n_layers))
+        self.dropout = nn.Dropout(s.dropout)
+        self.norm = nn.LayerNorm(s.d_model)
+        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         self.apply(init_weights)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:

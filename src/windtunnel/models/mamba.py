@@ -14,7 +14,8 @@ builds a per-step autograd graph. `scan="auto"` (default) picks, by the input's 
 `scan="sequential"` runs the plain autograd loop over t -- the reference the fast paths are tested against. The states
 h_t are materialised (hook point `blocks.{l}.ssm.h`, models/hooks.py) only in a layer whose h a probe asks for.
 
-`variant="paper"` is the authors' simplified block (official-code.md §6.5): rank-1 dt, a shared A_log =
+`variant="paper"` is the authors' simplified block (`MambaBlock` of experiments/paper1_bijection/train_mamba.py
+in vishalmisra/bayesian-wind-tunnel): rank-1 dt, a shared A_log =
 log(0.1 [1..N]), clamps on delta, delta A, delta B u and the state, a LayerNorm on y, no pre-norm, nan_to_num after
 every block, final LayerNorm. Its state clamp makes the recurrence non-linear, so it always scans sequentially.
 """
@@ -22,20 +23,17 @@ every block, final LayerNorm. Its state clamp makes the recurrence non-linear, s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, field_validator
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from windtunnel.models.base import ResidualModel
-from windtunnel.models.common import (
-    InputEmbedding,
-    OutputHead,
-    check_choice,
-    check_int,
-    init_weights,
-)
+from windtunnel.models.base import ModelSize, ResidualModel, size_int
+from windtunnel.models.common import InputEmbedding, OutputHead, check_choice, init_weights
 from windtunnel.models.hooks import LayerHook
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
@@ -239,7 +237,7 @@ class MambaBlock(nn.Module):
         """Mamba's SSM init (run after the generic N(0,0.02) init)."""
         n = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=self.A_log.device)
         self.D.fill_(1.0)
-        if self.variant == "paper":  # official-code.md §6.5
+        if self.variant == "paper":  # the authors' MambaBlock init
             self.A_log.copy_(torch.log(0.1 * n))
             nn.init.uniform_(self.dt_proj.weight, -0.01, 0.01)
             nn.init.constant_(self.dt_proj.bias, 0.1)
@@ -284,45 +282,64 @@ class MambaBlock(nn.Module):
         return self.out_proj(y)
 
 
+class MambaSize(ModelSize):
+    """Size of a `Mamba`. `dt_rank` "auto": ceil(d_model/16). `variant`: "reference" (Mamba-1: pre-norm RMSNorm
+    residual) or "paper" (the authors' block: no pre-norm, LayerNorm on y, scalar dt). `pos` None: "learned" for
+    the paper variant, "none" for the reference one. `scan`: "auto" = fused on CPU, parallel elsewhere; a layer whose
+    state `ssm.h` is hooked or cached materialises it with the parallel scan, or the sequential one when
+    scan="sequential"."""
+
+    n_layers: int = size_int(6)
+    d_model: int = size_int(192)
+    d_state: int = size_int(16)
+    expand: int = size_int(2)
+    d_conv: int = size_int(4)
+    dt_rank: int | str = "auto"
+    variant: Literal["reference", "paper"] = "reference"
+    scan: Literal["auto", "fused", "parallel", "sequential"] = "auto"
+    pos: Literal["none", "learned"] | None = None
+    tie: bool = True
+    eps: float = Field(default=1e-5, gt=0)
+    logit_scale: bool = False
+
+    @field_validator("dt_rank", mode="before")
+    @classmethod
+    def _dt_rank(cls, v: Any) -> int | str:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError("must be 'auto' or an integer >= 1")
+
+
 class Mamba(ResidualModel):
-    """Stack of Mamba blocks. Size: n_layers, d_model, d_state (16), expand (2), d_conv (4), dt_rank ('auto' =
-    ceil(d/16)), variant ('reference'|'paper'), scan ('auto'|'fused'|'parallel'|'sequential'; auto = fused on CPU,
-    parallel elsewhere; a layer whose state `ssm.h` is hooked or cached materialises it with the parallel scan, or
-    the sequential one when scan="sequential"), pos, max_len, tie, logit_scale.
+    """Stack of Mamba blocks; its size is a `MambaSize`.
 
     Ablation: `with model.ablate(layers={l}):` makes layer l the identity.
     """
 
+    Size = MambaSize
+    size: MambaSize
     layer_hooks = ("ssm.delta", "ssm.B", "ssm.C", "ssm.h", "ssm.y", "ssm.out")
 
-    def __init__(self, spec: TaskSpec, n_layers: int = 6, d_model: int = 192, d_state: int = 16, expand: int = 2,
-                 d_conv: int = 4, dt_rank: int | str = "auto", variant: str = "reference", scan: str = "auto",
-                 pos: str | None = None, max_len: int | None = None, tie: bool = True, eps: float = 1e-5,
-                 logit_scale: bool = False) -> None:
-        super().__init__()
-        self.spec = spec
-        self.n_layers = check_int("n_layers", n_layers, 1)
-        check_int("d_model", d_model, 1)
-        check_int("d_state", d_state, 1)
-        check_int("expand", expand, 1)
-        self.d_conv = check_int("d_conv", d_conv, 1)
-        dt_rank = math.ceil(d_model / 16) if dt_rank == "auto" else check_int("dt_rank", dt_rank, 1)
-        self.variant = check_choice("variant", variant, ("reference", "paper"))
-        self.scan = check_choice("scan", scan, ("auto", "fused", "parallel", "sequential"))
-        pos = ("learned" if variant == "paper" else "none") if pos is None else pos
-        self.embed = InputEmbedding(spec, d_model, max_len, pos=pos)
+    def __init__(self, spec: TaskSpec, size: MambaSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__(spec, size, **fields)
+        s = self.size
+        self.n_layers, self.d_conv, self.variant, self.scan = s.n_layers, s.d_conv, s.variant, s.scan
+        dt_rank = math.ceil(s.d_model / 16) if s.dt_rank == "auto" else s.dt_rank
+        pos = ("learned" if s.variant == "paper" else "none") if s.pos is None else s.pos
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
         self.max_len = self.embed.max_len
         self.blocks = nn.ModuleList(
-            MambaBlock(d_model, d_state, expand, d_conv, dt_rank, variant) for _ in range(n_layers))
+            MambaBlock(s.d_model, s.d_state, s.expand, s.d_conv, dt_rank, s.variant) for _ in range(s.n_layers))
         # reference: pre-norm residual h + block(RMSNorm(h)); paper: h + block(h), no norm
-        self.norms = nn.ModuleList(nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.Identity()
-                                   for _ in range(n_layers))
-        self.norm = nn.RMSNorm(d_model, eps=eps) if variant == "reference" else nn.LayerNorm(d_model, eps=eps)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
+        self.norms = nn.ModuleList(nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference" else nn.Identity()
+                                   for _ in range(s.n_layers))
+        self.norm = (nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference"
+                     else nn.LayerNorm(s.d_model, eps=s.eps))
+        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         self.apply(init_weights)
         for block in self.blocks:
             block.reset_ssm_parameters()
-        self.d_model, self.d_state, self.d_inner = d_model, d_state, expand * d_model
+        self.d_model, self.d_state, self.d_inner = s.d_model, s.d_state, s.expand * s.d_model
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         scan = self.scan

@@ -16,16 +16,18 @@ Match either to a parameter budget with `windtunnel.models.common.match_params` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 
-from windtunnel.models.base import ResidualModel
+from windtunnel.models.base import ModelSize, ResidualModel, size_int
 from windtunnel.models.common import (
     INIT_STD,
     FeedForward,
     InputEmbedding,
     OutputHead,
-    check_int,
     init_weights,
     scale_residual_projections,
 )
@@ -38,9 +40,7 @@ class _ResidualMLP(ResidualModel):
 
     layer_hooks = ("mlp.out",)
 
-    def _build_body(self, spec: TaskSpec, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module,
-                    head: OutputHead) -> None:
-        self.spec = spec
+    def _build_body(self, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module, head: OutputHead) -> None:
         self.n_layers, self.d_model = n_layers, d_model
         self.blocks = nn.ModuleList(FeedForward(d_model, ratio * d_model, norm="layer") for _ in range(n_layers))
         self.norm = final_norm
@@ -71,41 +71,59 @@ class PrefixEmbedding(nn.Module):
         return per_slot.cumsum(dim=1) + self.bias + self.pos(torch.arange(T, device=e.device))  # (B,T,d_model)
 
 
-class PrefixMLP(_ResidualMLP):
-    """MLP over the flattened zero-padded causal prefix. Size: n_layers, d_model (width), d_emb, ratio, max_len,
-    logit_scale."""
+class PrefixMLPSize(ModelSize):
+    """Size of a `PrefixMLP`: `d_emb` is the slot embedding width, `ratio` the hidden width of a block / d_model."""
 
-    def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 384, d_emb: int = 16, ratio: int = 1,
-                 max_len: int | None = None, logit_scale: bool = False) -> None:
-        super().__init__()
-        check_int("n_layers", n_layers, 0)
-        check_int("d_model", d_model, 1)
-        check_int("d_emb", d_emb, 1)
-        check_int("ratio", ratio, 1)
-        self.embed = PrefixEmbedding(spec, d_model, d_emb, max_len)
-        self.max_len, self.d_emb = self.embed.max_len, d_emb
-        self._build_body(spec, n_layers, d_model, ratio, nn.LayerNorm(d_model),
-                         OutputHead(spec, d_model, tie=False, logit_scale=logit_scale))
+    n_layers: int = size_int(9, lo=0)
+    d_model: int = size_int(384)
+    d_emb: int = size_int(16)
+    ratio: int = size_int(1)
+    logit_scale: bool = False
+
+
+class PrefixMLP(_ResidualMLP):
+    """MLP over the flattened zero-padded causal prefix; its size is a `PrefixMLPSize`."""
+
+    Size = PrefixMLPSize
+    size: PrefixMLPSize
+
+    def __init__(self, spec: TaskSpec, size: PrefixMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__(spec, size, **fields)
+        s = self.size
+        self.embed = PrefixEmbedding(spec, s.d_model, s.d_emb, s.max_len)
+        self.max_len, self.d_emb = self.embed.max_len, s.d_emb
+        self._build_body(s.n_layers, s.d_model, s.ratio, nn.LayerNorm(s.d_model),
+                         OutputHead(spec, s.d_model, tie=False, logit_scale=s.logit_scale))
 
     def state_size(self, T: int) -> int:
         """It must keep the embedded prefix: T slots of d_emb numbers."""
         return int(T) * self.d_emb
 
 
-class PointwiseMLP(_ResidualMLP):
-    """Per-position control, no mixing across positions. Size: n_layers, d_model, ratio (4), max_len, tie,
-    logit_scale."""
+class PointwiseMLPSize(ModelSize):
+    """Size of a `PointwiseMLP`: `ratio` is the hidden width of a block / d_model."""
 
-    def __init__(self, spec: TaskSpec, n_layers: int = 9, d_model: int = 192, ratio: int = 4,
-                 max_len: int | None = None, tie: bool = True, logit_scale: bool = False) -> None:
-        super().__init__()
-        check_int("n_layers", n_layers, 0)
-        check_int("d_model", d_model, 1)
-        check_int("ratio", ratio, 1)
-        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned")
+    n_layers: int = size_int(9, lo=0)
+    d_model: int = size_int(192)
+    ratio: int = size_int(4)
+    tie: bool = True
+    logit_scale: bool = False
+
+
+class PointwiseMLP(_ResidualMLP):
+    """Per-position control, no mixing across positions; its size is a `PointwiseMLPSize`."""
+
+    Size = PointwiseMLPSize
+    size: PointwiseMLPSize
+
+    def __init__(self, spec: TaskSpec, size: PointwiseMLPSize | Mapping[str, Any] | None = None,
+                 **fields: Any) -> None:
+        super().__init__(spec, size, **fields)
+        s = self.size
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos="learned")
         self.max_len = self.embed.max_len
-        self._build_body(spec, n_layers, d_model, ratio, nn.RMSNorm(d_model, eps=1e-5),
-                         OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale))
+        self._build_body(s.n_layers, s.d_model, s.ratio, nn.RMSNorm(s.d_model, eps=1e-5),
+                         OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale))
 
     def state_size(self, T: int) -> int:
         """Nothing is carried between positions."""

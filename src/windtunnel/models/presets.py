@@ -1,4 +1,4 @@
-"""Size presets per (task, architecture, tier): `preset("bijection", "transformer", "paper") -> size kwargs`.
+"""Size presets per (task, architecture, tier): `preset("bijection", "transformer", "paper")` -> a TransformerSize.
 
 Tiers: `smoke` (tiny, for tests), `quick` (trains in minutes on a 2-core CPU), `paper` (the paper's sizes:
 bijection 6 layers x 6 heads x d 192; HMM 9 x 8 x 256; recall and regression use the bijection sizes).
@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, get_args
 
+from windtunnel.config import SizeTier
+from windtunnel.models.base import ModelSize
 from windtunnel.models.common import check_choice, count_params, match_params
 from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
+from windtunnel.models.registry import size_class
 from windtunnel.models.transformer import Transformer
 from windtunnel.tasks.base import TaskSpec
 
-_TIERS = ("smoke", "quick", "paper")
+_TIERS: tuple[str, ...] = get_args(SizeTier)
 _ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 
 # Generic sizes per tier; per-task overrides below.
@@ -69,8 +72,10 @@ def archs() -> list[str]:
     return list(_ARCHS)
 
 
-def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -> dict[str, Any]:
-    """Size kwargs for `models.make(arch, spec, **size)`.
+def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -> ModelSize:
+    """The size of `arch` for `task_name` at `tier`, as the architecture's Size object (fields not in the preset keep
+    their defaults and stay unset: `.as_config()` gives the preset's own fields). Build with
+    `models.make(arch, spec, size)`.
 
     `spec` is only needed for the MLPs of a task that is not registered (their sizes depend on the vocabulary
     and length); registered tasks are looked up at default parameters.
@@ -78,8 +83,10 @@ def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -
     check_choice("tier", tier, _TIERS)
     check_choice("arch", arch, _ARCHS)
     if arch not in ("mlp", "mlp-pointwise"):
-        return dict(_OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch]))
-    return dict(_matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name)))
+        fields = _OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch])
+    else:
+        fields = _matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name))
+    return size_class(arch).of(fields)
 
 
 def _default_spec(task_name: str) -> TaskSpec:
@@ -93,8 +100,8 @@ def _default_spec(task_name: str) -> TaskSpec:
 @functools.cache
 def _matched_mlp(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
     size = preset(task_name, "transformer", tier)
-    target = count_params(Transformer, spec, **size)
-    depth = size["n_layers"]
+    target = count_params(Transformer, spec, size)
+    depth = size.n_layers
     if arch == "mlp-pointwise":  # 8 d^2 per block against the transformer's 12 d^2: 1.5x the depth
         depths = (math.ceil(1.5 * depth), depth, 2 * depth)
         return match_params(PointwiseMLP, spec, target, "d_model", depths)

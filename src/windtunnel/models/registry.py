@@ -1,6 +1,7 @@
-"""Architecture registry: `make(arch, spec, **size)`, `names()`, `register(name, factory)`.
+"""Architecture registry: `make(arch, spec, size)`, `names()`, `register(name, Arch)`, `size_class(arch)`.
 
-An architecture may also be named by an import string `package.module:Class`, called as `Class(spec, **size)`.
+An architecture is a class with a `Size` (a `models.base.ModelSize` subclass) built as `Arch(spec, size)` or
+`Arch(spec, **fields)`. It may also be named by an import string `package.module:Class`.
 Importing a module runs its code, and a run directory may come from anyone, so an import string is resolved only
 with `trust_code=True` (CLI: `--trust-code`), and even then never from the current directory or a run directory:
 the module must be installed (or already imported by the caller).
@@ -22,11 +23,26 @@ from windtunnel.tasks.base import TaskSpec
 
 _REGISTRY = Registry("arch")
 
-register = _REGISTRY.register  # register(name, factory, overwrite=False); factory(spec, **size) -> nn.Module
 unregister = _REGISTRY.unregister
 names = _REGISTRY.names
 
 _IMPORT_STRING = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def _check_sized(arch: str, factory: Any) -> Any:
+    """An architecture must declare its typed size: `factory.Size`, a ModelSize subclass."""
+    from windtunnel.models.base import ModelSize
+
+    size = getattr(factory, "Size", None)
+    if not (isinstance(size, type) and issubclass(size, ModelSize)):
+        raise ValueError(f"arch: {arch!r} declares no size; give the class a `Size`, a subclass of "
+                         "windtunnel.models.base.ModelSize listing its size fields (docs/models.md)")
+    return factory
+
+
+def register(name: str, factory: Any, overwrite: bool = False) -> None:
+    """Register architecture class `factory` (with a `Size`) under `name`."""
+    _REGISTRY.register(name, _check_sized(name, factory), overwrite=overwrite)
 
 
 def is_import_string(arch: str) -> bool:
@@ -76,9 +92,14 @@ def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, .
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"arch: cannot import {arch!r} from an installed package: {err}") from None
-    return obj
+    return _check_sized(arch, obj)
 
 
-def make(arch: str, spec: TaskSpec, *, trust_code: bool = False, **size: Any) -> Any:
-    """Build architecture `arch` for a task `spec` with size parameters `size`."""
-    return resolve(arch, trust_code=trust_code)(spec, **size)
+def size_class(arch: str, *, trust_code: bool = False) -> Any:
+    """The `ModelSize` subclass architecture `arch` declares (an import string is imported only with trust_code)."""
+    return resolve(arch, trust_code=trust_code).Size
+
+
+def make(arch: str, spec: TaskSpec, size: Any = None, *, trust_code: bool = False, **fields: Any) -> Any:
+    """Build architecture `arch` for a task `spec`: `size` (its Size object or a mapping) with `fields` on top."""
+    return resolve(arch, trust_code=trust_code)(spec, size, **fields)

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
 from torch import nn
 
-from windtunnel.models.base import ResidualModel
+from windtunnel.models.base import ModelSize, ResidualModel, size_int
 from windtunnel.models.common import (
     INIT_STD,
     FeedForward,
     InputEmbedding,
     OutputHead,
-    check_choice,
-    check_int,
     init_weights,
     scale_residual_projections,
 )
@@ -101,54 +102,68 @@ class Block(nn.Module):
         return h + hook("mlp.out", self.mlp(h))
 
 
-class Transformer(ResidualModel):
-    """Causal pre-norm transformer. Size: n_layers, n_heads, d_model, d_ff (4 d), pos, max_len, tie, init_std,
-    logit_scale, attn_sink.
+class TransformerSize(ModelSize):
+    """Size of a `Transformer`. `d_ff` None: 4 d_model.
 
     `pos`: "learned" (absolute table, GPT-2 and the official code), "rotary" (relative, on q and k), "none", or
     "learned+rotary" (both: absolute slots to read a prompt's header, relative offsets to find earlier tokens).
-
     `logit_scale`: a learned scale of the answer logits (`OutputHead`). `attn_sink`: one learned sink logit per head
-    (`CausalSelfAttention`).
-
-    `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02 by default; residual
-    output projections get std/sqrt(2 n_layers)).
-
+    (`CausalSelfAttention`). `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02;
+    residual output projections get std/sqrt(2 n_layers)).
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
-    CUDA, explicit on CPU, where it is faster); a layer whose `attn.pattern` is hooked or cached runs explicitly.
-    `explicit=True` is an alias of attention="explicit".
+    CUDA, explicit on CPU, where it is faster); `explicit=True` is an alias of attention="explicit".
+    """
+
+    n_layers: int = size_int(6)
+    n_heads: int = size_int(6)
+    d_model: int = size_int(192)
+    d_ff: int | None = Field(default=None, ge=1, strict=True)
+    pos: Literal["learned", "none", "rotary", "learned+rotary"] = "learned"
+    tie: bool = True
+    eps: float = Field(default=1e-5, gt=0)
+    attention: Literal["auto", "fused", "explicit"] = "auto"
+    explicit: bool = False
+    init_std: float = Field(default=INIT_STD, gt=0)
+    logit_scale: bool = False
+    attn_sink: bool = False
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> TransformerSize:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model: must be divisible by n_heads={self.n_heads} (got {self.d_model})")
+        if self.pos in ("rotary", "learned+rotary") and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"pos: rotary needs an even head dim (got d_model/n_heads = "
+                             f"{self.d_model // self.n_heads})")
+        return self
+
+
+class Transformer(ResidualModel):
+    """Causal pre-norm transformer; its size is a `TransformerSize`. A layer whose `attn.pattern` is hooked or cached
+    runs the explicit attention path.
+
     Ablation: `with model.ablate(heads={(layer, head)}, layers={l}, parts="attn"|"mlp"|"block"): ...`.
     """
 
+    Size = TransformerSize
+    size: TransformerSize
     layer_hooks = ("attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out")
 
-    def __init__(self, spec: TaskSpec, n_layers: int = 6, n_heads: int = 6, d_model: int = 192,
-                 d_ff: int | None = None, pos: str = "learned", max_len: int | None = None, tie: bool = True,
-                 eps: float = 1e-5, attention: str = "auto", explicit: bool = False,
-                 init_std: float = INIT_STD, logit_scale: bool = False, attn_sink: bool = False) -> None:
-        super().__init__()
-        self.spec = spec
-        self.n_layers = check_int("n_layers", n_layers, 1)
-        self.n_heads = check_int("n_heads", n_heads, 1)
-        check_int("d_model", d_model, 1)
-        if d_model % n_heads:
-            raise ValueError(f"d_model: must be divisible by n_heads={n_heads} (got {d_model})")
-        d_ff = check_int("d_ff", 4 * d_model if d_ff is None else d_ff, 1)
-        self.pos = check_choice("pos", pos, ("learned", "none", "rotary", "learned+rotary"))
-        rope = pos in ("rotary", "learned+rotary")
-        if rope and (d_model // n_heads) % 2:
-            raise ValueError(f"pos: rotary needs an even head dim (got d_model/n_heads = {d_model // n_heads})")
-        self.attention = "explicit" if explicit else check_choice("attention", attention, ("auto", "fused", "explicit"))
-        self.d_model = d_model
-        self.embed = InputEmbedding(spec, d_model, max_len, pos="learned" if pos.startswith("learned") else "none")
+    def __init__(self, spec: TaskSpec, size: TransformerSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
+        super().__init__(spec, size, **fields)
+        s = self.size
+        self.n_layers, self.n_heads, self.d_model, self.pos = s.n_layers, s.n_heads, s.d_model, s.pos
+        rope = s.pos in ("rotary", "learned+rotary")
+        self.attention = "explicit" if s.explicit else s.attention
+        pos = "learned" if s.pos.startswith("learned") else "none"
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
         self.max_len = self.embed.max_len
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, rope, eps, attn_sink) for _ in range(n_layers))
-        self.norm = nn.RMSNorm(d_model, eps=eps)
-        self.head = OutputHead(spec, d_model, tie=tie, embedding=self.embed, logit_scale=logit_scale)
-        if not init_std > 0:
-            raise ValueError(f"init_std: must be > 0 (got {init_std})")
-        self.apply(functools.partial(init_weights, std=float(init_std)))
-        scale_residual_projections(self, n_layers, base_std=float(init_std))
+        d_ff = 4 * s.d_model if s.d_ff is None else s.d_ff
+        self.blocks = nn.ModuleList(Block(s.d_model, s.n_heads, d_ff, rope, s.eps, s.attn_sink)
+                                    for _ in range(s.n_layers))
+        self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
+        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
+        self.apply(functools.partial(init_weights, std=s.init_std))
+        scale_residual_projections(self, s.n_layers, base_std=s.init_std)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         explicit = (self.attention == "explicit" or (self.attention == "auto" and h.device.type != "cuda")

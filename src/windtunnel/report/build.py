@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from windtunnel import runs
+from windtunnel import rundir, tasks
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
@@ -15,15 +15,8 @@ from windtunnel.report.document import Bullets, Document, Figure, Heading, Parag
 
 def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
     """Hypothesis-space size of each task at the size it was trained at (from the task itself)."""
-    from windtunnel import tasks
-
-    out = {}
-    for r in records:
-        try:
-            out[r.task] = float(tasks.make(r.task, **r.params).spec.log10_hypotheses)
-        except (ValueError, KeyError, TypeError):  # a task or parameters this version cannot build
-            continue
-    return out
+    built = {task: tables.tunnel(task, records) for task in {r.task for r in records}}
+    return {task: float(t.spec.log10_hypotheses) for task, t in built.items() if t is not None}
 
 
 def _deviation_lines(meta: dict[str, Any]) -> list[str]:
@@ -104,7 +97,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     meta = dict(meta or {})
     meta_file = out / "reproduce.json"
     if meta_file.exists() and not meta:
-        meta = runs.read_json_object(meta_file)
+        meta = rundir.read_json_object(meta_file)
     out.mkdir(parents=True, exist_ok=True)
     doc = Document("windtunnel report: is each architecture doing exact Bayesian inference?")
 
@@ -112,8 +105,9 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc.add(Heading("Table 1: architecture × inference primitive"))
     doc.add(Paragraph(
         "Entropy error = mean over test sequences and scored positions of |H_model − H_Bayes| in bits "
-        "(differential entropy for regression); recall = argmax accuracy at the scored position (see the recall "
-        "task's score_at in Deviations). Each cell: mean over training seeds, its interval in brackets, the range of "
+        "(differential entropy for real answers); accuracy = argmax accuracy at the scored positions, for the tunnels "
+        "whose headline metric it is (where each is scored: Reference levels below). Each cell: mean over training "
+        "seeds, its interval in brackets, the range of "
         "the seed means and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
         "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
         "read a separate validation stream. Paper numbers in parentheses are only those the paper reports (its v3 "
@@ -122,9 +116,9 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     split = tables.disagreements(data)
     doc.add(Paragraph("Where this run and the paper's number fall on different levels: "
                       + ("; ".join(split) if split else "nowhere") + "."))
-    failed = tables.below_stored_chance(data, records)
+    failed = tables.below_floor(data, records)
     if failed:
-        doc.add(Paragraph("Below chance among the stored values on recall, an optimisation failure at this budget "
+        doc.add(Paragraph("On the wrong side of a tunnel's failure floor, an optimisation failure at this budget "
                           "rather than evidence about the architecture: " + "; ".join(failed) + "."))
     refs = tables.reference_levels(records)
     if refs:
@@ -159,22 +153,29 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     if lg_rows:
         doc.add(Heading("Length generalisation"))
         doc.add(Paragraph("Trained at the default length, evaluated at longer ones (mean over all scored positions "
-                          "of each task's headline metric: entropy error in bits, or accuracy for recall)."))
+                          "of each task's headline metric: entropy error in bits, or accuracy)."))
         doc.add(Table(["Task", "Run", "Metric", "Per evaluation"], lg_rows))
 
-    _table_section(
-        doc, "Recall capacity: accuracy against the number of stored pairs", tables.capacity_table(records),
-        "Mean accuracy over seeds at each number of stored pairs N evaluated (trained at one N; the others evaluated "
-        "without retraining: fewer pairs use only trained positions, more pairs also positions never trained), and "
-        "the largest N at which each architecture is exact (≥ 99%) or approximate (≥ 90%): how far its binding "
-        "memory reaches.")
+    for task in present:
+        capacity = getattr(tables.tunnel(task, records), "capacity", None)
+        if not capacity:
+            continue
+        param, what = capacity
+        metric = tables.headline_metric(task)
+        _table_section(
+            doc, f"{tasks.info(task).title} capacity: {tables.METRIC_WORDS[metric]} against the number of {what}",
+            tables.capacity_table(records, task, param),
+            f"Mean {tables.METRIC_WORDS[metric]} over seeds at each number of {what} {param} evaluated (trained at one "
+            f"{param}; the others evaluated without retraining: smaller values use only trained positions, larger ones "
+            f"also positions never trained), and the largest {param} at which each architecture is exact or "
+            "approximate: how far its memory reaches.")
     _table_section(
         doc, "Which filter does each model compute?", tables.approximations_table(records),
-        "HMM: KL(approximation ‖ model) in bits, mean over held-out scored positions, for filters that forget "
-        "everything before the last w observations (restarted from one transition after a uniform state; windowed "
-        "filters are exact at the first w positions), and KL(exact ‖ model). The smallest marks the filter the model "
-        "is closest to: a model that has not learnt to carry its belief through T sits at 'last 1 obs'. The last row "
-        "is each approximation's own entropy error against the exact posterior, to set against Table 1's threshold.")
+        "KL(approximation ‖ model) in bits, mean over held-out scored positions, for each approximate posterior a "
+        "tunnel names, and KL(exact ‖ model). The smallest marks the posterior the model is closest to. The last row "
+        "is each approximation's own entropy error against the exact posterior, to set against Table 1's threshold. "
+        + " ".join(note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note",
+                                                                  ""))))
     _table_section(
         doc, "Time to Bayes", tables.time_to_bayes_table(records),
         "Training seconds (optimiser steps only: no evaluation, checkpoints or probes) until the validation-stream "
@@ -223,8 +224,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc.add(Heading("Deviations from the paper's settings", 3))
     doc.add(Bullets(_deviation_lines(meta)))
 
-    runs.atomic_write(out / "report.md", doc.markdown(out))
-    runs.atomic_write(out / "report.html", doc.html())
+    rundir.atomic_write(out / "report.md", doc.markdown(out))
+    rundir.atomic_write(out / "report.html", doc.html())
     results = {
         "table1": data,
         "runs": [{"name": r.path.name, "task": r.task, "arch": r.arch, "seed": r.seed, "steps": r.steps,
@@ -233,7 +234,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                  for r in records],
         "meta": meta,
     }
-    runs.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
+    rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
     return results
 
 

@@ -1,7 +1,7 @@
 """Read run directories into flat records the report can tabulate (only files, never a live model).
 
 Run directories may be corrupt or hostile, so `read_run` checks every value the report reads before it builds a
-record: a value of the wrong kind is a `runs.CheckpointError` naming the file and the field (exit code 1), never a
+record: a value of the wrong kind is a `errors.CheckpointError` naming the file and the field (exit code 1), never a
 traceback later and never a silently wrong number in a table.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import runs
+from windtunnel import errors, rundir
 
 
 @dataclass
@@ -110,7 +110,7 @@ def checked(value: Any, kind: str, path: Path, where: str) -> Any:
     """`value` if it is of `kind` (see KINDS), else a one-line CheckpointError naming the file and the field."""
     test, expected = KINDS[kind]
     if value is MISSING or not test(value):
-        raise runs.CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(value)}")
+        raise errors.CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(value)}")
     return value
 
 
@@ -165,7 +165,7 @@ def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl records (`runs.read_metrics` has checked that each is an object with a step): the fields in
+    """metrics.jsonl records (`rundir.read_metrics` has checked that each is an object with a step): the fields in
     HISTORY_FIELDS numbers or null."""
     for i, h in enumerate(history, 1):
         for key, kind in HISTORY_FIELDS.items():
@@ -175,25 +175,25 @@ def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, 
 
 def _read_object(path: Path, default: Any = None) -> Any:
     """A JSON file that must hold an object (CheckpointError naming it otherwise), or `default` where it is absent."""
-    return runs.read_json_object(path) if path.exists() else default
+    return rundir.read_json_object(path) if path.exists() else default
 
 
 def read_run(path: str | Path) -> RunRecord:
     """One run directory -> RunRecord, every value the report reads checked (CheckpointError naming the file
     and field otherwise); a directory without config.json is an error naming it."""
     p = Path(path)
-    if not (p / runs.CONFIG).exists():
+    if not (p / rundir.CONFIG).exists():
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
-    config = _check_config(_read_object(p / runs.CONFIG), p / runs.CONFIG)
+    config = _check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG)
     return RunRecord(
         path=p,
         task=config["task"]["name"],
         arch=config["model"]["arch"],
         seed=config.get("seed") or 0,
         config=config,
-        evals=_check_evals(_read_object(p / runs.EVAL, {}), p / runs.EVAL),
-        history=_check_history(runs.read_metrics(p), p / runs.METRICS),
-        geometry=_read_object(p / "geometry.json"),
+        evals=_check_evals(_read_object(p / rundir.EVAL, {}), p / rundir.EVAL),
+        history=_check_history(rundir.read_metrics(p), p / rundir.METRICS),
+        geometry=_read_object(p / rundir.GEOMETRY),
     )
 
 

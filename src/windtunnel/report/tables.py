@@ -189,42 +189,59 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     return header, rows, data
 
 
+def tunnel(task: str, records: list[RunRecord]) -> Any:
+    """The wind tunnel `task` at the parameters its runs trained with, or None where this version cannot build it
+    (a task no longer registered, or parameters it no longer accepts)."""
+    params = next((r.params for r in records if r.task == task), {})
+    try:
+        return tasks.make(task, **params)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def task_references(task: str, records: list[RunRecord]) -> list[Any]:
+    """The tunnel's own reference levels (`WindTunnel.references`), [] when it names none."""
+    found = getattr(tunnel(task, records), "references", None)
+    return list(found()) if callable(found) else []
+
+
 def reference_levels(records: list[RunRecord]) -> list[str]:
     """Derived reference levels per task (never the paper's numbers): the uniform predictor's score (the
-    context-blind floor) and, for recall, chance over the value vocabulary and over the N stored values."""
+    context-blind floor) and each tunnel's own levels (`WindTunnel.references`, e.g. chance among stored values)."""
     out = []
-    for task in sorted({r.task for r in records}):
+    for task in task_order({r.task for r in records}):
         metric = headline_metric(task)
         uniform = next((r.metric(metric) for r in records if r.task == task and r.arch == "uniform"), None)
         if uniform is not None:
             out.append(f"{task}: uniform predictor (context-blind) {fmt(uniform['mean'], metric)}")
-        params = next(r.params for r in records if r.task == task)
-        if task == "recall" and "score_at" in params:
-            where = {"key": "the queried key (the authors score the answer slot after it)",
-                     "slot": "the answer slot after the queried key, as the authors do"}
-            out.append(f"recall: scored at {where.get(params['score_at'], params['score_at'])}")
-        if task == "recall" and "N" in params:
-            out.append(f"recall: chance among the {params['N']} stored values {fmt(1 / params['N'], metric)} (a "
-                       "model below it has not even learnt that the answer is a stored value)")
+        for ref in task_references(task, records):
+            value = f" {fmt(ref.value, metric)}" if ref.value is not None else ""
+            out.append(f"{task}: {ref.label}{value}" + (f" ({ref.note})" if ref.note else ""))
     return out
 
 
-def below_stored_chance(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
-    """Recall cells of Table 1 whose accuracy is below chance among the N stored values: a model that has not learnt
-    even that the answer is a stored value failed to optimise; its number says nothing about the architecture."""
-    params = next((r.params for r in records if r.task == "recall"), {})
+def below_floor(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
+    """Table 1 cells on the wrong side of a tunnel's failure floor (a `Reference` with floor=True, e.g. chance among
+    recall's stored values): such a model failed to optimise; its number says nothing about the architecture."""
     out = []
-    for arch, cells in data.items():
-        if arch in CONTEXT_BLIND:
-            continue
-        c = cells.get("recall")
-        if c is not None and "N" in params and c["mean"] < 1 / params["N"]:
-            out.append(f"{arch} ({fmt(c['mean'], 'accuracy')} < {fmt(1 / params['N'], 'accuracy')})")
+    for task in task_order({r.task for r in records}):
+        metric = headline_metric(task)
+        for ref in task_references(task, records):
+            if not ref.floor or ref.value is None:
+                continue
+            for arch, cells in data.items():
+                c = cells.get(task)
+                if arch in CONTEXT_BLIND or c is None:
+                    continue
+                worse = c["mean"] < ref.value if metric == "accuracy" else c["mean"] > ref.value
+                if worse:
+                    sign = "<" if metric == "accuracy" else ">"
+                    out.append(f"{task} / {arch} ({fmt(c['mean'], metric)} {sign} {ref.label} "
+                               f"{fmt(ref.value, metric)})")
     return out
 
 
-def capacity_table(records: list[RunRecord], task: str = "recall", param: str = "N"
-                   ) -> tuple[list[str], list[list[str]]] | None:
+def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[list[str], list[list[str]]] | None:
     """A capacity curve: per architecture, the headline metric (mean over seeds) at every evaluated value of `param`
     (the training value and each eval override that changes it), and the largest value at which the architecture is
     exact and approximate. None when no run of `task` was evaluated at more than one value."""
@@ -328,7 +345,7 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
     if not cells:
         return None
     marks = [*(f"{m:g}" for m in MARKS["entropy_mae_bits"]), "exact filter"]
-    header = ["Task", "Arch", "Seeds", *(mark_header(m, "entropy_mae_bits") for m in marks), "Recall marks"]
+    header = ["Task", "Arch", "Seeds", *(mark_header(m, "entropy_mae_bits") for m in marks), "Accuracy marks"]
     rows = []
     order = {a: i for i, a in enumerate(ROW_ORDER)}
     for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):

@@ -15,20 +15,17 @@ configs themselves, so the report can never forget one and names where each "pap
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
-from windtunnel.config import TrainConfig
+from windtunnel.config import BASELINES, TrainConfig
 from windtunnel.models.presets import preset
-from windtunnel.models.registry import resolve
 from windtunnel.suites.settings import OUR_MODEL_FORM, Sourced, paper_setting, values
 
 TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
 ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
-BASELINES = ("oracle", "uniform")
 CLAIMED = ("transformer", "mamba")  # the architectures the paper makes claims about: seeds matter most here
 
 # Training seeds per cell when `suite(seeds=None)`: the claimed architectures get a seed spread, controls one seed.
@@ -273,12 +270,6 @@ def _prefixed(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in d.items()}
 
 
-def _size_defaults(arch: str) -> dict[str, Any]:
-    """The size keywords an architecture's constructor defaults, so presets that leave one unset still compare."""
-    params = inspect.signature(resolve(arch)).parameters
-    return {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
-
-
 def deviations(tier: str) -> list[str]:
     """Every setting in which `tier` differs from the sourced paper settings, one line per task or cell, each naming
     the source of the value it departs from; implementation differences (norms, dropout, numerics) included."""
@@ -298,9 +289,8 @@ def deviations(tier: str) -> list[str]:
         for arch in ARCHS:
             sourced = paper_setting(task, arch)
             if arch in ("transformer", "mamba", "lstm"):
-                size = _size_defaults(arch)
-                ours = _prefixed("model", {**size, **preset(task, arch, preset_tier(tier)),
-                                           **run_config(task, arch, tier)["model"].get("size", {})})
+                size = preset(task, arch, preset_tier(tier)).model_dump()  # defaults included: presets leave some unset
+                ours = _prefixed("model", {**size, **run_config(task, arch, tier)["model"].get("size", {})})
                 model_diff = _diff(ours, {k: v for k, v in sourced.items()
                                           if k.startswith("model.") and k != "model.norm"})
                 if "model.norm" in sourced and sourced["model.norm"].value != OUR_MODEL_FORM[arch]:

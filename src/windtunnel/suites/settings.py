@@ -2,7 +2,7 @@
 
 One table, `PAPER_SETTINGS[task][arch][key]`, of what the paper states or the authors' code does (key "*" holds
 what every architecture of a task shares). Every value is a `Sourced`: its source names the paper section, the
-authors' script (vishalmisra/bayesian-wind-tunnel, read in shared/docs/official-code.md), or says "our choice"
+authors' script (a file of vishalmisra/bayesian-wind-tunnel, named in the source), or says "our choice"
 where nothing was published. The `paper` tier is built from this table, and the deviations of every other tier are
 computed against it, so the report names the source of each "paper" value it prints.
 
@@ -158,14 +158,14 @@ OUR_MODEL_FORM = {
     "mamba": "the reference Mamba block (variant='reference'; the authors' block is variant='paper')",
 }
 
-# The paper's reported numbers (v3 architecture x primitive table, read in shared/docs/paper-spec.md §5.2).
-_V3 = "v3 Table (architecture x primitive), via paper-spec §5.2 [MC]"
+# The paper's reported numbers (v3 architecture x primitive table, arXiv 2512.22471 v3).
+_V3 = "v3 Table (architecture x primitive), as quoted by a secondary reading [MC]"
 PAPER_RESULTS: dict[str, dict[str, Sourced]] = {
     "transformer": {"bijection": _paper(0.007, _V3), "hmm": _paper(0.049, _V3), "recall": _paper(1.0, _V3)},
     "mamba": {"bijection": _paper(0.010, _V3), "hmm": _paper(0.024, _V3), "recall": _paper(0.978, _V3)},
     "lstm": {"bijection": _paper(0.009, _V3), "hmm": _paper(0.411, _V3), "recall": _paper(0.005, _V3)},
     "mlp": {"bijection": _paper(1.85, _V3),
-            "hmm": _paper(0.40, "v3+ HMM table as quoted by a third party ([BEDH], paper-spec §5.2)")},
+            "hmm": _paper(0.40, "v3+ HMM table as quoted by a third party [BEDH]")},
 }
 
 
@@ -191,8 +191,8 @@ def settings_markdown() -> str:
              "Generated from `windtunnel.suites.settings` (`python -m windtunnel.suites.settings > "
              "docs/paper-settings.md`). The `paper` tier is built from these values; every other tier's departures "
              "from them are listed in its report's Deviations section with the source named. Sources: \"paper\" = "
-             "the paper's text or table (via shared/docs/paper-spec.md), \"authors' code\" = a file of "
-             "vishalmisra/bayesian-wind-tunnel (read in shared/docs/official-code.md), \"our choice\" = nothing "
+             "the paper's text or table (arXiv 2512.22471), \"authors' code\" = a file of "
+             "vishalmisra/bayesian-wind-tunnel (named in the source column), \"our choice\" = nothing "
              "was published.", ""]
     for task, per_arch in PAPER_SETTINGS.items():
         lines += [f"## {task}", "", "| architecture | setting | value | source |", "|---|---|---|---|"]

@@ -7,7 +7,8 @@
 
 # Built-in tunnels register themselves on import.
 from windtunnel.tasks import bijection, hmm, recall, regression  # noqa: E402, F401, I001
-from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec, WindTunnel
+from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec, WindTunnel
 from windtunnel.tasks.registry import TunnelInfo, info, make, names, register
 
-__all__ = ["Batch", "Task", "TaskParams", "TaskSpec", "TunnelInfo", "WindTunnel", "info", "make", "names", "register"]
+__all__ = ["Batch", "Reference", "Task", "TaskParams", "TaskSpec", "TunnelInfo", "WindTunnel", "info", "make", "names",
+           "register"]

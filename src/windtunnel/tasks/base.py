@@ -127,6 +127,20 @@ def validation_message(err: ValidationError, task: str) -> str:
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A level of a tunnel's headline metric, derived from its parameters, that the report prints beside Table 1.
+
+    label: what it is ("chance among the 64 stored values"); value: in the headline metric's units, or None for a
+    note without a number; floor: a trained model on the wrong side of it failed to optimise (the report says so);
+    note: why it matters."""
+
+    label: str
+    value: float | None = None
+    floor: bool = False
+    note: str = ""
+
+
 HEADLINE_METRICS = ("entropy_mae_bits", "accuracy")
 DEFAULT_LOSSES = ("ce", "soft_ce")
 
@@ -143,8 +157,11 @@ class WindTunnel(Protocol):
         default_loss     "ce" on sampled targets (default) or "soft_ce" on the exact posterior (real answers always
                          train with gaussian_nll)
 
-    Optional methods: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
-    exact one: the report's closest-posterior column and the ✓ rule), `attention_evidence(inputs, mask) ->
+    Optional: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
+    exact one: the report's closest-posterior column and the ✓ rule) and `approximations_note` (what they are, for the
+    report), `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),
+    `capacity = (param, what it counts)` (the report's capacity table over that parameter's evaluated values),
+    `attention_evidence(inputs, mask) ->
     {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
     probe reports the mass there), `describe(batch, i)` (tokens for `windtunnel tasks show`).
     """
@@ -172,6 +189,8 @@ class Task:
     title: ClassVar[str] = ""
     headline_metric: ClassVar[str] = "entropy_mae_bits"
     default_loss: ClassVar[str] = "ce"
+    capacity: ClassVar[tuple[str, str] | None] = None
+    approximations_note: ClassVar[str] = ""
 
     def __init__(self, **params: Any) -> None:
         try:
@@ -205,6 +224,10 @@ class Task:
     def with_params(self, **overrides: Any) -> Task:
         """A copy of this task with some parameters changed (e.g. a longer K for length generalisation)."""
         return type(self)(**{**self.params.model_dump(), **overrides})
+
+    def references(self) -> list[Reference]:
+        """Levels of the headline metric at these parameters for the report (none by default)."""
+        return []
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Human-readable tokens of one sequence (used by `windtunnel tasks show`)."""

@@ -137,6 +137,9 @@ class HMM(Task):
     description = "belief transport: filter the hidden state of a random HMM given in the prompt"
     primitive = "belief transport"
     title = "HMM"
+    approximations_note = ("HMM: filters that forget everything before the last w observations (restarted from one "
+                           "transition after a uniform state; windowed filters are exact at the first w positions); a "
+                           "model that has not learnt to carry its belief through T sits at 'last 1 obs'.")
     default_loss = "soft_ce"  # the authors' soft targets: cross-entropy against the exact filter
 
     @property

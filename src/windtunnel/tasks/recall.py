@@ -22,7 +22,7 @@ import torch
 from pydantic import Field, model_validator
 
 from windtunnel.tasks._util import log10_falling, random_perm, scatter_posterior, scatter_targets
-from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
+from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
 PAD, STORE, FILLER, QUERY, SEP, ANS = 0, 1, 2, 3, 4, 5  # ids 6..9 reserved
@@ -61,6 +61,17 @@ class Recall(Task):
     primitive = "random-access binding"
     title = "Recall"
     headline_metric = "accuracy"
+    capacity = ("N", "stored pairs")
+
+    def references(self) -> list[Reference]:
+        """Where the answer is scored, and chance among the N stored values: the floor of a model that has learnt
+        at least that the answer is one of them."""
+        p = self.params
+        where = {"key": "the queried key (the authors score the answer slot after it)",
+                 "slot": "the answer slot after the queried key, as the authors do"}
+        return [Reference(f"scored at {where[p.score_at]}"),
+                Reference(f"chance among the {p.N} stored values", 1 / p.N, floor=True,
+                          note="a model below it has not even learnt that the answer is a stored value")]
 
     @property
     def value_offset(self) -> int:

@@ -1,0 +1,181 @@
+"""Checkpoints of a run directory, loaded without unpickling (safetensors + JSON only).
+
+    run_dir/checkpoints/step_00001000.safetensors          model weights
+    run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
+    run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
+    run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import nn
+
+from windtunnel.errors import CheckpointError
+from windtunnel.rundir import CKPT_DIR, atomic_write, read_json_object, write_json
+
+
+def _ckpt_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, torch.Tensor]:
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing")
+    raw = path.read_bytes()
+    if expected_sha is not None and _sha256(raw) != expected_sha:
+        raise CheckpointError(f"{path} is corrupted or truncated: checksum mismatch")
+    try:
+        return st_load(raw)
+    except (SafetensorError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    extra: dict | None = None,
+) -> None:
+    """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
+    d = Path(run_dir) / CKPT_DIR
+    name = _ckpt_name(step)
+    # clone: breaks storage sharing between tied weights, which safetensors refuses to save
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    w_raw = st_save(weights, metadata={"step": str(step)})
+    tensors: dict[str, torch.Tensor] = {"rng.cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    groups = None
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        for pid, st in sd["state"].items():
+            for k, v in st.items():
+                t = v if torch.is_tensor(v) else torch.tensor(v)
+                tensors[f"optim.{pid}.{k}"] = t.detach().cpu().contiguous().clone()
+        groups = sd["param_groups"]
+    s_raw = st_save(tensors)
+    atomic_write(d / f"{name}.safetensors", w_raw)
+    atomic_write(d / f"{name}.state.safetensors", s_raw)
+    meta = {"step": step, "param_groups": groups, "extra": extra or {},
+            "sha256": {"weights": _sha256(w_raw), "state": _sha256(s_raw)}}
+    write_json(d / f"{name}.state.json", meta)
+    write_json(d / "latest.json", {"step": step})
+
+
+def list_checkpoints(run_dir: str | Path) -> list[int]:
+    """Steps that have a complete checkpoint (weights + state json), ascending."""
+    d = Path(run_dir) / CKPT_DIR
+    if not d.is_dir():
+        return []
+    steps = []
+    for p in d.glob("step_*.state.json"):
+        with contextlib.suppress(ValueError):
+            s = int(p.name[len("step_"):].split(".")[0])
+            if (d / f"{_ckpt_name(s)}.safetensors").exists():
+                steps.append(s)
+    return sorted(steps)
+
+
+def latest_step(run_dir: str | Path) -> int | None:
+    """Step named by checkpoints/latest.json, or None if the run has no checkpoint yet."""
+    p = Path(run_dir) / CKPT_DIR / "latest.json"
+    if not p.exists():
+        return None
+    step = read_json_object(p).get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{p} is corrupted: step must be a non-negative integer (got {step!r})")
+    return step
+
+
+def verify_checkpoint(run_dir: str | Path, step: int) -> None:
+    """Check that checkpoint `step` is complete and matches its checksums (without building a model)."""
+    d = Path(run_dir) / CKPT_DIR
+    meta = read_json_object(d / f"{_ckpt_name(step)}.state.json")
+    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    _read_safetensors(d / f"{_ckpt_name(step)}.safetensors", sha.get("weights"))
+    _read_safetensors(d / f"{_ckpt_name(step)}.state.safetensors", sha.get("state"))
+
+
+def resume_step(run_dir: str | Path) -> int | None:
+    """The checkpoint a resumed run continues from: latest.json's, or, when that one (or latest.json itself) is
+    corrupt, the newest checkpoint that verifies, with a warning naming what was skipped; None if there is none."""
+    problems = []
+    try:
+        latest = latest_step(run_dir)
+    except CheckpointError as err:
+        latest, problems = None, [str(err)]
+    candidates = [s for s in list_checkpoints(run_dir) if latest is None or s <= latest]
+    if latest is not None and latest not in candidates:
+        candidates.append(latest)
+    for step in sorted(candidates, reverse=True):
+        try:
+            verify_checkpoint(run_dir, step)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        if problems:
+            warnings.warn(f"resuming from step {step}, the newest good checkpoint: " + "; ".join(problems),
+                          RuntimeWarning, stacklevel=2)
+        return step
+    if problems:
+        raise CheckpointError("no good checkpoint to resume from: " + "; ".join(problems))
+    return None
+
+
+def delete_checkpoint(run_dir: str | Path, step: int) -> None:
+    d = Path(run_dir) / CKPT_DIR
+    for suffix in (".state.json", ".safetensors", ".state.safetensors"):
+        with contextlib.suppress(FileNotFoundError):
+            (d / f"{_ckpt_name(step)}{suffix}").unlink()
+
+
+def load_checkpoint(
+    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = False,
+) -> dict:
+    """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
+    d = Path(run_dir) / CKPT_DIR
+    name = _ckpt_name(step)
+    meta_path = d / f"{name}.state.json"
+    if not meta_path.exists():
+        raise CheckpointError(f"{meta_path} is missing (available steps: {list_checkpoints(run_dir)})")
+    meta = read_json_object(meta_path)
+    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    weights = _read_safetensors(d / f"{name}.safetensors", sha.get("weights"))
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{d / (name + '.safetensors')} does not match the model: {err}") from None
+    if optimizer is None and not restore_rng:
+        return meta
+    state = _read_safetensors(d / f"{name}.state.safetensors", sha.get("state"))
+    if optimizer is not None and meta.get("param_groups") is not None:
+        per_param: dict[int, dict[str, torch.Tensor]] = {}
+        try:
+            for key, t in state.items():
+                if key.startswith("optim."):
+                    _, pid, k = key.split(".", 2)
+                    per_param.setdefault(int(pid), {})[k] = t
+            optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
+        except (ValueError, KeyError, TypeError, RuntimeError) as err:
+            raise CheckpointError(f"{meta_path}: the optimiser state does not match the run: {err}") from None
+    if restore_rng:
+        if "rng.cpu" not in state:
+            raise CheckpointError(f"{d / (name + '.state.safetensors')} has no RNG state")
+        torch.set_rng_state(state["rng.cpu"])
+        cuda = [state[k] for k in sorted(k for k in state if k.startswith("rng.cuda."))]
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+    return meta

@@ -1,0 +1,79 @@
+"""The two never-trained predictors, registered as architectures so every consumer builds a run's predictor the same
+way: `oracle` (the exact posterior; every error metric reads 0) and `uniform` (the context-blind floor)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from windtunnel.models.base import ModelSize, predictive
+from windtunnel.models.registry import register
+from windtunnel.tasks.base import Batch, TaskSpec
+
+
+class BaselineSize(ModelSize):
+    """A baseline has no size fields (`max_len` is accepted and unused: it reads no positions)."""
+
+
+class _Baseline(nn.Module):
+    """A predictor of whole batches (`predict(batch)`), built like an architecture: `Baseline(spec, size, task=...)`."""
+
+    Size = BaselineSize
+    baseline = True
+
+    def __init__(self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, task: Any = None,
+                 **fields: Any) -> None:
+        super().__init__()
+        self.spec, self.task = spec, task
+        self.size = self.Size.of(size, fields)
+
+    def predict(self, batch: Batch) -> Distribution:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Oracle(_Baseline):
+    """The exact-Bayes predictor: returns the batch's posterior. Every error metric must read 0 for it."""
+
+    def predict(self, batch: Batch) -> Distribution:
+        return batch.posterior
+
+
+class Uniform(_Baseline):
+    """The context-blind floor: uniform over the K answer classes.
+
+    For real answers it uses the task's `prior_predictive(batch)` if the task provides one, else a Normal
+    with the mean and variance of the batch's targets pooled over all scored positions.
+    """
+
+    def predict(self, batch: Batch) -> Distribution:
+        B, T = batch.target_mask.shape
+        if self.spec.answer_kind == "classes":
+            logits = torch.zeros(B, T, int(self.spec.n_classes), device=batch.device)  # (B,T,K)
+            return Categorical(logits=logits, validate_args=False)
+        prior = getattr(self.task, "prior_predictive", None)
+        if callable(prior):
+            return prior(batch)
+        y = batch.targets[batch.target_mask.bool()].double()
+        mean, std = y.mean(), y.std().clamp_min(1e-6)
+        shape = batch.target_mask.shape
+        return Normal(mean.expand(shape).float(), std.expand(shape).float(), validate_args=False)
+
+
+def is_baseline(model: Any) -> bool:
+    """Whether a model (or architecture class) is a never-trained baseline that predicts whole batches."""
+    return bool(getattr(model, "baseline", False))
+
+
+def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
+    """Predictive distribution (batch shape (B,T)) of a model or baseline on a batch, in one forward pass."""
+    if is_baseline(model):
+        return model.predict(batch)
+    return predictive(spec, model(batch.inputs))
+
+
+register("oracle", Oracle)
+register("uniform", Uniform)

@@ -1,0 +1,211 @@
+"""Run directories, the unit of record: every file name of a run directory, and the atomic writes and checked reads
+of its files (checkpoints: `windtunnel.checkpoints`).
+
+    run_dir/config.json                       fully resolved RunConfig
+    run_dir/metrics.jsonl                     one JSON object per logged step / evaluation (append-only)
+    run_dir/checkpoints/                      weights, optimiser state and RNG per saved step (checkpoints.py)
+    run_dir/eval.json                         final evaluation, one entry per evaluation setting
+    run_dir/geometry.json                     geometry probes (windtunnel.geometry.run)
+    run_dir/done.json                         written last by `reproduce`: the run is finished and probed
+    run_dir/figures/
+
+Files are written atomically (temp file + fsync + rename) and readable by everyone the umask allows (0644 by
+default); a file that is missing, truncated or garbled raises `CheckpointError` naming it. A writer holds the
+directory's lock (`windtunnel.lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from windtunnel.config import RunConfig, config_to_json, validate
+from windtunnel.errors import CheckpointError
+
+CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
+GEOMETRY, DONE = "geometry.json", "done.json"
+TEMP_SUFFIX = ".tmp"
+
+
+def _read_umask() -> int:
+    """The process umask (set and restored once, at import, before any thread writes files)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_read_umask()  # what open() would give a new file: results are shared like any other file
+
+
+# --- atomic files ----------------------------------------------------------------------------------------
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> None:
+    """Write via a temp file in the same directory + fsync + os.replace: readers see old or new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # persist the rename itself
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def check_writable(path: Path, what: str = "--out") -> None:
+    """Fail before any work if `path` (a directory to create or fill) cannot be written: it is a file, lies below a
+    file, or its nearest existing folder is read-only."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ValueError(f"{what}: {str(probe)!r} is a file, not a directory")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: {str(probe)!r} is not writable")
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what creating `path` would create), or None."""
+    missing = None
+    while not path.exists() and path.parent != path:
+        missing, path = path, path.parent
+    return missing
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def clean_temp_files(run_dir: str | Path) -> list[Path]:
+    """Delete the temp files of writes a killed process never finished (`.NAME.XXXX.tmp`); returns them.
+    Call only while holding the run's lock: a live writer's temp file is not stray."""
+    removed = []
+    for d in (Path(run_dir), Path(run_dir) / CKPT_DIR):
+        for p in d.glob(f".*{TEMP_SUFFIX}") if d.is_dir() else ():
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; a truncated, garbled or binary file raises CheckpointError naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
+    except OSError as err:
+        raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """`read_json` for files that must hold a JSON object (config, eval, checkpoint metadata)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is corrupted: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _metrics_record(path: Path, lineno: int, line: str) -> dict:
+    """One metrics.jsonl line: a JSON object with a non-negative integer `step` and finite-or-null numbers."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: line {lineno} is not valid JSON ({err.msg})") from None
+    if not isinstance(rec, dict):
+        raise CheckpointError(f"{path}: line {lineno} is not a JSON object")
+    step = rec.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{path}: line {lineno}: step must be a non-negative integer (got {step!r})")
+    return rec
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of metrics.jsonl, in order. A last line without its newline (a write cut short by a crash) is
+    ignored; any other bad line raises CheckpointError naming its line number, so nothing is silently lost."""
+    p = Path(run_dir) / METRICS
+    if not p.exists():
+        return []
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{p} is corrupted: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    lines = text.split("\n")
+    complete, partial = lines[:-1], lines[-1]  # text ends with "\n" after a clean write: partial == ""
+    out = [_metrics_record(p, i + 1, line) for i, line in enumerate(complete) if line.strip()]
+    if partial.strip():
+        with contextlib.suppress(CheckpointError):
+            out.append(_metrics_record(p, len(lines), partial))
+    return out
+
+
+def truncate_metrics(run_dir: str | Path, step: int) -> None:
+    """Keep only metrics lines with step <= `step` (resume: drop what the lost steps had logged)."""
+    keep = [r for r in read_metrics(run_dir) if r["step"] <= step]
+    atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl writer: one JSON object per line, flushed at once (survives SIGKILL)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / METRICS
+        self._f = open(self.path, "a")  # noqa: SIM115 - held open for the run
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def sync(self) -> None:
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# --- config and evaluation files -------------------------------------------------------------------------
+
+
+def read_config(run_dir: str | Path) -> RunConfig:
+    """A run directory's config.json, validated; a config that is unreadable or invalid raises CheckpointError
+    naming the file and the field."""
+    cfg_path = Path(run_dir) / CONFIG
+    try:
+        return validate(read_json_object(cfg_path))
+    except ValueError as err:
+        raise CheckpointError(f"{cfg_path}: {err}") from None
+
+
+def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
+    atomic_write(Path(run_dir) / CONFIG, config_to_json(cfg))
+
+
+def merge_eval(run_dir: str | Path, results: dict) -> dict:
+    """Merge evaluation results (by evaluation name) into run_dir/eval.json atomically; returns the merged dict."""
+    p = Path(run_dir) / EVAL
+    merged = read_json_object(p) if p.exists() else {}
+    merged.update(results)
+    write_json(p, merged)
+    return merged
