@@ -16,7 +16,7 @@ when the config is resolved, and the model is built as `Arch(spec, size)` (or `A
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,6 +35,9 @@ def size_int(default: int, lo: int = 1) -> Any:
     return Field(default=default, ge=lo, strict=True)
 
 
+S = TypeVar("S", bound="ModelSize")
+
+
 class ModelSize(BaseModel):
     """Typed size of an architecture (subclass it per architecture): unknown fields, wrong types, values out of range
     and non-finite numbers are errors naming the field. `max_len` (positions to allocate) is every model's."""
@@ -44,8 +47,8 @@ class ModelSize(BaseModel):
     max_len: int | None = Field(default=None, ge=1)  # None: the task's sequence length
 
     @classmethod
-    def of(cls, size: ModelSize | Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None,
-           where: str = "") -> Self:
+    def of(cls: type[S], size: ModelSize | Mapping[str, Any] | None = None,
+           overrides: Mapping[str, Any] | None = None, where: str = "") -> S:
         """`size` (an object or a mapping of fields) with `overrides` on top, validated; ValueError names each bad
         field after `where` (`model.size.d_model: Input should be greater than or equal to 1 (got 0)`)."""
         base = size.model_dump(exclude_unset=True) if isinstance(size, ModelSize) else dict(size or {})
