@@ -45,10 +45,17 @@ def measure(task: str, arch: str, tier: str, n: int, mode: str) -> dict:
             _, cache = model.run_with_cache(batch.inputs, names=names)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"mode": mode, "seconds": round(seconds, 3), "peak_rss_mib": round(peak, 1),
-            "rss_before_pass_mib": round(base, 1), "pass_peak_mib": round(peak - base, 1),
-            "cached_mib": round(sum(v.numel() * v.element_size() for v in cache.values()) / 2**20, 1),
-            "n_cached": len(cache), "seq_len": int(batch.inputs.shape[1]), "n": n}
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 3),
+        "peak_rss_mib": round(peak, 1),
+        "rss_before_pass_mib": round(base, 1),
+        "pass_peak_mib": round(peak - base, 1),
+        "cached_mib": round(sum(v.numel() * v.element_size() for v in cache.values()) / 2**20, 1),
+        "n_cached": len(cache),
+        "seq_len": int(batch.inputs.shape[1]),
+        "n": n,
+    }
 
 
 def main() -> None:
@@ -66,12 +73,26 @@ def main() -> None:
         return
     rows = []
     for mode in a.modes.split(","):
-        cmd = [sys.executable, __file__, "--task", a.task, "--arch", a.arch, "--tier", a.tier, "--n", str(a.n),
-               "--one", mode]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--task",
+            a.task,
+            "--arch",
+            a.arch,
+            "--tier",
+            a.tier,
+            "--n",
+            str(a.n),
+            "--one",
+            mode,
+        ]
         row = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
         rows.append(row)
-        print(f"{a.task}/{a.arch} ({a.tier}, n={a.n}) {mode:7s} pass peak {row['pass_peak_mib']:9.1f} MiB  "
-              f"cached {row['cached_mib']:9.1f} MiB  {row['seconds']:.2f} s")
+        print(
+            f"{a.task}/{a.arch} ({a.tier}, n={a.n}) {mode:7s} pass peak {row['pass_peak_mib']:9.1f} MiB  "
+            f"cached {row['cached_mib']:9.1f} MiB  {row['seconds']:.2f} s"
+        )
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"task": a.task, "arch": a.arch, "tier": a.tier, "rows": rows}, f, indent=1)

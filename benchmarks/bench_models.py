@@ -51,8 +51,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--archs", nargs="+", default=presets.archs())
-    parser.add_argument("--runs", nargs="+", default=[f"{t}:{r}" for t, r in DEFAULT_RUNS],
-                        help="task:tier pairs")
+    parser.add_argument("--runs", nargs="+", default=[f"{t}:{r}" for t, r in DEFAULT_RUNS], help="task:tier pairs")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     print(f"device={args.device} threads={torch.get_num_threads()} batch={args.batch} steps={args.steps}")

@@ -41,8 +41,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    print(f"task sampling, batch {args.batch}, median of {args.repeats}, device {args.device}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"task sampling, batch {args.batch}, median of {args.repeats}, device {args.device}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     for name in tasks.names():
         rate = bench(name, args.batch, args.repeats, args.device)
         spec = tasks.make(name).spec

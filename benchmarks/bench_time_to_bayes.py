@@ -18,8 +18,9 @@ from windtunnel.time_to_bayes import Cell, run
 # docs/results/time-to-bayes.md found faster) at the same budget; eval every ~3% of the run.
 GROUPS: dict[str, list[Cell]] = {
     "bijection": [
-        Cell(task="bijection", arch="transformer", recipe="baseline", steps=3000, batch_size=64, lr=1e-3,
-             eval_every=100),
+        Cell(
+            task="bijection", arch="transformer", recipe="baseline", steps=3000, batch_size=64, lr=1e-3, eval_every=100
+        ),
         Cell(task="bijection", arch="transformer", recipe="muon", steps=3000, batch_size=64, lr=2e-3, eval_every=100),
     ],
     "hmm": [
@@ -27,10 +28,17 @@ GROUPS: dict[str, list[Cell]] = {
         Cell(task="hmm", arch="transformer", recipe="muon", steps=3000, batch_size=32, lr=1e-3, eval_every=100),
     ],
     "regression": [
-        Cell(task="regression", arch="transformer", recipe="wsd", steps=1500, batch_size=64, lr=1e-3,
-             eval_every=100),
-        Cell(task="regression", arch="transformer", recipe="wsd", steps=1500, batch_size=64, lr=1e-3,
-             eval_every=100, set={"task.params.pair_tokens": True}),
+        Cell(task="regression", arch="transformer", recipe="wsd", steps=1500, batch_size=64, lr=1e-3, eval_every=100),
+        Cell(
+            task="regression",
+            arch="transformer",
+            recipe="wsd",
+            steps=1500,
+            batch_size=64,
+            lr=1e-3,
+            eval_every=100,
+            set={"task.params.pair_tokens": True},
+        ),
     ],
 }
 

@@ -89,26 +89,46 @@ def train_flops(n_params: int, n_layers: int, d_model: int, T: int, batch: int) 
 
 
 def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dict:
-    cfg = build_config(overrides={
-        "task.name": task, "model.arch": "transformer", "model.preset": tier, "train.steps": steps,
-        "train.batch_size": batch, "train.log_every": 1, "train.eval_every": 0, "train.checkpoint_every": 0,
-        "train.dtype": dtype, "train.warmup_steps": 1, "eval.n": 8})
+    cfg = build_config(
+        overrides={
+            "task.name": task,
+            "model.arch": "transformer",
+            "model.preset": tier,
+            "train.steps": steps,
+            "train.batch_size": batch,
+            "train.log_every": 1,
+            "train.eval_every": 0,
+            "train.checkpoint_every": 0,
+            "train.dtype": dtype,
+            "train.warmup_steps": 1,
+            "eval.n": 8,
+        }
+    )
     with tempfile.TemporaryDirectory() as d:
         with warnings.catch_warnings():  # the no-native-bf16 fallback warning; reported as effective_dtype instead
             warnings.filterwarnings("ignore", message="dtype: this CPU has no native bf16")
             train(cfg, Path(d) / "run", progress=False)
         logged = [r for r in rundir.read_metrics(Path(d) / "run") if "loss" in r]
-        lines = logged[min(WARMUP_LOGGED, len(logged) - 1):]  # skip warm-up steps, keep at least one
+        lines = logged[min(WARMUP_LOGGED, len(logged) - 1) :]  # skip warm-up steps, keep at least one
         run = runs.load_run(Path(d) / "run")
         params = run.model.n_params()
         size, T = run.config.model.size, run.task.spec.seq_len
     s_per_step = sum(r["time_s"] for r in lines) / len(lines)
     tokens = sum(r["tokens_per_s"] for r in lines) / len(lines)
     flops = train_flops(params, size["n_layers"], size["d_model"], T, batch)
-    return {"s_per_step": s_per_step, "steps_per_s": 1 / s_per_step, "tokens_per_s": tokens, "params": params,
-            "timed_steps": len(lines), "n_layers": size["n_layers"], "d_model": size["d_model"], "seq_len": T,
-            "flops_per_step": flops, "gflops": flops / s_per_step / 1e9,
-            "effective_dtype": "bf16" if dtype == "bf16" and cpu_has_native_bf16() else "float32"}
+    return {
+        "s_per_step": s_per_step,
+        "steps_per_s": 1 / s_per_step,
+        "tokens_per_s": tokens,
+        "params": params,
+        "timed_steps": len(lines),
+        "n_layers": size["n_layers"],
+        "d_model": size["d_model"],
+        "seq_len": T,
+        "flops_per_step": flops,
+        "gflops": flops / s_per_step / 1e9,
+        "effective_dtype": "bf16" if dtype == "bf16" and cpu_has_native_bf16() else "float32",
+    }
 
 
 def bench_eval(n: int, tier: str, dtype: str) -> float:
@@ -175,8 +195,11 @@ def authors_setup(repo: Path, task: str, batch: int) -> tuple[torch.nn.Module, t
     T = header + 2 * K
     with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first was True": harmless
         warnings.simplefilter("ignore", UserWarning)
-        model = mod.GPTMini(mod.GPTMiniConfig(vocab_size=vocab, d_model=256, n_heads=8, n_layers=9,
-                                              num_states=states, max_seq_len=1024, dropout=0.1))
+        model = mod.GPTMini(
+            mod.GPTMiniConfig(
+                vocab_size=vocab, d_model=256, n_heads=8, n_layers=9, num_states=states, max_seq_len=1024, dropout=0.1
+            )
+        )
     x = torch.randint(0, vocab, (batch, T))
     pos = header + 1 + 2 * torch.arange(K)  # the observation-symbol tokens 54, 56, ..., 92
     target = torch.softmax(torch.randn(batch, K, states), -1)  # stands in for the filtered posteriors
@@ -209,10 +232,20 @@ def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str) -> 
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # tied weights counted once
     n_layers, d_model = (6, 192) if task == "bijection" else (9, 256)
     flops = train_flops(params, n_layers, d_model, T, batch)
-    return {"s_per_step": s_per_step, "steps_per_s": 1 / s_per_step, "tokens_per_s": batch * T / s_per_step,
-            "params": params, "timed_steps": steps, "n_layers": n_layers, "d_model": d_model, "seq_len": T,
-            "flops_per_step": flops, "gflops": flops / s_per_step / 1e9, "effective_dtype": dtype,
-            "loss_last": float(loss.detach())}
+    return {
+        "s_per_step": s_per_step,
+        "steps_per_s": 1 / s_per_step,
+        "tokens_per_s": batch * T / s_per_step,
+        "params": params,
+        "timed_steps": steps,
+        "n_layers": n_layers,
+        "d_model": d_model,
+        "seq_len": T,
+        "flops_per_step": flops,
+        "gflops": flops / s_per_step / 1e9,
+        "effective_dtype": dtype,
+        "loss_last": float(loss.detach()),
+    }
 
 
 # --- peak ---------------------------------------------------------------------------------------------------------
@@ -240,8 +273,10 @@ def _pct(gflops: float, peaks: dict, dtype: str) -> float | None:
 def _fmt(r: dict, peaks: dict) -> str:
     pct = _pct(r["gflops"], peaks, r["effective_dtype"])
     pct_s = f" = {pct:.0f}% of {r['effective_dtype']} peak" if pct is not None else ""
-    return (f"params {r['params'] / 1e6:.2f}M  {r['s_per_step']:.3f} s/step  {r['steps_per_s']:.2f} steps/s  "
-            f"{r['tokens_per_s']:,.0f} tokens/s  {r['gflops']:.1f} GFLOP/s{pct_s}")
+    return (
+        f"params {r['params'] / 1e6:.2f}M  {r['s_per_step']:.3f} s/step  {r['steps_per_s']:.2f} steps/s  "
+        f"{r['tokens_per_s']:,.0f} tokens/s  {r['gflops']:.1f} GFLOP/s{pct_s}"
+    )
 
 
 def main() -> None:
@@ -251,10 +286,18 @@ def main() -> None:
     ap.add_argument("--tier", default="paper")
     ap.add_argument("--quick", action="store_true", help="bijection only, 5 steps")
     ap.add_argument("--tasks", nargs="+", choices=list(CASES), default=list(CASES))
-    ap.add_argument("--authors-repo", type=Path, default=None,
-                    help="work tree of vishalmisra/bayesian-wind-tunnel (see the module docstring)")
-    ap.add_argument("--authors-steps", type=int, default=None,
-                    help="timed steps of the authors' model, after 2 warm-up steps (default: as many as ours)")
+    ap.add_argument(
+        "--authors-repo",
+        type=Path,
+        default=None,
+        help="work tree of vishalmisra/bayesian-wind-tunnel (see the module docstring)",
+    )
+    ap.add_argument(
+        "--authors-steps",
+        type=int,
+        default=None,
+        help="timed steps of the authors' model, after 2 warm-up steps (default: as many as ours)",
+    )
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the peak FLOP/s (0 skips)")
     ap.add_argument("--eval-n", type=int, default=2000, help="bijection sequences to time `evaluate` on (0 skips)")
     ap.add_argument("--json", type=Path, default=None, help="write every number to this JSON file")
@@ -297,8 +340,16 @@ def main() -> None:
                 ratio = ours["tokens_per_s"] / theirs["tokens_per_s"]
                 print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs {_fmt(theirs, peaks)}")
                 print(f"train {task:<9} batch {batch:>3} {dtype:<7} ours / theirs tokens/s = {ratio:.2f}x")
-            cases.append({"task": task, "batch": batch, "dtype": dtype, "ours": ours, "theirs": theirs,
-                          "ratio_ours_over_theirs": ratio})
+            cases.append(
+                {
+                    "task": task,
+                    "batch": batch,
+                    "dtype": dtype,
+                    "ours": ours,
+                    "theirs": theirs,
+                    "ratio_ours_over_theirs": ratio,
+                }
+            )
 
     evals = []
     for dtype in args.dtype if args.eval_n else []:
@@ -307,12 +358,20 @@ def main() -> None:
         print(f"eval  bijection {args.eval_n} sequences {dtype:<7}: {dt:.2f} s  ({args.eval_n / dt:,.0f} sequences/s)")
 
     if args.json is not None:
-        out = {"machine": machine, "torch_threads": threads, "native_bf16": native_bf16, "tier": args.tier,
-               "steps": steps, "authors_steps": authors_steps if repo is not None else None,
-               "authors_repo": str(repo) if repo is not None else None,
-               "peak_matmul_n": args.peak_n or None, "peak_gflops": peaks,
-               "flops_formula": "6*n_params*B*T + 12*n_layers*T^2*d_model*B per training step",
-               "cases": cases, "eval": evals}
+        out = {
+            "machine": machine,
+            "torch_threads": threads,
+            "native_bf16": native_bf16,
+            "tier": args.tier,
+            "steps": steps,
+            "authors_steps": authors_steps if repo is not None else None,
+            "authors_repo": str(repo) if repo is not None else None,
+            "peak_matmul_n": args.peak_n or None,
+            "peak_gflops": peaks,
+            "flops_formula": "6*n_params*B*T + 12*n_layers*T^2*d_model*B per training step",
+            "cases": cases,
+            "eval": evals,
+        }
         args.json.write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.json}")
 

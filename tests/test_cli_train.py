@@ -10,8 +10,23 @@ from typer.testing import CliRunner
 from windtunnel.cli import app
 
 runner = CliRunner()
-SMOKE = ["--preset", "smoke", "--steps", "2", "--no-progress", "--set", "task.V=5", "--set", "task.L=4",
-         "--set", "train.batch_size=4", "--set", "eval.n=8", "--set", "train.device=cpu"]
+SMOKE = [
+    "--preset",
+    "smoke",
+    "--steps",
+    "2",
+    "--no-progress",
+    "--set",
+    "task.V=5",
+    "--set",
+    "task.L=4",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.n=8",
+    "--set",
+    "train.device=cpu",
+]
 
 
 def test_train_then_eval(tmp_path):
@@ -27,8 +42,9 @@ def test_train_then_eval(tmp_path):
     r = runner.invoke(app, ["eval", str(out), "--set", "task.L=3", "--n", "4"])
     assert r.exit_code == 0, r.output
     assert "L=3" in r.output and "L=3" in json.loads((out / "eval.json").read_text())
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE,
-                            "--resume"])
+    r = runner.invoke(
+        app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE, "--resume"]
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -41,19 +57,21 @@ def test_oracle_run_from_config_file(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [(["--set", "train.lr=-1"], "train.lr"),
-     (["--set", "task.V=1"], "bijection.V"),
-     (["--task", "nope"], "unknown task"),
-     (["--arch", "nope"], "arch"),
-     (["--preset", "huge"], "model.preset"),
-     (["--set", "train.nope=1"], "train.nope"),
-     (["--set", "oops"], "--set"),
-     (["--config", "/nonexistent.yaml"], "config"),
-     (["--steps", "-3"], "train.steps"),
-     (["--set", "model.d_model=0"], "model.size.d_model"),
-     (["--set", "model.n_heads=5"], "model.size.d_model: must be divisible by n_heads=5"),
-     (["--arch", "mamba", "--set", "model.n_heads=4"], "model.size.n_heads: Extra inputs are not permitted"),
-     (["--arch", "lstm", "--set", "model.dropout=1.5"], "model.size.dropout")],
+    [
+        (["--set", "train.lr=-1"], "train.lr"),
+        (["--set", "task.V=1"], "bijection.V"),
+        (["--task", "nope"], "unknown task"),
+        (["--arch", "nope"], "arch"),
+        (["--preset", "huge"], "model.preset"),
+        (["--set", "train.nope=1"], "train.nope"),
+        (["--set", "oops"], "--set"),
+        (["--config", "/nonexistent.yaml"], "config"),
+        (["--steps", "-3"], "train.steps"),
+        (["--set", "model.d_model=0"], "model.size.d_model"),
+        (["--set", "model.n_heads=5"], "model.size.d_model: must be divisible by n_heads=5"),
+        (["--arch", "mamba", "--set", "model.n_heads=4"], "model.size.n_heads: Extra inputs are not permitted"),
+        (["--arch", "lstm", "--set", "model.dropout=1.5"], "model.size.dropout"),
+    ],
 )
 def test_train_user_errors_exit_2_naming_the_field(tmp_path, args, field):
     r = runner.invoke(app, ["train", "--out", str(tmp_path / "r"), "--no-progress", *args])

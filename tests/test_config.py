@@ -21,17 +21,26 @@ from windtunnel.config import (
 
 def test_dotted_overrides_route_task_and_model_keys():
     data = apply_overrides({}, {"task.V": 10, "task.name": "bijection", "model.d_model": 64, "train.lr": 1e-3})
-    assert data == {"task": {"params": {"V": 10}, "name": "bijection"}, "model": {"size": {"d_model": 64}},
-                    "train": {"lr": 1e-3}}
+    assert data == {
+        "task": {"params": {"V": 10}, "name": "bijection"},
+        "model": {"size": {"d_model": 64}},
+        "train": {"lr": 1e-3},
+    }
     cfg = build_config(overrides={"task.V": 10, "train.lr": 1e-3})
     assert cfg.task.params == {"V": 10} and cfg.train.lr == 1e-3
 
 
 @pytest.mark.parametrize(
     ("overrides", "field"),
-    [({"train.lr": -1}, "train.lr"), ({"train.schedule": "linear"}, "train.schedule"),
-     ({"train.bogus": 1}, "train.bogus"), ({"seed": -3}, "seed"), ({"model.preset": "huge"}, "model.preset"),
-     ({"train.betas": [0.9, 1.5]}, "train.betas"), ({"eval.n": 0}, "eval.n")],
+    [
+        ({"train.lr": -1}, "train.lr"),
+        ({"train.schedule": "linear"}, "train.schedule"),
+        ({"train.bogus": 1}, "train.bogus"),
+        ({"seed": -3}, "seed"),
+        ({"model.preset": "huge"}, "model.preset"),
+        ({"train.betas": [0.9, 1.5]}, "train.betas"),
+        ({"eval.n": 0}, "eval.n"),
+    ],
 )
 def test_validation_errors_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
@@ -52,8 +61,14 @@ def test_yaml_and_json_files(tmp_path):
 
 
 def test_resolve_expands_preset_defaults_and_max_len():
-    cfg = build_config(overrides={"task.name": "hmm", "model.preset": "smoke", "model.d_model": 48,
-                                  "eval.overrides": [{"K": 30}, {"K": 50}]})
+    cfg = build_config(
+        overrides={
+            "task.name": "hmm",
+            "model.preset": "smoke",
+            "model.d_model": 48,
+            "eval.overrides": [{"K": 30}, {"K": 50}],
+        }
+    )
     r = resolve_config(cfg)
     assert r.task.params == tasks.make("hmm").params.model_dump(mode="json")  # defaults filled in
     assert r.model.size["d_model"] == 48 and "n_layers" in r.model.size  # preset expanded, override wins

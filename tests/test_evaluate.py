@@ -14,18 +14,30 @@ from windtunnel.train import train
 
 
 def _hmm_run(tmp_path):
-    cfg = build_config(overrides={
-        "task.name": "hmm", "task.K": 6, "model.preset": "smoke", "train.steps": 2, "train.batch_size": 8,
-        "train.eval_every": 0, "eval.n": 24, "eval.batch_size": 10, "eval.overrides": [{"K": 9}],
-        "train.device": "cpu"})
+    cfg = build_config(
+        overrides={
+            "task.name": "hmm",
+            "task.K": 6,
+            "model.preset": "smoke",
+            "train.steps": 2,
+            "train.batch_size": 8,
+            "train.eval_every": 0,
+            "eval.n": 24,
+            "eval.batch_size": 10,
+            "eval.overrides": [{"K": 9}],
+            "train.device": "cpu",
+        }
+    )
     train(cfg, tmp_path / "hmm", progress=False)
     return runs.load_run(tmp_path / "hmm")
 
 
 def test_baselines_from_config_oracle_zero_uniform_floor():
     o = evaluate(build_config(overrides={"model.arch": "oracle"}), n=100)["default"]
-    assert all(o["metrics"][k] == {"mean": 0.0, "lo": 0.0, "hi": 0.0}
-               for k in ("entropy_mae_bits", "entropy_mae_curve_bits", "kl_bits"))
+    assert all(
+        o["metrics"][k] == {"mean": 0.0, "lo": 0.0, "hi": 0.0}
+        for k in ("entropy_mae_bits", "entropy_mae_curve_bits", "kl_bits")
+    )
     assert o["metrics"]["accuracy"]["mean"] == o["metrics"]["bayes_accuracy"]["mean"]
     u = evaluate(build_config(overrides={"model.arch": "uniform"}), n=100)["default"]
     assert u["metrics"]["entropy_mae_bits"]["mean"] == pytest.approx(1.1073, abs=1e-4)
@@ -50,8 +62,13 @@ def test_eval_json_layout_with_length_generalisation(tmp_path):
     for name, K in (("default", 6), ("K=9", 9)):
         r = data[name]
         assert r["task_params"]["K"] == K and r["n"] == 24 and r["step"] == 2
-        assert set(r["per_position"]) == {"model_entropy_bits", "bayes_entropy_bits", "entropy_abs_err_bits",
-                                          "kl_bits", "accuracy"}
+        assert set(r["per_position"]) == {
+            "model_entropy_bits",
+            "bayes_entropy_bits",
+            "entropy_abs_err_bits",
+            "kl_bits",
+            "accuracy",
+        }
         assert all(len(v) == K for v in r["per_position"].values())
         m = r["metrics"]["entropy_mae_bits"]
         assert m["lo"] <= m["mean"] <= m["hi"]

@@ -150,11 +150,22 @@ def run_dir(tmp_path_factory):
     from windtunnel.train import train
 
     d = tmp_path_factory.mktemp("geo") / "run"
-    cfg = {"task": {"name": "bijection", "params": {"V": 6, "L": 5}},
-           "model": {"arch": "transformer", "size": SIZES["transformer"]},
-           "train": {"steps": 8, "batch_size": 16, "warmup_steps": 2, "eval_every": 0, "log_every": 4,
-                     "checkpoint_every": 0, "checkpoint_schedule": [2, 4], "device": "cpu"},
-           "eval": {"n": 16}, "seed": 0}
+    cfg = {
+        "task": {"name": "bijection", "params": {"V": 6, "L": 5}},
+        "model": {"arch": "transformer", "size": SIZES["transformer"]},
+        "train": {
+            "steps": 8,
+            "batch_size": 16,
+            "warmup_steps": 2,
+            "eval_every": 0,
+            "log_every": 4,
+            "checkpoint_every": 0,
+            "checkpoint_schedule": [2, 4],
+            "device": "cpu",
+        },
+        "eval": {"n": 16},
+        "seed": 0,
+    }
     train(cfg, d, progress=False)
     return d
 
@@ -168,8 +179,14 @@ def test_probe_cli_writes_json_and_figures(run_dir, tmp_path):
     assert [c["step"] for c in r["dynamics"]["checkpoints"]] == [2, 4, 8]
     assert r["dynamics"]["checkpoints"][-1]["frame_cosine"] == pytest.approx(1.0)
     names = {p.split("/")[-1] for p in r["figures"]}
-    assert {"key_cosines.png", "attention_entropy.png", "value_manifold.png", "lens_kl.png", "ablation.png",
-            "frame_precision.png"} <= names
+    assert {
+        "key_cosines.png",
+        "attention_entropy.png",
+        "value_manifold.png",
+        "lens_kl.png",
+        "ablation.png",
+        "frame_precision.png",
+    } <= names
     assert all((out / "figures" / n).stat().st_size > 0 for n in names)
 
 
@@ -200,11 +217,13 @@ def test_authors_key_statistic_is_signed_mean_of_raw_embedding_keys():
             assert r["authors_signed_mean_cos_per_head"][l][h] == pytest.approx(float(off.mean()))
             assert r["authors_signed_std_cos_per_head"][l][h] == pytest.approx(float(off.std(unbiased=False)))
         assert r["authors_signed_mean_cos_per_layer"][l] == pytest.approx(
-            sum(r["authors_signed_mean_cos_per_head"][l]) / 2)
+            sum(r["authors_signed_mean_cos_per_head"][l]) / 2
+        )
     with torch.no_grad():
         for block in model.blocks:
             block.norm1.weight.fill_(1.0)
     again = key_orthogonality(model)
+
     def flat(x):  # (L,H) -> (L*H,)
         return [c for layer in x for c in layer]
 
@@ -227,10 +246,14 @@ def test_layer0_direction_words_follow_the_change_from_init():
     got = key_orthogonality(ortho, init_model=same)
     assert got["authors_signed_mean_cos_per_layer"] == pytest.approx([0.0, 0.0], abs=1e-6)
     assert got["init_authors_signed_mean_cos_per_layer"] == pytest.approx([1.0, 1.0])
-    assert got["layer0_direction"] == {"ours_mean_abs_cos": "more orthogonal than at init",
-                                       "authors_signed_mean_cos": "closer to 0 than at init"}
+    assert got["layer0_direction"] == {
+        "ours_mean_abs_cos": "more orthogonal than at init",
+        "authors_signed_mean_cos": "closer to 0 than at init",
+    }
     assert key_orthogonality(same, init_model=ortho)["layer0_direction"] == {
-        "ours_mean_abs_cos": "less orthogonal than at init", "authors_signed_mean_cos": "further from 0 than at init"}
+        "ours_mean_abs_cos": "less orthogonal than at init",
+        "authors_signed_mean_cos": "further from 0 than at init",
+    }
     assert set(key_orthogonality(ortho, init_model=ortho)["layer0_direction"].values()) == {"unchanged"}
     assert "layer0_direction" not in key_orthogonality(ortho)
 
@@ -256,16 +279,22 @@ def test_lens_authors_direction_is_brute_force_kl_of_lens_to_floored_posterior()
 def test_report_geometry_cells_show_both_statistics_and_directions():
     from windtunnel.report.build import GEOMETRY_COLUMNS, _geometry_cell
 
-    g = {"keys": {"mean_abs_cos_per_layer": [0.324], "authors_signed_mean_cos_per_layer": [0.25],
-                  "init_authors_signed_mean_cos_per_layer": [0.01],
-                  "authors_gaussian_baseline": {"mean": 0.0, "std": 0.02},
-                  "layer0_direction": {"ours_mean_abs_cos": "less orthogonal than at init",
-                                       "authors_signed_mean_cos": "further from 0 than at init"}},
-         "lens": {"kl_bits_per_layer": [1.5, 0.01], "kl_lens_to_posterior_bits_per_layer": [12.0, 0.4]}}
+    g = {
+        "keys": {
+            "mean_abs_cos_per_layer": [0.324],
+            "authors_signed_mean_cos_per_layer": [0.25],
+            "init_authors_signed_mean_cos_per_layer": [0.01],
+            "authors_gaussian_baseline": {"mean": 0.0, "std": 0.02},
+            "layer0_direction": {
+                "ours_mean_abs_cos": "less orthogonal than at init",
+                "authors_signed_mean_cos": "further from 0 than at init",
+            },
+        },
+        "lens": {"kl_bits_per_layer": [1.5, 0.01], "kl_lens_to_posterior_bits_per_layer": [12.0, 0.4]},
+    }
     cells = {name: _geometry_cell(g, path) for name, path in GEOMETRY_COLUMNS}
     assert cells["authors' L0 signed key cos (trained / init / Gaussian)"] == "0.250 / 0.010 / 0.000 ± 0.020"
-    assert cells["L0 keys in training"] == ("ours: less orthogonal than at init; "
-                                            "authors': further from 0 than at init")
+    assert cells["L0 keys in training"] == ("ours: less orthogonal than at init; authors': further from 0 than at init")
     assert cells["lens KL(Bayes‖lens) first→last"] == "1.500 → 0.010"
     assert cells["lens KL(lens‖Bayes) first→last"] == "12.000 → 0.400"
     assert _geometry_cell({}, ("keys", "layer0_direction")) == "—"

@@ -39,8 +39,9 @@ def inputs(model, B: int = 3, T: int = 8, seed: int = 0) -> torch.Tensor:
 def test_every_hook_point_exists_with_its_shape(arch, task):
     model = build(arch, task)
     L, B, T = model.n_layers, 3, 8
-    expected = {"embed", "final"} | {f"blocks.{l}.{n}" for l in range(L)
-                                     for n in {"resid_pre", "resid_post"} | LOCAL[arch]}
+    expected = {"embed", "final"} | {
+        f"blocks.{l}.{n}" for l in range(L) for n in {"resid_pre", "resid_post"} | LOCAL[arch]
+    }
     assert set(model.hook_names) == expected and len(model.hook_names) == len(expected)
     x = inputs(model, B, T)
     with torch.no_grad():
@@ -50,8 +51,9 @@ def test_every_hook_point_exists_with_its_shape(arch, task):
     d = cache["final"].shape[-1]
     for l in range(L):
         assert cache[f"blocks.{l}.resid_pre"].shape == cache[f"blocks.{l}.resid_post"].shape == (B, T, d)
-        torch.testing.assert_close(cache[f"blocks.{l}.resid_pre"],
-                                   cache["embed"] if l == 0 else cache[f"blocks.{l - 1}.resid_post"])
+        torch.testing.assert_close(
+            cache[f"blocks.{l}.resid_pre"], cache["embed"] if l == 0 else cache[f"blocks.{l - 1}.resid_post"]
+        )
     torch.testing.assert_close(model.head(cache["final"]), out)
     first = {n.split(".", 2)[2]: v for n, v in cache.items() if n.startswith("blocks.0.")}
     if arch == "transformer":
@@ -144,10 +146,21 @@ def test_activation_patching_on_a_trained_model_moves_the_prediction(tmp_path):
     from windtunnel.runs import load_run
     from windtunnel.train import train
 
-    cfg = build_config(overrides={
-        "task.name": "bijection", "task.V": 6, "task.L": 5, "model.arch": "transformer", "model.preset": "smoke",
-        "train.steps": 60, "train.batch_size": 16, "train.eval_every": 60, "train.eval_size": 16, "eval.n": 16,
-        "train.device": "cpu"})
+    cfg = build_config(
+        overrides={
+            "task.name": "bijection",
+            "task.V": 6,
+            "task.L": 5,
+            "model.arch": "transformer",
+            "model.preset": "smoke",
+            "train.steps": 60,
+            "train.batch_size": 16,
+            "train.eval_every": 60,
+            "train.eval_size": 16,
+            "eval.n": 16,
+            "train.device": "cpu",
+        }
+    )
     train(cfg, tmp_path / "run", progress=False)
     run = load_run(tmp_path / "run")
     model, task = run.model.eval(), run.task
@@ -160,6 +173,7 @@ def test_activation_patching_on_a_trained_model_moves_the_prediction(tmp_path):
             a = a.clone()
             a[:, s:] = donor["blocks.0.resid_post"][:, s:]  # (1,T-s,d) from the corrupt sequence
             return a
+
         return fn
 
     with torch.no_grad():
@@ -185,8 +199,9 @@ def test_ablation_is_a_hook():
             assert model.wants("blocks.0.resid_post")
         assert torch.equal(abl["blocks.0.resid_post"], abl["blocks.0.resid_pre"])
         with model.ablate(layers={1}, parts="attn"):
-            _, no_attn = model.run_with_cache(x, names=["blocks.1.attn.out", "blocks.1.resid_mid",
-                                                        "blocks.1.resid_pre"])
+            _, no_attn = model.run_with_cache(
+                x, names=["blocks.1.attn.out", "blocks.1.resid_mid", "blocks.1.resid_pre"]
+            )
         assert not no_attn["blocks.1.attn.out"].any()
         assert torch.equal(no_attn["blocks.1.resid_mid"], no_attn["blocks.1.resid_pre"])
         assert torch.equal(model(x), base)

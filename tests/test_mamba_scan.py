@@ -62,8 +62,9 @@ def test_fused_scan_equals_sequential_float32_realistic():
     y, y_ref = selective_scan(*xs), reference(*xd)
     torch.testing.assert_close(y.double(), y_ref, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(y, reference(*xs), atol=1e-5, rtol=1e-4)  # and the float32 sequential path
-    for name, a, b in zip(["u", "delta", "A", "B", "C"], grads(selective_scan, xs, w), grads(reference, xd, w.double()),
-                          strict=True):
+    for name, a, b in zip(
+        ["u", "delta", "A", "B", "C"], grads(selective_scan, xs, w), grads(reference, xd, w.double()), strict=True
+    ):
         scale = b.abs().max().item()
         torch.testing.assert_close(a.double(), b, atol=1e-5 * scale, rtol=1e-4, msg=name)
 
@@ -104,13 +105,18 @@ def test_fused_scan_long_decay_is_stable():
 def test_mamba_model_scan_modes_agree(spec, T):
     """fused, parallel and sequential give the same model output and parameter gradients (float64)."""
     torch.manual_seed(0)
-    ms = {s: models.make("mamba", spec, n_layers=2, d_model=16, d_state=5, scan=s).double()
-          for s in ("fused", "parallel", "sequential")}
+    ms = {
+        s: models.make("mamba", spec, n_layers=2, d_model=16, d_state=5, scan=s).double()
+        for s in ("fused", "parallel", "sequential")
+    }
     for m in ms.values():
         m.load_state_dict(ms["fused"].state_dict())
     g = torch.Generator().manual_seed(T)
-    x = (torch.randint(0, spec.vocab_size, (3, T), generator=g) if spec.input_kind == "tokens"
-         else torch.randn(3, T, spec.input_dim, generator=g, dtype=torch.float64))
+    x = (
+        torch.randint(0, spec.vocab_size, (3, T), generator=g)
+        if spec.input_kind == "tokens"
+        else torch.randn(3, T, spec.input_dim, generator=g, dtype=torch.float64)
+    )
     outs = {s: m(x) for s, m in ms.items()}
     gs = {s: torch.autograd.grad(outs[s].square().sum(), list(ms[s].parameters())) for s in ms}
     names = [n for n, _ in ms["fused"].named_parameters()]

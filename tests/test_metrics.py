@@ -110,8 +110,9 @@ def test_table_concatenation_equals_one_batch():
     whole = metrics.summarize(metrics.score_table(pred, batch), n_boot=0)["metrics"]
     halves = []
     for sl in (slice(0, 7), slice(7, 20)):
-        sub = Batch(batch.inputs[sl], batch.target_mask[sl], batch.targets[sl],
-                    Categorical(probs=batch.posterior.probs[sl]))
+        sub = Batch(
+            batch.inputs[sl], batch.target_mask[sl], batch.targets[sl], Categorical(probs=batch.posterior.probs[sl])
+        )
         halves.append(metrics.score_table(Categorical(logits=pred.logits[sl]), sub))
     split = metrics.summarize(metrics.ScoreTable.cat(halves), n_boot=0)["metrics"]
     for k in whole:
@@ -127,12 +128,15 @@ def test_impossible_mass_is_the_model_probability_on_ruled_out_answers():
     s = metrics.summarize(table, n_boot=0)["metrics"]
     assert s["impossible_mass"]["mean"] == pytest.approx(0.115)
     # the leak costs far more entropy than KL: the asymmetry the headline metric punishes
-    assert metrics.entropy_mae_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]),
-                                                                       torch.tensor([[0]]))) > 0.2
-    assert metrics.kl_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]),
-                                                              torch.tensor([[0]]))) < 0.05
-    normal = metrics.score_table(Normal(torch.zeros(1, 1), torch.ones(1, 1)),
-                                 _batch(Normal(torch.zeros(1, 1), torch.ones(1, 1)), torch.zeros(1, 1)))
+    assert (
+        metrics.entropy_mae_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]), torch.tensor([[0]])))
+        > 0.2
+    )
+    assert metrics.kl_bits(Categorical(probs=q[:, 1:]), _batch(Categorical(probs=p[:, 1:]), torch.tensor([[0]]))) < 0.05
+    normal = metrics.score_table(
+        Normal(torch.zeros(1, 1), torch.ones(1, 1)),
+        _batch(Normal(torch.zeros(1, 1), torch.ones(1, 1)), torch.zeros(1, 1)),
+    )
     assert normal.impossible_mass is None
 
 

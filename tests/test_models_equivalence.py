@@ -161,7 +161,7 @@ def test_prefix_mlp_equals_flattened_padded_prefix():
     T, L = 9, m.max_len
     W = m.embed.weight.reshape(L * 3, 12)  # the flattened first-layer weight
     mask = torch.ones(T, T).tril()  # slot s visible at position t
-    flat = (mask[None, :, :, None] * e[:, None, :, :])  # (B,T,T,d_emb)
+    flat = mask[None, :, :, None] * e[:, None, :, :]  # (B,T,T,d_emb)
     flat = torch.cat([flat, torch.zeros(2, T, L - T, 3)], dim=2).reshape(2, T, L * 3)  # zero-padded prefix
     want = flat @ W + m.embed.bias + m.embed.pos.weight[:T]
     torch.testing.assert_close(m.embed(x), want, atol=1e-6, rtol=1e-5)

@@ -13,8 +13,11 @@ from windtunnel.models.common import InputEmbedding, OutputHead
 
 ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
 TASKS = ["bijection", "hmm", "recall", "regression"]
-VARIANTS = [(a, {}) for a in ARCHS] + [("mamba", {"variant": "paper"}), ("transformer", {"pos": "rotary"}),
-            ("transformer", {"pos": "learned+rotary"})]
+VARIANTS = [(a, {}) for a in ARCHS] + [
+    ("mamba", {"variant": "paper"}),
+    ("transformer", {"pos": "rotary"}),
+    ("transformer", {"pos": "learned+rotary"}),
+]
 
 
 def build(arch: str, task: str, **extra) -> SequenceModel:

@@ -10,8 +10,15 @@ import torch
 from windtunnel import precision
 
 
-@pytest.mark.parametrize(("flags", "native"), [({"avx512f", "avx512bw"}, False), ({"avx512f", "avx512_bf16"}, True),
-                                               ({"amx_bf16", "amx_tile"}, True), (set(), False)])
+@pytest.mark.parametrize(
+    ("flags", "native"),
+    [
+        ({"avx512f", "avx512bw"}, False),
+        ({"avx512f", "avx512_bf16"}, True),
+        ({"amx_bf16", "amx_tile"}, True),
+        (set(), False),
+    ],
+)
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, flags, native):
     monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset(flags))
     assert precision.cpu_has_native_bf16() is native

@@ -19,10 +19,23 @@ from windtunnel.train import train
 
 
 def _smoke(**extra):
-    o = {"task.name": "hmm", "task.K": 6, "task.S": 3, "task.O": 3, "model.arch": "transformer",
-         "model.preset": "smoke", "train.steps": 8, "train.batch_size": 4, "train.log_every": 1, "train.eval_every": 4,
-         "train.eval_size": 4, "train.warmup_steps": 1, "train.checkpoint_every": 4, "eval.n": 8,
-         "train.device": "cpu"}
+    o = {
+        "task.name": "hmm",
+        "task.K": 6,
+        "task.S": 3,
+        "task.O": 3,
+        "model.arch": "transformer",
+        "model.preset": "smoke",
+        "train.steps": 8,
+        "train.batch_size": 4,
+        "train.log_every": 1,
+        "train.eval_every": 4,
+        "train.eval_size": 4,
+        "train.warmup_steps": 1,
+        "train.checkpoint_every": 4,
+        "eval.n": 8,
+        "train.device": "cpu",
+    }
     o.update(extra)
     return build_config(overrides=o)
 
@@ -31,8 +44,16 @@ def _smoke(**extra):
 
 
 def test_wsd_schedule_values_at_the_boundaries():
-    cfg = build_config(overrides={"train.steps": 100, "train.lr": 1.0, "train.warmup_steps": 10,
-                                  "train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.min_lr_ratio": 0.1})
+    cfg = build_config(
+        overrides={
+            "train.steps": 100,
+            "train.lr": 1.0,
+            "train.warmup_steps": 10,
+            "train.schedule": "wsd",
+            "train.cooldown_frac": 0.2,
+            "train.min_lr_ratio": 0.1,
+        }
+    )
     assert lr_at(1, cfg) == pytest.approx(0.1) and lr_at(10, cfg) == pytest.approx(1.0)
     assert lr_at(11, cfg) == lr_at(80, cfg) == 1.0  # stable until the cooldown starts after step 80
     assert lr_at(81, cfg) == pytest.approx(1.0 - 0.9 / 20)
@@ -42,15 +63,23 @@ def test_wsd_schedule_values_at_the_boundaries():
 
 
 def test_wsd_cooldown_never_eats_the_warmup():
-    cfg = build_config(overrides={"train.steps": 20, "train.lr": 1.0, "train.warmup_steps": 15,
-                                  "train.schedule": "wsd", "train.cooldown_frac": 0.9})
+    cfg = build_config(
+        overrides={
+            "train.steps": 20,
+            "train.lr": 1.0,
+            "train.warmup_steps": 15,
+            "train.schedule": "wsd",
+            "train.cooldown_frac": 0.9,
+        }
+    )
     assert lr_at(15, cfg) == pytest.approx(1.0)  # the cooldown starts after warmup, not at step 2
     assert lr_at(20, cfg) == 0.0 and 0 < lr_at(18, cfg) < 1
 
 
 def test_cosine_ends_at_the_floor_and_is_half_way_at_mid_span():
-    cfg = build_config(overrides={"train.steps": 110, "train.lr": 2.0, "train.warmup_steps": 10,
-                                  "train.min_lr_ratio": 0.0})
+    cfg = build_config(
+        overrides={"train.steps": 110, "train.lr": 2.0, "train.warmup_steps": 10, "train.min_lr_ratio": 0.0}
+    )
     assert lr_at(60, cfg) == pytest.approx(1.0) and lr_at(110, cfg) == pytest.approx(0.0, abs=1e-12)
 
 
@@ -58,9 +87,16 @@ def test_cosine_ends_at_the_floor_and_is_half_way_at_mid_span():
 
 
 def test_curriculum_sampler_switches_stages_at_their_last_step():
-    cfg = resolve_config(build_config(overrides={
-        "task.name": "hmm", "task.K": 20, "train.steps": 100,
-        "train.curriculum": [{"until": 10, "params": {"K": 5}}, {"until": 30, "params": {"K": 10}}]}))
+    cfg = resolve_config(
+        build_config(
+            overrides={
+                "task.name": "hmm",
+                "task.K": 20,
+                "train.steps": 100,
+                "train.curriculum": [{"until": 10, "params": {"K": 5}}, {"until": 30, "params": {"K": 10}}],
+            }
+        )
+    )
     task = runs.build_task(cfg)
     cur = Curriculum(cfg, task)
     ks = {s: cur.task_at(s).params.K for s in (1, 10, 11, 30, 31, 100)}
@@ -73,14 +109,21 @@ def test_curriculum_is_validated_when_the_config_resolves():
     with pytest.raises(ValueError, match="strictly increasing"):
         build_config(overrides={"train.curriculum": [{"until": 10}, {"until": 10}]})
     with pytest.raises(ValueError, match=r"train\.curriculum\[0\].*changes vocab_size"):
-        resolve_config(build_config(overrides={"task.name": "bijection",
-                                               "train.curriculum": [{"until": 5, "params": {"V": 10, "L": 5}}]}))
+        resolve_config(
+            build_config(
+                overrides={"task.name": "bijection", "train.curriculum": [{"until": 5, "params": {"V": 10, "L": 5}}]}
+            )
+        )
     with pytest.raises(ValueError, match=r"train\.curriculum\[0\]"):
-        resolve_config(build_config(overrides={"task.name": "hmm", "train.curriculum": [{"until": 5,
-                                                                                         "params": {"K": -1}}]}))
+        resolve_config(
+            build_config(overrides={"task.name": "hmm", "train.curriculum": [{"until": 5, "params": {"K": -1}}]})
+        )
     # a stage longer than the task makes room for itself in the model's positions
-    cfg = resolve_config(build_config(overrides={"task.name": "hmm", "task.K": 6,
-                                                 "train.curriculum": [{"until": 5, "params": {"K": 9}}]}))
+    cfg = resolve_config(
+        build_config(
+            overrides={"task.name": "hmm", "task.K": 6, "train.curriculum": [{"until": 5, "params": {"K": 9}}]}
+        )
+    )
     assert cfg.model.max_len == runs.build_task(build_config(overrides={"task.name": "hmm", "task.K": 9})).spec.seq_len
 
 
@@ -97,8 +140,12 @@ def test_training_with_a_curriculum_samples_the_stage_lengths(tmp_path, monkeypa
     monkeypatch.setattr(tr, "compute_loss", spy)
     cfg = _smoke(**{"train.curriculum": [{"until": 3, "params": {"K": 3}}]})
     train(cfg, tmp_path / "r", progress=False)
-    short, full = (runs.build_task(build_config(overrides={"task.name": "hmm", "task.S": 3, "task.O": 3,
-                                                           "task.K": k})).spec.seq_len for k in (3, 6))
+    short, full = (
+        runs.build_task(
+            build_config(overrides={"task.name": "hmm", "task.S": 3, "task.O": 3, "task.K": k})
+        ).spec.seq_len
+        for k in (3, 6)
+    )
     assert seen == [short] * 3 + [full] * 5
 
 
@@ -179,26 +226,41 @@ def test_recipes_cannot_change_the_task_or_the_loss_unless_an_ablation(tmp_path)
 
 
 def test_crossings_are_the_first_evaluation_at_each_mark():
-    evals = [{"step": 10, "train_s": 1.0, "entropy_mae_bits": 0.2},
-             {"step": 20, "train_s": 2.0, "entropy_mae_bits": 0.04, "closest": "window-1"},
-             {"step": 30, "train_s": 3.0, "entropy_mae_bits": 0.06, "closest": "exact"},
-             {"step": 40, "train_s": 4.0, "entropy_mae_bits": 0.01, "closest": "exact"}]
+    evals = [
+        {"step": 10, "train_s": 1.0, "entropy_mae_bits": 0.2},
+        {"step": 20, "train_s": 2.0, "entropy_mae_bits": 0.04, "closest": "window-1"},
+        {"step": 30, "train_s": 3.0, "entropy_mae_bits": 0.06, "closest": "exact"},
+        {"step": 40, "train_s": 4.0, "entropy_mae_bits": 0.01, "closest": "exact"},
+    ]
     c = crossings(evals, "entropy_mae_bits")
     assert c["0.1"] == {"step": 20, "train_s": 2.0} and c["0.05"] == {"step": 20, "train_s": 2.0}
     assert c["0.02"] == c["0.01"] == {"step": 40, "train_s": 4.0}
     assert c[EXACT_FILTER] == {"step": 30, "train_s": 3.0}
-    acc = crossings([{"step": 5, "train_s": 0.5, "accuracy": 0.95}, {"step": 6, "train_s": 0.6, "accuracy": 1.0}],
-                    "accuracy")
-    assert acc == {"0.9": {"step": 5, "train_s": 0.5}, "0.99": {"step": 6, "train_s": 0.6},
-                   "1": {"step": 6, "train_s": 0.6}}
+    acc = crossings(
+        [{"step": 5, "train_s": 0.5, "accuracy": 0.95}, {"step": 6, "train_s": 0.6, "accuracy": 1.0}], "accuracy"
+    )
+    assert acc == {
+        "0.9": {"step": 5, "train_s": 0.5},
+        "0.99": {"step": 6, "train_s": 0.6},
+        "1": {"step": 6, "train_s": 0.6},
+    }
     assert crossings([{"step": 5, "train_s": 0.5, "entropy_mae_bits": 0.5}], "entropy_mae_bits")["0.1"] is None
 
 
 def test_cells_parse_and_build_their_run_configs():
-    cell = parse_cell("task=bijection,arch=transformer,recipe=wsd,steps=300,batch_size=32,lr=2e-3,seeds=3,"
-                      "set.model.size.d_model=64")
-    assert cell == Cell(task="bijection", arch="transformer", recipe="wsd", steps=300, batch_size=32, lr=2e-3,
-                        seeds=3, set={"model.size.d_model": 64})
+    cell = parse_cell(
+        "task=bijection,arch=transformer,recipe=wsd,steps=300,batch_size=32,lr=2e-3,seeds=3,set.model.size.d_model=64"
+    )
+    assert cell == Cell(
+        task="bijection",
+        arch="transformer",
+        recipe="wsd",
+        steps=300,
+        batch_size=32,
+        lr=2e-3,
+        seeds=3,
+        set={"model.size.d_model": 64},
+    )
     cfg = resolve_config(cell_config(cell, seed=2))
     t = cfg.train
     assert (t.steps, t.batch_size, t.lr, t.schedule, t.warmup_steps, cfg.seed) == (300, 32, 2e-3, "wsd", 15, 2)
@@ -211,8 +273,10 @@ def test_cells_parse_and_build_their_run_configs():
 
 def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_name():
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "recipes" / "recall-curriculum.yaml"
-    cell = parse_cell(f"task=recall,arch=transformer,recipe={path},steps=100,set.task.params.N=32,"
-                      "set.task.params.key_vocab=64,set.task.params.value_vocab=64")
+    cell = parse_cell(
+        f"task=recall,arch=transformer,recipe={path},steps=100,set.task.params.N=32,"
+        "set.task.params.key_vocab=64,set.task.params.value_vocab=64"
+    )
     assert cell.recipe_name == "recall-curriculum" and "/" not in cell.slug and cell.slug.startswith("recall-")
     cfg = resolve_config(cell_config(cell, seed=0))
     assert [(s.until, s.params["N"]) for s in cfg.train.curriculum] == [(20, 8), (45, 24)]
@@ -224,12 +288,27 @@ def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_pat
     from windtunnel.time_to_bayes import merge, summarize_marks
 
     def result(machine, label):
-        seeds = [{"crossings": {"0.1": {"step": 10, "train_s": 2.0}, "0.05": None, "0.02": None, "0.01": None},
-                  "dtype": "float32", "curve": [{"step": 10, "train_s": 2.0, "entropy_mae_bits": 0.09}]}]
-        return {"machine": {"machine": machine, "torch": "2.13", "threads_per_run": 1, "jobs": 2}, "wall_s": 5,
-                "cells": [{"label": label, "metric": "entropy_mae_bits", "cell": {"task": "bijection"},
-                           "marks": summarize_marks([s["crossings"] for s in seeds]), "seeds": seeds,
-                           "test": {"mean": 0.2, "min": 0.2, "max": 0.2}}]}
+        seeds = [
+            {
+                "crossings": {"0.1": {"step": 10, "train_s": 2.0}, "0.05": None, "0.02": None, "0.01": None},
+                "dtype": "float32",
+                "curve": [{"step": 10, "train_s": 2.0, "entropy_mae_bits": 0.09}],
+            }
+        ]
+        return {
+            "machine": {"machine": machine, "torch": "2.13", "threads_per_run": 1, "jobs": 2},
+            "wall_s": 5,
+            "cells": [
+                {
+                    "label": label,
+                    "metric": "entropy_mae_bits",
+                    "cell": {"task": "bijection"},
+                    "marks": summarize_marks([s["crossings"] for s in seeds]),
+                    "seeds": seeds,
+                    "test": {"mean": 0.2, "min": 0.2, "max": 0.2},
+                }
+            ],
+        }
 
     for name, machine in (("a", "cpu A"), ("b", "cpu A"), ("c", "cpu B")):
         (tmp_path / name).mkdir()
@@ -253,9 +332,18 @@ def test_time_to_bayes_command_runs_a_smoke_cell_end_to_end(tmp_path):
     from windtunnel.cli import app
 
     out = tmp_path / "ttb"
-    res = CliRunner().invoke(app, ["time-to-bayes", "--out", str(out), "--threads", "1", "--cell",
-                                   "task=hmm,arch=transformer,tier=smoke,recipe=wsd,steps=6,batch_size=4,"
-                                   "eval_every=2,eval_size=4,seeds=2"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "time-to-bayes",
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+            "--cell",
+            "task=hmm,arch=transformer,tier=smoke,recipe=wsd,steps=6,batch_size=4,eval_every=2,eval_size=4,seeds=2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads((out / "time_to_bayes.json").read_text())
     (cell,) = data["cells"]

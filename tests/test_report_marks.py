@@ -12,41 +12,68 @@ from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced
 
 
-def record(task: str, arch: str, seed: int, value: float, lo: float | None = None, hi: float | None = None,
-           metric: str = "entropy_mae_bits", kl_exact: float | None = None,
-           approx_kl: dict[str, float] | None = None) -> RunRecord:
+def record(
+    task: str,
+    arch: str,
+    seed: int,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    metric: str = "entropy_mae_bits",
+    kl_exact: float | None = None,
+    approx_kl: dict[str, float] | None = None,
+) -> RunRecord:
     """A run record with one headline metric (and optionally KL to the exact and approximate posteriors)."""
     metrics = {metric: {"mean": value, "lo": value if lo is None else lo, "hi": value if hi is None else hi}}
     default: dict = {"metrics": metrics}
     if kl_exact is not None:
         metrics["kl_bits"] = {"mean": kl_exact, "lo": kl_exact, "hi": kl_exact}
     if approx_kl is not None:
-        default["approximations"] = {n: {"kl_from_model_bits": v, "entropy_mae_bits": 0.0, "kl_bits": 0.0}
-                                     for n, v in approx_kl.items()}
-    return RunRecord(path=Path(f"{task}-{arch}-s{seed}"), task=task, arch=arch, seed=seed,
-                     config={"task": {"name": task, "params": {}}}, evals={"default": default})
+        default["approximations"] = {
+            n: {"kl_from_model_bits": v, "entropy_mae_bits": 0.0, "kl_bits": 0.0} for n, v in approx_kl.items()
+        }
+    return RunRecord(
+        path=Path(f"{task}-{arch}-s{seed}"),
+        task=task,
+        arch=arch,
+        seed=seed,
+        config={"task": {"name": task, "params": {}}},
+        evals={"default": default},
+    )
 
 
-@pytest.mark.parametrize(("value", "level"), [(0.004, "exact"), (0.01, "exact"), (0.03, "approximate"),
-                                              (0.1, "approximate"), (0.2, "fail")])
+@pytest.mark.parametrize(
+    ("value", "level"), [(0.004, "exact"), (0.01, "exact"), (0.03, "approximate"), (0.1, "approximate"), (0.2, "fail")]
+)
 def test_entropy_levels(value, level):
     assert tables.level("entropy_mae_bits", value) == level
 
 
-@pytest.mark.parametrize(("value", "level"), [(1.0, "exact"), (0.99, "exact"), (0.95, "approximate"),
-                                              (0.5, "fail")])
+@pytest.mark.parametrize(("value", "level"), [(1.0, "exact"), (0.99, "exact"), (0.95, "approximate"), (0.5, "fail")])
 def test_accuracy_levels(value, level):
     assert tables.level("accuracy", value) == level
 
 
 def test_a_windowed_filter_cannot_earn_exact():
     """A model at 0.005 bits that is closer to the two-observation filter than to the exact one is ◐, not ✓."""
-    window = record("hmm", "transformer", 0, 0.005, kl_exact=0.004,
-                    approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.001, "last 3 obs": 0.003})
+    window = record(
+        "hmm",
+        "transformer",
+        0,
+        0.005,
+        kl_exact=0.004,
+        approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.001, "last 3 obs": 0.003},
+    )
     cell = tables.cell_value([window], "entropy_mae_bits")
     assert cell["closest"] == "last 2 obs" and cell["level"] == "approximate" and cell["seed_levels"] == ["approximate"]
-    exact = record("hmm", "transformer", 0, 0.005, kl_exact=0.0005,
-                   approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.004, "last 3 obs": 0.001})
+    exact = record(
+        "hmm",
+        "transformer",
+        0,
+        0.005,
+        kl_exact=0.0005,
+        approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.004, "last 3 obs": 0.001},
+    )
     cell = tables.cell_value([exact], "entropy_mae_bits")
     assert cell["closest"] == "exact" and cell["level"] == "exact"
     # a task without approximations is marked on its number alone
@@ -76,8 +103,10 @@ def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
 
 
 def test_table_rows_show_seed_spread_and_closest_filter():
-    runs = [record("hmm", "mamba", s, v, kl_exact=0.03, approx_kl={"last 1 obs": 0.005})
-            for s, v in enumerate([0.08, 0.085, 0.083])]
+    runs = [
+        record("hmm", "mamba", s, v, kl_exact=0.03, approx_kl={"last 1 obs": 0.005})
+        for s, v in enumerate([0.08, 0.085, 0.083])
+    ]
     header, rows, data = tables.primitives_table(runs)
     assert "HMM: closest posterior" in header
     row = dict(zip(header, rows[0], strict=True))
@@ -134,14 +163,27 @@ def test_docs_settings_table_matches_the_code():
 
 def test_capacity_table_reports_the_largest_n_at_each_level():
     def run(arch, seed, accs):
-        evals = {("default" if n == 16 else f"N={n}"): {"task_params": {"N": n},
-                                                        "metrics": {"accuracy": {"mean": a, "lo": a, "hi": a}}}
-                 for n, a in accs.items()}
-        return RunRecord(path=Path(f"recall-{arch}-s{seed}"), task="recall", arch=arch, seed=seed,
-                         config={"task": {"name": "recall", "params": {"N": 16}}}, evals=evals)
+        evals = {
+            ("default" if n == 16 else f"N={n}"): {
+                "task_params": {"N": n},
+                "metrics": {"accuracy": {"mean": a, "lo": a, "hi": a}},
+            }
+            for n, a in accs.items()
+        }
+        return RunRecord(
+            path=Path(f"recall-{arch}-s{seed}"),
+            task="recall",
+            arch=arch,
+            seed=seed,
+            config={"task": {"name": "recall", "params": {"N": 16}}},
+            evals=evals,
+        )
 
-    recs = [run("transformer", 0, {4: 1.0, 8: 1.0, 16: 0.995}), run("transformer", 1, {4: 1.0, 8: 0.99, 16: 0.97}),
-            run("mamba", 0, {4: 0.995, 8: 0.93, 16: 0.4})]
+    recs = [
+        run("transformer", 0, {4: 1.0, 8: 1.0, 16: 0.995}),
+        run("transformer", 1, {4: 1.0, 8: 0.99, 16: 0.97}),
+        run("mamba", 0, {4: 0.995, 8: 0.93, 16: 0.4}),
+    ]
     header, rows = tables.capacity_table(recs, "recall", "N")
     assert header == ["Architecture", "N = 4", "N = 8", "N = 16", "largest exact", "largest approximate"]
     assert rows[0] == ["transformer", "100.0%", "99.5%", "98.2%", "8", "16"]
@@ -150,14 +192,30 @@ def test_capacity_table_reports_the_largest_n_at_each_level():
 
 
 def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
-    recs = [RunRecord(path=Path(f"recall-{a}"), task="recall", arch=a, seed=0,
-                      config={"task": {"name": "recall", "params": {"N": 16}}}, evals={}) for a in ("lstm", "uniform")]
-    data = {"lstm": {"recall": {"mean": 0.04}}, "mamba": {"recall": {"mean": 0.9}},
-            "uniform": {"recall": {"mean": 0.004}}}
+    recs = [
+        RunRecord(
+            path=Path(f"recall-{a}"),
+            task="recall",
+            arch=a,
+            seed=0,
+            config={"task": {"name": "recall", "params": {"N": 16}}},
+            evals={},
+        )
+        for a in ("lstm", "uniform")
+    ]
+    data = {
+        "lstm": {"recall": {"mean": 0.04}},
+        "mamba": {"recall": {"mean": 0.9}},
+        "uniform": {"recall": {"mean": 0.004}},
+    }
     assert tables.below_floor(data, recs) == ["recall / lstm (4.0% < chance among the 16 stored values 6.2%)"]
     refs = tables.reference_levels(recs)
-    assert "recall: chance among the 16 stored values 6.2% (a model below it has not even learnt that the answer " \
-           "is a stored value)" in refs and any(r.startswith("recall: scored at the answer slot") for r in refs)
+    assert (
+        "recall: chance among the 16 stored values 6.2% (a model below it has not even learnt that the answer "
+        "is a stored value)"
+        in refs
+        and any(r.startswith("recall: scored at the answer slot") for r in refs)
+    )
 
 
 def test_seed_intervals_stay_inside_the_metric_range():
@@ -170,19 +228,48 @@ def test_seed_intervals_stay_inside_the_metric_range():
 
 def test_time_to_bayes_table_reads_first_crossings_from_each_runs_history():
     def run(task, arch, seed, curve):
-        hist = [{"step": s, "split": "eval", "train_s": t, tables.headline_metric(task): v, **extra}
-                for s, t, v, extra in curve]
-        return RunRecord(path=Path(f"{task}-{arch}-s{seed}"), task=task, arch=arch, seed=seed, config={}, evals={},
-                         history=[{"step": 1, "loss": 1.0}, *hist])
+        hist = [
+            {"step": s, "split": "eval", "train_s": t, tables.headline_metric(task): v, **extra}
+            for s, t, v, extra in curve
+        ]
+        return RunRecord(
+            path=Path(f"{task}-{arch}-s{seed}"),
+            task=task,
+            arch=arch,
+            seed=seed,
+            config={},
+            evals={},
+            history=[{"step": 1, "loss": 1.0}, *hist],
+        )
 
-    recs = [run("hmm", "transformer", 0, [(100, 10.0, 0.2, {"closest": "last 1 obs"}),
-                                          (200, 20.0, 0.04, {"closest": "exact"}),
-                                          (300, 30.0, 0.009, {"closest": "exact"})]),
-            run("hmm", "transformer", 1, [(100, 12.0, 0.08, {"closest": "last 2 obs"}),
-                                          (200, 24.0, 0.03, {"closest": "last 2 obs"})]),
-            run("recall", "mamba", 0, [(50, 5.0, 0.95, {}), (100, 9.0, 1.0, {})]),
-            RunRecord(path=Path("old"), task="bijection", arch="lstm", seed=0, config={}, evals={},
-                      history=[{"step": 5, "split": "eval", "entropy_mae_bits": 0.1}])]  # no train_s: left out
+    recs = [
+        run(
+            "hmm",
+            "transformer",
+            0,
+            [
+                (100, 10.0, 0.2, {"closest": "last 1 obs"}),
+                (200, 20.0, 0.04, {"closest": "exact"}),
+                (300, 30.0, 0.009, {"closest": "exact"}),
+            ],
+        ),
+        run(
+            "hmm",
+            "transformer",
+            1,
+            [(100, 12.0, 0.08, {"closest": "last 2 obs"}), (200, 24.0, 0.03, {"closest": "last 2 obs"})],
+        ),
+        run("recall", "mamba", 0, [(50, 5.0, 0.95, {}), (100, 9.0, 1.0, {})]),
+        RunRecord(
+            path=Path("old"),
+            task="bijection",
+            arch="lstm",
+            seed=0,
+            config={},
+            evals={},
+            history=[{"step": 5, "split": "eval", "entropy_mae_bits": 0.1}],
+        ),
+    ]  # no train_s: left out
     header, rows = tables.time_to_bayes_table(recs)
     assert header[3:8] == ["≤ 0.1 bits", "≤ 0.05 bits", "≤ 0.02 bits", "≤ 0.01 bits", "exact filter"]
     hmm = next(r for r in rows if r[0] == "hmm")

@@ -20,14 +20,25 @@ HOSTILE_ARCH = "<img src=x onerror=alert(1)>|x\n| injected | row |"
 METRIC = {"mean": 0.05, "lo": 0.04, "hi": 0.06}
 
 
-def write_run(root: Path, name: str, arch: str = "transformer", task: str = "bijection",
-              config: Any = None, evals: Any = None, metrics_lines: list[str] | None = None) -> Path:
+def write_run(
+    root: Path,
+    name: str,
+    arch: str = "transformer",
+    task: str = "bijection",
+    config: Any = None,
+    evals: Any = None,
+    metrics_lines: list[str] | None = None,
+) -> Path:
     """A fabricated run directory (config.json, eval.json, optionally metrics.jsonl): no training needed."""
     d = root / name
     d.mkdir(parents=True)
     if config is None:
-        config = {"task": {"name": task, "params": {}}, "model": {"arch": arch}, "seed": 0,
-                  "train": {"steps": 10, "batch_size": 4}}
+        config = {
+            "task": {"name": task, "params": {}},
+            "model": {"arch": arch},
+            "seed": 0,
+            "train": {"steps": 10, "batch_size": 4},
+        }
     if evals is None:
         evals = {"default": {"task_params": {}, "n": 10, "metrics": {"entropy_mae_bits": METRIC}}}
     (d / "config.json").write_text(json.dumps(config))
@@ -48,7 +59,7 @@ def assert_tables_intact(md: str) -> None:
     for i, line in enumerate(lines):
         if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             width = unescaped_pipes(line)
-            for row in lines[i + 1:]:
+            for row in lines[i + 1 :]:
                 if not row.startswith("|"):
                     break
                 assert unescaped_pipes(row) == line.count("|") == row.count("|") == width, (line, row)
@@ -67,13 +78,20 @@ def test_hostile_names_cannot_inject_html_or_break_tables(tmp_path):
     """A run directory named like a script tag and an arch string carrying an <img> tag, a `|` and a newline."""
     runs_dir = tmp_path / "runs"
     write_run(runs_dir, "<script>alert(1)<\\script>", arch=HOSTILE_ARCH)
-    two_evals = {"default": {"task_params": {}, "metrics": {"entropy_mae_bits": METRIC}},
-                 "<b>long</b>|x": {"task_params": {}, "metrics": {"entropy_mae_bits": METRIC}}}
-    write_run(runs_dir, "two-evals", arch="<script>alert(2)</script>", task="<script>alert(3)</script>",
-              evals=two_evals)
+    two_evals = {
+        "default": {"task_params": {}, "metrics": {"entropy_mae_bits": METRIC}},
+        "<b>long</b>|x": {"task_params": {}, "metrics": {"entropy_mae_bits": METRIC}},
+    }
+    write_run(
+        runs_dir, "two-evals", arch="<script>alert(2)</script>", task="<script>alert(3)</script>", evals=two_evals
+    )
     curves = {"model_entropy_bits": [1.0, 0.5], "bayes_entropy_bits": [1.0, 0.4]}
-    write_run(runs_dir, "mathtext", arch="$\\notacommand{$",
-              evals={"default": {"metrics": {"entropy_mae_bits": METRIC}, "per_position": curves}})
+    write_run(
+        runs_dir,
+        "mathtext",
+        arch="$\\notacommand{$",
+        evals={"default": {"metrics": {"entropy_mae_bits": METRIC}, "per_position": curves}},
+    )
     results = build_report([runs_dir], tmp_path / "report")
     assert len(results["runs"]) == 3
     md = (tmp_path / "report" / "report.md").read_text()
@@ -98,14 +116,25 @@ def test_memorisation_verdict_both_sides_of_the_hypothesis_count():
     assert tables.memorisation_verdict(3.0, 0) == "no training"
 
     def rec(task: str, steps: int, batch: int) -> RunRecord:
-        return RunRecord(path=Path(task), task=task, arch="transformer", seed=0, evals={},
-                         config={"task": {"name": task}, "train": {"steps": steps, "batch_size": batch}})
+        return RunRecord(
+            path=Path(task),
+            task=task,
+            arch="transformer",
+            seed=0,
+            evals={},
+            config={"task": {"name": task}, "train": {"steps": steps, "batch_size": batch}},
+        )
 
-    rows = tables.memorisation_table([rec("small", 2000, 4), rec("large", 10, 10), rec("cont", 10, 10)],
-                                     {"small": 3.0, "large": 8.0, "cont": math.inf})
+    rows = tables.memorisation_table(
+        [rec("small", 2000, 4), rec("large", 10, 10), rec("cont", 10, 10)],
+        {"small": 3.0, "large": 8.0, "cont": math.inf},
+    )
     verdicts = {row[0]: row[3] for row in rows}
-    assert verdicts == {"small": "memorisation possible", "large": "seen fraction 10^-6.0",
-                        "cont": "cannot be memorised"}
+    assert verdicts == {
+        "small": "memorisation possible",
+        "large": "seen fraction 10^-6.0",
+        "cont": "cannot be memorised",
+    }
     assert not any("--" in row[3] for row in rows)
 
 
@@ -124,11 +153,14 @@ CORRUPT_EVALS = {  # id -> (eval.json contents, field the error names)
     "metric-list": (_evals_with([0.1, 0.0, 0.2]), "default.metrics.entropy_mae_bits"),
     "metrics-list": ({"default": {"metrics": [1]}}, "default.metrics"),
     "eval-string": ({"default": "x"}, "default"),
-    "curve-strings": (_evals_with(per_position={"model_entropy_bits": ["a"]}),
-                      "default.per_position.model_entropy_bits"),
-    "approximation-kl": (_evals_with(approximations={"last 1 obs": {"kl_from_model_bits": "x",
-                                                                    "entropy_mae_bits": 0.1}}),
-                         "default.approximations.last 1 obs.kl_from_model_bits"),
+    "curve-strings": (
+        _evals_with(per_position={"model_entropy_bits": ["a"]}),
+        "default.per_position.model_entropy_bits",
+    ),
+    "approximation-kl": (
+        _evals_with(approximations={"last 1 obs": {"kl_from_model_bits": "x", "entropy_mae_bits": 0.1}}),
+        "default.approximations.last 1 obs.kl_from_model_bits",
+    ),
     "task-param-N": (_evals_with(task_params={"N": "x"}), "default.task_params.N"),
     "task-param-N-zero": (_evals_with(task_params={"N": 0}), "default.task_params.N"),
 }
@@ -173,8 +205,10 @@ CORRUPT_METRICS = {  # id -> (metrics.jsonl lines, what the error names after th
     "record-number": (["3"], "line 1"),
     "step-string": (['{"step": "x", "split": "eval", "entropy_mae_bits": 0.1}'], "line 1"),
     "step-missing": (['{"split": "eval", "entropy_mae_bits": 0.1}'], "line 1"),
-    "metric-string": (['{"step": 5, "split": "eval", "entropy_mae_bits": "x", "train_s": 1.0}'],
-                      "record 1.entropy_mae_bits: expected "),
+    "metric-string": (
+        ['{"step": 5, "split": "eval", "entropy_mae_bits": "x", "train_s": 1.0}'],
+        "record 1.entropy_mae_bits: expected ",
+    ),
     "elapsed-nan": (['{"step": 5, "loss": 1.0}', '{"step": 5, "elapsed_s": NaN}'], "record 2.elapsed_s: expected "),
 }
 
@@ -200,17 +234,28 @@ def test_a_run_file_that_is_not_a_json_object_is_a_checkpoint_error(tmp_path, na
 def test_legitimate_gaps_still_build(tmp_path):
     """Null metrics (accuracy is undefined for real answers), NaN in per-position curves (positions with no data),
     null metric values in training-time evaluations and garbled geometry numbers are not errors."""
-    evals = _evals_with(per_position={"model_entropy_bits": [1.0, math.nan], "bayes_entropy_bits": [1.0, 0.5],
-                                      "accuracy": None})
+    evals = _evals_with(
+        per_position={"model_entropy_bits": [1.0, math.nan], "bayes_entropy_bits": [1.0, 0.5], "accuracy": None}
+    )
     evals["default"]["metrics"]["accuracy"] = None
-    lines = ['{"step": 5, "loss": 1.0, "train_s": 0.5, "elapsed_s": 0.6}',
-             '{"step": 5, "split": "eval", "entropy_mae_bits": 0.2, "accuracy": null, "train_s": 0.5}',
-             '{"step": 10, "split": "eval", "entropy_mae_bits": 0.04, "accuracy": null, "train_s": 1.0}']
+    lines = [
+        '{"step": 5, "loss": 1.0, "train_s": 0.5, "elapsed_s": 0.6}',
+        '{"step": 5, "split": "eval", "entropy_mae_bits": 0.2, "accuracy": null, "train_s": 0.5}',
+        '{"step": 10, "split": "eval", "entropy_mae_bits": 0.04, "accuracy": null, "train_s": 1.0}',
+    ]
     run = write_run(tmp_path, "run", evals=evals, metrics_lines=lines)
-    (run / "geometry.json").write_text(json.dumps({"keys": {"gaussian_baseline": "x",
-                                                            "authors_signed_mean_cos_per_layer": [0.1],
-                                                            "authors_gaussian_baseline": {"mean": "?"}},
-                                                   "lens": {"kl_bits_per_layer": ["a", 0.5]}}))
+    (run / "geometry.json").write_text(
+        json.dumps(
+            {
+                "keys": {
+                    "gaussian_baseline": "x",
+                    "authors_signed_mean_cos_per_layer": [0.1],
+                    "authors_gaussian_baseline": {"mean": "?"},
+                },
+                "lens": {"kl_bits_per_layer": ["a", 0.5]},
+            }
+        )
+    )
     results = build_report([run], tmp_path / "report")
     assert results["runs"][0]["wall_s"] == 0.6
     md = (tmp_path / "report" / "report.md").read_text()

@@ -32,7 +32,11 @@ def test_suite_covers_every_cell():
         assert all(f"{t}-{a}" in quick for a in ("lstm", "mlp", "mlp-pointwise", *BASELINES))
     assert len(quick) == len(TASKS) * (2 * 3 + 3 + len(BASELINES))
     assert {r.name for r in suite("quick", only={"task": "hmm", "arch": "transformer,lstm"})} == {
-        "hmm-transformer-s0", "hmm-transformer-s1", "hmm-transformer-s2", "hmm-lstm"}
+        "hmm-transformer-s0",
+        "hmm-transformer-s1",
+        "hmm-transformer-s2",
+        "hmm-lstm",
+    }
     with pytest.raises(ValueError, match="only"):
         suite("quick", only={"colour": "red"})
     with pytest.raises(ValueError, match="tier"):
@@ -73,11 +77,20 @@ def test_standard_tier_trains_the_quick_sizes_with_recipes():
 def test_deviations_are_computed_from_configs_and_name_their_source():
     paper = deviations("paper")  # the paper tier is built from the sourced table: only fixed implementation forms
     assert paper and all(" model: form = " in line for line in paper)
-    assert any(line.startswith("hmm / transformer model: form = RMSNorm") and "dropout 0.1" in line
-               and "[authors' code: src/models/gpt_mini.py]" in line for line in paper)
+    assert any(
+        line.startswith("hmm / transformer model: form = RMSNorm")
+        and "dropout 0.1" in line
+        and "[authors' code: src/models/gpt_mini.py]" in line
+        for line in paper
+    )
     lines = deviations("quick")
-    assert any(line.startswith("recall: ") and "N = " in line and "(64)" in line
-               and "[authors' code: src/data/associative_recall.py" in line for line in lines)
+    assert any(
+        line.startswith("recall: ")
+        and "N = " in line
+        and "(64)" in line
+        and "[authors' code: src/data/associative_recall.py" in line
+        for line in lines
+    )
     hmm_tf = next(line for line in lines if line.startswith("hmm / transformer model: "))
     assert "n_layers = 4 (9)" in hmm_tf and "pos = learned+rotary (learned)" in hmm_tf  # sizes at model defaults
     hmm_train = next(line for line in lines if line.startswith("hmm / transformer training: "))
@@ -116,8 +129,11 @@ def test_smoke_report_structure(smoke):
     # the sentence under Table 1 lists exactly the cells whose level differs from the paper's number's level
     split = tables.disagreements(table)
     assert not any(s.startswith("oracle") for s in split)  # the oracle is exact everywhere
-    assert ("Where this run and the paper's number fall on different levels: "
-            + ("; ".join(split) if split else "nowhere") + ".") in md
+    assert (
+        "Where this run and the paper's number fall on different levels: "
+        + ("; ".join(split) if split else "nowhere")
+        + "."
+    ) in md
     assert table["oracle"]["hmm"]["level"] == "exact" and table["oracle"]["hmm"]["closest"] == "exact"
     assert "closest posterior" in md and "Reference levels and scoring (derived from the tasks" in md
     # length generalisation prints each task's headline metric (accuracy for recall)
@@ -127,12 +143,20 @@ def test_smoke_report_structure(smoke):
 
 def test_disagreements_compare_levels_not_numbers():
     cell = {"metric": "entropy_mae_bits"}
-    data = {"mamba": {"hmm": {**cell, "mean": 0.083, "level": "approximate", "paper": 0.024},
-                      "bijection": {**cell, "mean": 0.045, "level": "approximate", "paper": 0.010}},
-            "lstm": {"recall": {"metric": "accuracy", "mean": 0.96, "level": "approximate", "paper": 0.005},
-                     "regression": {**cell, "mean": 1.2, "level": "fail", "paper": None}}}
-    assert tables.disagreements(data) == ["mamba on bijection: 0.045 is approximate here; the paper's 0.010 is exact",
-                                          "lstm on recall: 96.0% is approximate here; the paper's 0.5% is fail"]
+    data = {
+        "mamba": {
+            "hmm": {**cell, "mean": 0.083, "level": "approximate", "paper": 0.024},
+            "bijection": {**cell, "mean": 0.045, "level": "approximate", "paper": 0.010},
+        },
+        "lstm": {
+            "recall": {"metric": "accuracy", "mean": 0.96, "level": "approximate", "paper": 0.005},
+            "regression": {**cell, "mean": 1.2, "level": "fail", "paper": None},
+        },
+    }
+    assert tables.disagreements(data) == [
+        "mamba on bijection: 0.045 is approximate here; the paper's 0.010 is exact",
+        "lstm on recall: 96.0% is approximate here; the paper's 0.5% is fail",
+    ]
 
 
 def test_rerun_skips_finished_runs(smoke):

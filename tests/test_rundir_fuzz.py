@@ -16,14 +16,45 @@ from typer.testing import CliRunner
 from windtunnel.cli import app
 
 runner = CliRunner()
-TRAIN = ["train", "--task", "bijection", "--arch", "transformer", "--preset", "smoke", "--no-progress",
-         "--set", "task.V=5", "--set", "task.L=4", "--set", "train.batch_size=4", "--set", "eval.n=8",
-         "--set", "train.device=cpu", "--set", "train.eval_every=1", "--set", "train.checkpoint_every=1"]
-FILES = ["config.json", "metrics.jsonl", "eval.json", "checkpoints/latest.json",
-         "checkpoints/step_00000002.safetensors", "checkpoints/step_00000002.state.json",
-         "checkpoints/step_00000002.state.safetensors", "checkpoints/step_00000001.safetensors"]
-WEIGHTS = {"checkpoints/latest.json", "checkpoints/step_00000002.safetensors",
-           "checkpoints/step_00000002.state.json"}  # what `eval` computes its numbers from
+TRAIN = [
+    "train",
+    "--task",
+    "bijection",
+    "--arch",
+    "transformer",
+    "--preset",
+    "smoke",
+    "--no-progress",
+    "--set",
+    "task.V=5",
+    "--set",
+    "task.L=4",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.n=8",
+    "--set",
+    "train.device=cpu",
+    "--set",
+    "train.eval_every=1",
+    "--set",
+    "train.checkpoint_every=1",
+]
+FILES = [
+    "config.json",
+    "metrics.jsonl",
+    "eval.json",
+    "checkpoints/latest.json",
+    "checkpoints/step_00000002.safetensors",
+    "checkpoints/step_00000002.state.json",
+    "checkpoints/step_00000002.state.safetensors",
+    "checkpoints/step_00000001.safetensors",
+]
+WEIGHTS = {
+    "checkpoints/latest.json",
+    "checkpoints/step_00000002.safetensors",
+    "checkpoints/step_00000002.state.json",
+}  # what `eval` computes its numbers from
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +73,7 @@ def _damage(path: Path, how: str, data: st.DataObject) -> None:
     if how == "delete":
         path.unlink()
     elif how == "truncate":
-        path.write_bytes(raw[:data.draw(st.integers(0, max(0, len(raw) - 1)), label="keep")])
+        path.write_bytes(raw[: data.draw(st.integers(0, max(0, len(raw) - 1)), label="keep")])
     elif how == "bitflip":
         bit = data.draw(st.integers(0, len(raw) * 8 - 1), label="bit")
         b = bytearray(raw)
@@ -54,19 +85,29 @@ def _damage(path: Path, how: str, data: st.DataObject) -> None:
         path.write_bytes(raw[:at] + junk + raw[at:])
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(file=st.sampled_from(FILES), how=st.sampled_from(["truncate", "bitflip", "delete", "garbage"]),
-       command=st.sampled_from(["eval", "probe", "report", "resume"]), data=st.data())
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    file=st.sampled_from(FILES),
+    how=st.sampled_from(["truncate", "bitflip", "delete", "garbage"]),
+    command=st.sampled_from(["eval", "probe", "report", "resume"]),
+    data=st.data(),
+)
 def test_damaged_run_directory_never_gives_a_traceback(pristine, tmp_path_factory, file, how, command, data):
     source, expected = pristine
     run = tmp_path_factory.mktemp("case") / "run"
     shutil.copytree(source, run)
     _damage(run / file, how, data)
-    args = {"eval": ["eval", str(run), "--json"],
-            "probe": ["probe", str(run), "--n", "4", "--no-figures"],
-            "report": ["report", str(run), "--out", str(run.parent / "report")],
-            "resume": [*TRAIN, "--steps", "3", "--out", str(run), "--resume"]}[command]
+    args = {
+        "eval": ["eval", str(run), "--json"],
+        "probe": ["probe", str(run), "--n", "4", "--no-figures"],
+        "report": ["report", str(run), "--out", str(run.parent / "report")],
+        "resume": [*TRAIN, "--steps", "3", "--out", str(run), "--resume"],
+    }[command]
     r = runner.invoke(app, args)
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
     assert r.exit_code in (0, 1, 2), r.output
@@ -75,5 +116,5 @@ def test_damaged_run_directory_never_gives_a_traceback(pristine, tmp_path_factor
         errors = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
         assert len(errors) == 1 and r.output.strip().splitlines()[-1] == errors[0], r.output
     elif command == "eval" and file in WEIGHTS:  # damaged weights either fail or were not used: same numbers
-        got = json.loads(r.output[r.output.index("{"):])
+        got = json.loads(r.output[r.output.index("{") :])
         assert got["default"]["metrics"] == expected["default"]["metrics"]

@@ -24,11 +24,29 @@ from windtunnel.lock import OWNER_FILE, DirLock, is_locked
 from windtunnel.train import train
 
 runner = CliRunner()
-SMOKE = ["--preset", "smoke", "--steps", "2", "--no-progress", "--set", "task.V=5", "--set", "task.L=4",
-         "--set", "train.batch_size=4", "--set", "eval.n=8", "--set", "train.device=cpu"]
-SMOKE_CFG = {"task": {"name": "bijection", "params": {"V": 5, "L": 4}}, "model": {"arch": "transformer",
-             "preset": "smoke"}, "train": {"steps": 4, "batch_size": 4, "checkpoint_every": 2, "eval_every": 0,
-             "device": "cpu", "warmup_steps": 1}, "eval": {"n": 8}}
+SMOKE = [
+    "--preset",
+    "smoke",
+    "--steps",
+    "2",
+    "--no-progress",
+    "--set",
+    "task.V=5",
+    "--set",
+    "task.L=4",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.n=8",
+    "--set",
+    "train.device=cpu",
+]
+SMOKE_CFG = {
+    "task": {"name": "bijection", "params": {"V": 5, "L": 4}},
+    "model": {"arch": "transformer", "preset": "smoke"},
+    "train": {"steps": 4, "batch_size": 4, "checkpoint_every": 2, "eval_every": 0, "device": "cpu", "warmup_steps": 1},
+    "eval": {"n": 8},
+}
 
 
 def _one_line_error(r, code: int) -> str:
@@ -83,8 +101,11 @@ def test_a_payload_in_a_run_directory_never_runs_without_the_flag(trained, tmp_p
     monkeypatch.setattr(sys, "path", ["", *sys.path])
     for name in ("evilrun", "evilrun.payload_mod_xyz", "payload_mod_xyz"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    for command in (["eval", "evilrun"], ["probe", "evilrun", "--n", "4", "--no-figures"],
-                    ["train", "--config", "evilrun/config.json", "--out", "again"]):
+    for command in (
+        ["eval", "evilrun"],
+        ["probe", "evilrun", "--n", "4", "--no-figures"],
+        ["train", "--config", "evilrun/config.json", "--out", "again"],
+    ):
         line = _one_line_error(runner.invoke(app, command), 2)
         assert arch in line and "--trust-code" in line
     with pytest.raises(UntrustedCodeError, match="trust_code=True"):
@@ -101,14 +122,19 @@ def test_a_payload_in_a_run_directory_never_runs_without_the_flag(trained, tmp_p
 def test_trusted_import_string_from_an_installed_module_builds(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
-    (site / "my_arch_pkg_xyz.py").write_text(textwrap.dedent("""
+    (site / "my_arch_pkg_xyz.py").write_text(
+        textwrap.dedent("""
         from windtunnel.models.lstm import LSTM
         class Model(LSTM):
             pass
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(site))  # an installed location, not the current or the run directory
-    cfg = {**SMOKE_CFG, "model": {"arch": "my_arch_pkg_xyz:Model", "size": {"d_model": 8, "n_layers": 1}},
-           "train": {**SMOKE_CFG["train"], "steps": 2}}
+    cfg = {
+        **SMOKE_CFG,
+        "model": {"arch": "my_arch_pkg_xyz:Model", "size": {"d_model": 8, "n_layers": 1}},
+        "train": {**SMOKE_CFG["train"], "steps": 2},
+    }
     with pytest.raises(UntrustedCodeError):
         train(cfg, tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
@@ -152,8 +178,9 @@ def test_a_second_writer_fails_at_once_naming_the_holder(trained, holder):
     proc = holder(trained)
     assert is_locked(trained)
     for extra in (["--resume"], ["--overwrite"]):
-        r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained),
-                                *SMOKE, *extra])
+        r = runner.invoke(
+            app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE, *extra]
+        )
         line = _one_line_error(r, 1)
         assert f"in use by pid {proc.pid} on {socket.gethostname()}" in line
     after = {p: p.read_bytes() for p in trained.rglob("*") if p.is_file() and p.name != OWNER_FILE}
@@ -172,8 +199,9 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(trained, holder):
     assert lock.took_over["pid"] == proc.pid
     lock.release()
     assert not is_locked(trained)
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE,
-                            "--resume"])
+    r = runner.invoke(
+        app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE, "--resume"]
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -189,17 +217,19 @@ def test_two_reproduce_into_one_out_cannot_both_train(tmp_path, holder):
 # --- validate everything before creating anything --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--set", "model.zzz=3"], "zzz"),
-    (["--set", "train.lr=.inf"], "train.lr"),
-    (["--set", "train.grad_clip=.nan"], "train.grad_clip"),
-    (["--set", "model.init_std=.inf"], "model.size"),
-    (["--set", "task.V=.inf"], "V"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--set", "model.zzz=3"], "zzz"),
+        (["--set", "train.lr=.inf"], "train.lr"),
+        (["--set", "train.grad_clip=.nan"], "train.grad_clip"),
+        (["--set", "model.init_std=.inf"], "model.size"),
+        (["--set", "task.V=.inf"], "V"),
+    ],
+)
 def test_a_refused_train_leaves_nothing_behind(tmp_path, args, field):
     out = tmp_path / "deep" / "run"
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out),
-                            *SMOKE, *args])
+    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE, *args])
     assert field in _one_line_error(r, 2)
     assert not (tmp_path / "deep").exists()
 
@@ -207,8 +237,10 @@ def test_a_refused_train_leaves_nothing_behind(tmp_path, args, field):
 def test_out_that_is_a_file_or_below_one(tmp_path):
     (tmp_path / "f").write_text("x")
     for out in (tmp_path / "f", tmp_path / "f" / "run"):
-        for command in (["train", "--arch", "uniform", "--out", str(out)], ["report", str(tmp_path), "--out",
-                                                                               str(out)]):
+        for command in (
+            ["train", "--arch", "uniform", "--out", str(out)],
+            ["report", str(tmp_path), "--out", str(out)],
+        ):
             assert "is a file" in _one_line_error(runner.invoke(app, command), 2)
     assert (tmp_path / "f").read_text() == "x"
 
@@ -243,21 +275,28 @@ def test_corrupt_checkpoint_under_probe_is_exit_1(trained):
     assert "step_00000002.safetensors" in line
 
 
-@pytest.mark.parametrize("content", [b'{"task": {"name": "bij', b"\x00\xff\xfe binary", b"[1, 2]",
-                                     b'{"model": {"arch": 3}}'])
+@pytest.mark.parametrize(
+    "content", [b'{"task": {"name": "bij', b"\x00\xff\xfe binary", b"[1, 2]", b'{"model": {"arch": 3}}']
+)
 def test_corrupt_config_under_eval_probe_report(trained, tmp_path, content):
     (trained / "config.json").write_bytes(content)
-    for command in (["eval", str(trained)], ["probe", str(trained), "--n", "4", "--no-figures"],
-                    ["report", str(trained), "--out", str(tmp_path / "rep")]):
+    for command in (
+        ["eval", str(trained)],
+        ["probe", str(trained), "--n", "4", "--no-figures"],
+        ["report", str(trained), "--out", str(tmp_path / "rep")],
+    ):
         assert "config.json" in _one_line_error(runner.invoke(app, command), 1)
     assert not (tmp_path / "rep").exists()  # the report validates its inputs before creating --out
 
 
-@pytest.mark.parametrize(("sets", "words"), [
-    (["task.V=10"], "vocab_size"),
-    (["task.V=5", "task.L=4", "task.V=7"], "vocab_size"),
-    (["task.name=hmm"], "task.name"),
-])
+@pytest.mark.parametrize(
+    ("sets", "words"),
+    [
+        (["task.V=10"], "vocab_size"),
+        (["task.V=5", "task.L=4", "task.V=7"], "vocab_size"),
+        (["task.name=hmm"], "task.name"),
+    ],
+)
 def test_eval_override_that_changes_the_model_shape_is_refused(trained, sets, words):
     args = [a for s in sets for a in ("--set", s)]
     assert words in _one_line_error(runner.invoke(app, ["eval", str(trained), *args]), 2)
@@ -274,8 +313,22 @@ def test_bad_metrics_line_in_the_middle_is_an_error_naming_it(trained, tmp_path,
     p.write_text("\n".join([good[0], line, *good[1:]]) + "\n")
     with pytest.raises(CheckpointError, match="line 2"):
         rundir.read_metrics(trained)
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE,
-                            "--resume", "--steps", "3"])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "--task",
+            "bijection",
+            "--arch",
+            "transformer",
+            "--out",
+            str(trained),
+            *SMOKE,
+            "--resume",
+            "--steps",
+            "3",
+        ],
+    )
     assert "line 2" in _one_line_error(r, 1)
     assert p.read_text().splitlines()[1] == line  # nothing rewritten, nothing lost
     assert "line 2" in _one_line_error(runner.invoke(app, ["report", str(trained), "--out", str(tmp_path / "x")]), 1)
@@ -292,8 +345,22 @@ def test_corrupt_latest_json(trained, content):
     (trained / "checkpoints" / "latest.json").write_text(content)
     assert "latest.json" in _one_line_error(runner.invoke(app, ["eval", str(trained)]), 1)
     with pytest.warns(RuntimeWarning, match="resuming from step 2, the newest good checkpoint.*latest.json"):
-        r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained),
-                                *SMOKE, "--resume", "--steps", "3"])
+        r = runner.invoke(
+            app,
+            [
+                "train",
+                "--task",
+                "bijection",
+                "--arch",
+                "transformer",
+                "--out",
+                str(trained),
+                *SMOKE,
+                "--resume",
+                "--steps",
+                "3",
+            ],
+        )
     assert r.exit_code == 0, r.output
 
 

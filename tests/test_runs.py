@@ -146,8 +146,17 @@ def test_training_reads_validation_and_evaluation_reads_test(monkeypatch, tmp_pa
         return sample(self, batch_size, seed=seed, generator=generator, device=device)
 
     monkeypatch.setattr(Bijection, "sample", spy)
-    cfg = build_config(overrides={"model.preset": "smoke", "train.steps": 4, "train.eval_every": 2,
-                                  "train.eval_size": 8, "eval.n": 8, "eval.batch_size": 8, "seed": 3})
+    cfg = build_config(
+        overrides={
+            "model.preset": "smoke",
+            "train.steps": 4,
+            "train.eval_every": 2,
+            "train.eval_size": 8,
+            "eval.n": 8,
+            "eval.batch_size": 8,
+            "seed": 3,
+        }
+    )
     train.train(cfg, tmp_path / "run", progress=False)
     assert seen[:2] == [seeds.train_seed(3, 1), seeds.train_seed(3, 2)]
     assert seeds.val_seed(3, 0) in seen

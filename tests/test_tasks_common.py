@@ -25,13 +25,26 @@ LATENT = {
 SMALL = {
     "bijection": st.fixed_dictionaries(
         {"V": st.integers(2, 7), "format": st.sampled_from(["sep-vocab", "paired"]), "with_replacement": st.booleans()}
-    ).flatmap(lambda d: st.fixed_dictionaries(
-        {**{k: st.just(v) for k, v in d.items()},
-         "L": st.integers(1, d["V"] if not d["with_replacement"] else 2 * d["V"])})),
+    ).flatmap(
+        lambda d: st.fixed_dictionaries(
+            {
+                **{k: st.just(v) for k, v in d.items()},
+                "L": st.integers(1, d["V"] if not d["with_replacement"] else 2 * d["V"]),
+            }
+        )
+    ),
     "hmm": st.fixed_dictionaries({"S": st.integers(2, 6), "O": st.integers(2, 6), "K": st.integers(1, 8)}),
-    "recall": st.integers(1, 6).flatmap(lambda n: st.fixed_dictionaries(
-        {"N": st.just(n), "key_vocab": st.integers(n, 12), "value_vocab": st.integers(n, 12),
-         "n_filler": st.integers(0, 4), "M": st.integers(1, n)})),
+    "recall": st.integers(1, 6).flatmap(
+        lambda n: st.fixed_dictionaries(
+            {
+                "N": st.just(n),
+                "key_vocab": st.integers(n, 12),
+                "value_vocab": st.integers(n, 12),
+                "n_filler": st.integers(0, 4),
+                "M": st.integers(1, n),
+            }
+        )
+    ),
     "regression": st.fixed_dictionaries(
         {"d": st.integers(1, 4), "n": st.integers(1, 8), "tau": st.floats(0.2, 3.0), "sigma": st.floats(0.1, 2.0)}
     ),

@@ -60,8 +60,14 @@ def test_default_scores_at_the_answer_slot():
     assert int(b.target_mask.sum()) == 16 * 4
 
 
-@pytest.mark.parametrize("params", [dict(), dict(N=5, key_vocab=7, value_vocab=9, n_filler=3, M=5),
-                                    dict(N=3, key_vocab=3, value_vocab=3, n_filler=0, M=3)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(),
+        dict(N=5, key_vocab=7, value_vocab=9, n_filler=3, M=5),
+        dict(N=3, key_vocab=3, value_vocab=3, n_filler=0, M=3),
+    ],
+)
 def test_slot_and_key_differ_only_by_one_position(params):
     """Same seed: identical inputs, targets and posterior; the mask moves exactly one position right."""
     slot = tasks.make("recall", **params, score_at="slot").sample(6, seed=7)

@@ -28,9 +28,21 @@ TINY_TASKS = {
 
 
 def _cfg(task: str = "bijection", arch: str = "transformer", **extra):
-    o = {"task.name": task, "model.arch": arch, "model.preset": "smoke", "train.steps": 4, "train.batch_size": 8,
-         "train.log_every": 1, "train.eval_every": 2, "train.eval_size": 8, "train.warmup_steps": 1,
-         "train.checkpoint_every": 2, "eval.n": 16, "eval.batch_size": 8, "train.device": "cpu"}
+    o = {
+        "task.name": task,
+        "model.arch": arch,
+        "model.preset": "smoke",
+        "train.steps": 4,
+        "train.batch_size": 8,
+        "train.log_every": 1,
+        "train.eval_every": 2,
+        "train.eval_size": 8,
+        "train.warmup_steps": 1,
+        "train.checkpoint_every": 2,
+        "eval.n": 16,
+        "eval.batch_size": 8,
+        "train.device": "cpu",
+    }
     o.update({f"task.{k}": v for k, v in TINY_TASKS[task].items()})
     o.update(extra)
     return build_config(overrides=o)
@@ -55,16 +67,24 @@ def test_every_pair_trains_and_writes_a_run(tmp_path, task, arch):
 
 
 def test_training_reduces_loss_on_bijection(tmp_path):
-    cfg = _cfg(**{"train.steps": 60, "train.lr": 3e-3, "train.batch_size": 32, "train.eval_every": 0,
-                  "train.checkpoint_every": 0})
+    cfg = _cfg(
+        **{
+            "train.steps": 60,
+            "train.lr": 3e-3,
+            "train.batch_size": 32,
+            "train.eval_every": 0,
+            "train.checkpoint_every": 0,
+        }
+    )
     train(cfg, tmp_path / "r", progress=False)
     losses = [r["loss"] for r in runs.load_run(tmp_path / "r").metrics() if "loss" in r]
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.1
 
 
 def test_lr_schedule_warmup_cosine_and_constant():
-    cfg = build_config(overrides={"train.steps": 100, "train.lr": 1.0, "train.warmup_steps": 10,
-                                  "train.min_lr_ratio": 0.1})
+    cfg = build_config(
+        overrides={"train.steps": 100, "train.lr": 1.0, "train.warmup_steps": 10, "train.min_lr_ratio": 0.1}
+    )
     assert lr_at(5, cfg) == pytest.approx(0.5) and lr_at(10, cfg) == pytest.approx(1.0)
     assert lr_at(55, cfg) == pytest.approx(0.55) and lr_at(100, cfg) == pytest.approx(0.1)
     const = build_config(overrides={"train.schedule": "constant", "train.warmup_steps": 0, "train.lr": 0.3})
@@ -123,12 +143,21 @@ train(validate(json.loads(sys.argv[1])), sys.argv[2], progress=False)
 
 
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
-    cfg = _cfg(**{"train.steps": 100, "train.checkpoint_every": 10, "train.eval_every": 30, "train.log_every": 5,
-                  "train.batch_size": 16, "eval.n": 32})
+    cfg = _cfg(
+        **{
+            "train.steps": 100,
+            "train.checkpoint_every": 10,
+            "train.eval_every": 30,
+            "train.log_every": 5,
+            "train.batch_size": 16,
+            "eval.n": 32,
+        }
+    )
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, json.dumps(cfg.model_dump(mode="json")), str(killed)],
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, json.dumps(cfg.model_dump(mode="json")), str(killed)], env=env
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         step = (killed / "checkpoints" / "latest.json").exists() and checkpoints.latest_step(killed)
@@ -148,8 +177,9 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     assert resumed["default"]["per_position"] == fresh["default"]["per_position"]
 
     def key_lines(path):
-        return [(r["step"], r.get("split"), r.get("loss"), r.get("entropy_mae_bits"))
-                for r in rundir.read_metrics(path)]
+        return [
+            (r["step"], r.get("split"), r.get("loss"), r.get("entropy_mae_bits")) for r in rundir.read_metrics(path)
+        ]
 
     assert key_lines(killed) == key_lines(tmp_path / "fresh")  # no duplicated or missing lines
     a = runs.load_run(killed).model.state_dict()

@@ -1,9 +1,9 @@
 """Checkpoints of a run directory, loaded without unpickling (safetensors + JSON only).
 
-    run_dir/checkpoints/step_00001000.safetensors          model weights
-    run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
-    run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
-    run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
+run_dir/checkpoints/step_00001000.safetensors          model weights
+run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
+run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
+run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, 
 
 
 def save_checkpoint(
-    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    run_dir: str | Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
     extra: dict | None = None,
 ) -> None:
     """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
@@ -68,8 +71,12 @@ def save_checkpoint(
     s_raw = st_save(tensors)
     atomic_write(d / f"{name}.safetensors", w_raw)
     atomic_write(d / f"{name}.state.safetensors", s_raw)
-    meta = {"step": step, "param_groups": groups, "extra": extra or {},
-            "sha256": {"weights": _sha256(w_raw), "state": _sha256(s_raw)}}
+    meta = {
+        "step": step,
+        "param_groups": groups,
+        "extra": extra or {},
+        "sha256": {"weights": _sha256(w_raw), "state": _sha256(s_raw)},
+    }
     write_json(d / f"{name}.state.json", meta)
     write_json(d / "latest.json", {"step": step})
 
@@ -82,7 +89,7 @@ def list_checkpoints(run_dir: str | Path) -> list[int]:
     steps = []
     for p in d.glob("step_*.state.json"):
         with contextlib.suppress(ValueError):
-            s = int(p.name[len("step_"):].split(".")[0])
+            s = int(p.name[len("step_") :].split(".")[0])
             if (d / f"{_ckpt_name(s)}.safetensors").exists():
                 steps.append(s)
     return sorted(steps)
@@ -126,8 +133,11 @@ def resume_step(run_dir: str | Path) -> int | None:
             problems.append(str(err))
             continue
         if problems:
-            warnings.warn(f"resuming from step {step}, the newest good checkpoint: " + "; ".join(problems),
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"resuming from step {step}, the newest good checkpoint: " + "; ".join(problems),
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return step
     if problems:
         raise CheckpointError("no good checkpoint to resume from: " + "; ".join(problems))
@@ -142,7 +152,10 @@ def delete_checkpoint(run_dir: str | Path, step: int) -> None:
 
 
 def load_checkpoint(
-    run_dir: str | Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    run_dir: str | Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
     restore_rng: bool = False,
 ) -> dict:
     """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""

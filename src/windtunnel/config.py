@@ -229,9 +229,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None) -> d
     return out
 
 
-def build_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None, **fields: Any
-) -> RunConfig:
+def build_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None, **fields: Any) -> RunConfig:
     """Config file (optional) + dotted overrides (+ keyword shortcuts given as dotted keys) -> RunConfig."""
     data = read_file(path) if path is not None else {}
     return validate(apply_overrides(data, {**fields, **(overrides or {})}))
@@ -259,8 +257,10 @@ def _check_same_shape(spec: Any, base: Any, where: str, what: str) -> None:
     """A task variant may change sequence lengths, never what a model's embedding and head are sized for."""
     for field in _MODEL_SHAPE:
         if getattr(spec, field) != getattr(base, field):
-            raise ValueError(f"{where}: changes {field} ({getattr(base, field)} -> {getattr(spec, field)}); "
-                             f"{what} may only change sequence lengths")
+            raise ValueError(
+                f"{where}: changes {field} ({getattr(base, field)} -> {getattr(spec, field)}); "
+                f"{what} may only change sequence lengths"
+            )
 
 
 def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
@@ -280,8 +280,10 @@ def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
     _check_same_shape(task.spec, base.spec, where, "an evaluation")
     limit = cfg.model.size.get("max_len", cfg.model.max_len)  # every architecture's Size has max_len
     if cfg.model.arch not in BASELINES and limit is not None and task.spec.seq_len > limit:
-        raise ValueError(f"{where}: its sequences have {task.spec.seq_len} positions, more than the model's "
-                             f"model.max_len = {limit}; train with a larger model.max_len to evaluate them")
+        raise ValueError(
+            f"{where}: its sequences have {task.spec.seq_len} positions, more than the model's "
+            f"model.max_len = {limit}; train with a larger model.max_len to evaluate them"
+        )
     return task
 
 
@@ -315,8 +317,9 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
         lengths.append(spec.seq_len)
     max_len = cfg.model.max_len or max(lengths)
     if max_len < max(lengths):
-        raise ValueError(f"model.max_len: must be >= {max(lengths)}, the longest evaluated or trained sequence "
-                         f"(got {max_len})")
+        raise ValueError(
+            f"model.max_len: must be >= {max(lengths)}, the longest evaluated or trained sequence (got {max_len})"
+        )
     size = dict(cfg.model.size)
     if cfg.model.arch not in BASELINES:
         models.check(cfg.model.arch)  # unknown arch -> ValueError naming it; imports nothing

@@ -1,10 +1,10 @@
 """The errors a user can meet, by what they mean and the exit code the CLI gives them.
 
-    bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`), FileNotFoundError, ...: the command
-                            was wrong; fix it and run again
-    corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
-                            match its config; `RunInUseError`: another live process is writing the run directory;
-                            `TrainingDiverged`: the loss or gradients became non-finite
+bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`), FileNotFoundError, ...: the command
+                        was wrong; fix it and run again
+corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
+                        match its config; `RunInUseError`: another live process is writing the run directory;
+                        `TrainingDiverged`: the loss or gradients became non-finite
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ class TrainingDiverged(RuntimeError):
     """Loss or gradients became non-finite; checkpoints written before it are kept."""
 
     def __init__(self, step: int, what: str, kept: int | None = None) -> None:
-        where = (f"the last good checkpoint, step {kept}, is kept" if kept is not None
-                 else "no checkpoint had been written yet")
+        where = (
+            f"the last good checkpoint, step {kept}, is kept"
+            if kept is not None
+            else "no checkpoint had been written yet"
+        )
         super().__init__(f"training diverged at step {step}: non-finite {what} ({where})")
         self.step, self.what, self.kept = step, what, kept
 

@@ -25,7 +25,13 @@ from windtunnel.tasks.base import Batch
 
 
 def _predictions(
-    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, dtype: str,
+    model: nn.Module,
+    task: Any,
+    seed: int,
+    n: int,
+    batch_size: int,
+    device: torch.device | str,
+    dtype: str,
     stream: str,
 ) -> Iterator[tuple[Batch, Distribution]]:
     """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with seeds.stream_seed(stream, seed,
@@ -59,14 +65,23 @@ class ApproximationScores:
 
     def result(self) -> dict[str, dict[str, float]]:
         n = max(self.count, 1)
-        return {name: {"kl_from_model_bits": a / n, "entropy_mae_bits": e / n, "kl_bits": k / n}
-                for name, (a, e, k) in self.sums.items()}
+        return {
+            name: {"kl_from_model_bits": a / n, "entropy_mae_bits": e / n, "kl_bits": k / n}
+            for name, (a, e, k) in self.sums.items()
+        }
 
 
 @torch.inference_mode()
 def score(
-    model: nn.Module, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str,
-    dtype: str = "float32", approximations: ApproximationScores | None = None, stream: str = "test",
+    model: nn.Module,
+    task: Any,
+    seed: int,
+    n: int,
+    batch_size: int,
+    device: torch.device | str,
+    dtype: str = "float32",
+    approximations: ApproximationScores | None = None,
+    stream: str = "test",
 ) -> metrics.ScoreTable:
     """ScoreTable of `model` on n held-out sequences of `task` from `stream` ("test": the reported numbers;
     "validation": training-time evaluation and tuning); the same forward passes also feed `approximations`."""
@@ -79,8 +94,14 @@ def score(
 
 
 def evaluate_model(
-    model: nn.Module, task: Any, cfg: RunConfig, n: int | None = None, batch_size: int | None = None,
-    device: torch.device | str | None = None, n_boot: int = 1000, approximations: bool = True,
+    model: nn.Module,
+    task: Any,
+    cfg: RunConfig,
+    n: int | None = None,
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    n_boot: int = 1000,
+    approximations: bool = True,
     stream: str = "test",
 ) -> dict[str, Any]:
     """One evaluation setting on `stream`: {"task_params", "n", "stream", "metrics", "per_position",

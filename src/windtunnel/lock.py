@@ -56,15 +56,19 @@ class DirLock:
             self._lock.acquire(timeout=0)
         except Timeout:
             owner = read_owner(self.directory) or {}
-            raise RunInUseError(f"{self.directory}: {self.what} is in use by {_describe(owner)} "
-                                f"(since {owner.get('since', '?')}); wait for it to finish or stop it") from None
+            raise RunInUseError(
+                f"{self.directory}: {self.what} is in use by {_describe(owner)} "
+                f"(since {owner.get('since', '?')}); wait for it to finish or stop it"
+            ) from None
         stale = read_owner(self.directory)
         if stale is not None:  # its holder died without releasing: the OS freed the lock, its record stayed
             self.took_over = stale
-            warnings.warn(f"{self.directory}: took over the lock of {_describe(stale)}, which is no longer running",
-                          RuntimeWarning, stacklevel=2)
-        owner = {"pid": os.getpid(), "host": socket.gethostname(),
-                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            warnings.warn(
+                f"{self.directory}: took over the lock of {_describe(stale)}, which is no longer running",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
         atomic_write(self.directory / OWNER_FILE, json.dumps(owner) + "\n")
         return self
@@ -81,8 +85,9 @@ class DirLock:
     def __enter__(self) -> DirLock:
         return self.acquire()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 

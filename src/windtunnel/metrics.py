@@ -285,4 +285,3 @@ def summarize(table: ScoreTable, n_boot: int = 1000, seed: int = 0, level: float
         "accuracy": curve(table.correct),
     }
     return {"metrics": metrics, "per_position": per_position}
-

@@ -72,20 +72,25 @@ class MultiOptimizer:
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         groups, offset = list(sd["param_groups"]), 0
         for o in self.optimizers:
-            mine, groups = groups[: len(o.param_groups)], groups[len(o.param_groups):]
+            mine, groups = groups[: len(o.param_groups)], groups[len(o.param_groups) :]
             n = sum(len(g["params"]) for g in mine)
-            o.load_state_dict({
-                "state": {pid - offset: st for pid, st in sd["state"].items() if offset <= int(pid) < offset + n},
-                "param_groups": [{**g, "params": [p - offset for p in g["params"]]} for g in mine],
-            })
+            o.load_state_dict(
+                {
+                    "state": {pid - offset: st for pid, st in sd["state"].items() if offset <= int(pid) < offset + n},
+                    "param_groups": [{**g, "params": [p - offset for p in g["params"]]} for g in mine],
+                }
+            )
             offset += n
 
 
 def _hidden_matrices(model: nn.Module) -> set[int]:
     """ids of the weights of Linear layers outside the input embedding and output head: what Muon orthogonalises."""
     edge = {id(p) for m in model.modules() if isinstance(m, (InputEmbedding, OutputHead)) for p in m.parameters()}
-    return {id(m.weight) for m in model.modules()
-            if isinstance(m, nn.Linear) and m.weight.requires_grad and id(m.weight) not in edge}
+    return {
+        id(m.weight)
+        for m in model.modules()
+        if isinstance(m, nn.Linear) and m.weight.requires_grad and id(m.weight) not in edge
+    }
 
 
 def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | MultiOptimizer:

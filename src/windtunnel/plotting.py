@@ -1,8 +1,8 @@
 """Figures without pyplot: no backend switched at import time, no global figure registry to leak, atomic PNGs.
 
-    fig, axes = subplots(1, 3, figsize=(9, 3), squeeze=False)
-    ...
-    save(fig, "figures/x.png", bbox_inches="tight")
+fig, axes = subplots(1, 3, figsize=(9, 3), squeeze=False)
+...
+save(fig, "figures/x.png", bbox_inches="tight")
 """
 
 from __future__ import annotations

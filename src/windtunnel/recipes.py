@@ -79,8 +79,9 @@ class Recipe(BaseModel):
         out = {**self.overrides, **self.by_task.get(task, {})}
         stages = self.curriculum.get(task)
         if stages:
-            out["train.curriculum"] = [{"until": max(1, round(s.frac * steps)), "params": dict(s.params)}
-                                       for s in stages]
+            out["train.curriculum"] = [
+                {"until": max(1, round(s.frac * steps)), "params": dict(s.params)} for s in stages
+            ]
         return out
 
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +96,10 @@ class Recipe(BaseModel):
 def _check_keys(over: dict[str, Any]) -> None:
     for key in over:
         if not key.startswith(_ALLOWED_PREFIXES) or key in _FORBIDDEN:
-            raise ValueError(f"{key}: a recipe may set train.* and model.* (size) keys only, not the task, the "
-                             "evaluation or the architecture")
+            raise ValueError(
+                f"{key}: a recipe may set train.* and model.* (size) keys only, not the task, the "
+                "evaluation or the architecture"
+            )
 
 
 def parse_recipe(data: dict[str, Any]) -> Recipe:
@@ -109,18 +112,31 @@ def parse_recipe(data: dict[str, Any]) -> Recipe:
 
 # The registered recipes. "baseline" is each tier's own settings; the others change one thing at a time on top of
 # it, so the time-to-Bayes benchmark compares them cell by cell.
-RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    Recipe(name="baseline", description="the tier's settings: AdamW, linear warmup then cosine to 0"),
-    Recipe(name="wsd", description="warmup-stable-decay: constant lr, linear cooldown over the last 20% of steps",
-           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2}),
-    Recipe(name="muon", description="wsd with torch.optim.Muon on the hidden matrices (AdamW for the rest)",
-           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"}),
-    Recipe(name="curriculum", description="wsd with a length curriculum: short HMMs / few points first (not yet "
-                                          "measured)",
-           overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
-           curriculum={"hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
-                       "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})]}),
-)}
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(name="baseline", description="the tier's settings: AdamW, linear warmup then cosine to 0"),
+        Recipe(
+            name="wsd",
+            description="warmup-stable-decay: constant lr, linear cooldown over the last 20% of steps",
+            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
+        ),
+        Recipe(
+            name="muon",
+            description="wsd with torch.optim.Muon on the hidden matrices (AdamW for the rest)",
+            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"},
+        ),
+        Recipe(
+            name="curriculum",
+            description="wsd with a length curriculum: short HMMs / few points first (not yet measured)",
+            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
+            curriculum={
+                "hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
+                "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})],
+            },
+        ),
+    )
+}
 
 
 def get_recipe(name_or_path: str | Path) -> Recipe:

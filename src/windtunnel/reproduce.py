@@ -32,8 +32,12 @@ def machine_description() -> dict[str, Any]:
     except OSError:
         pass
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return {"machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
-            "device": device, "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
+        "device": device,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 # Relative float32 training cost per token and per parameter of each architecture on a CPU (measured at the quick
@@ -101,8 +105,16 @@ def reproduce(
         return _reproduce_locked(tier, out, entries, seeds, jobs, only, probe, echo)
 
 
-def _reproduce_locked(tier: str, out: Path, entries: list[SuiteRun], seeds: int | None, jobs: int,
-                      only: dict[str, str] | None, probe: bool, echo: Callable[[str], None]) -> dict[str, Any]:
+def _reproduce_locked(
+    tier: str,
+    out: Path,
+    entries: list[SuiteRun],
+    seeds: int | None,
+    jobs: int,
+    only: dict[str, str] | None,
+    probe: bool,
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
     from windtunnel.report import build_report
 
     runs_dir = out / "runs"
@@ -125,14 +137,16 @@ def _reproduce_locked(tier: str, out: Path, entries: list[SuiteRun], seeds: int 
     meta = {
         "tier": tier,
         **machine_description(),
-        "seeds": {f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1 for e in
-                  sorted(entries, key=lambda e: e.config["seed"])},
+        "seeds": {
+            f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1
+            for e in sorted(entries, key=lambda e: e.config["seed"])
+        },
         "jobs": jobs,
         "total_wall_s": round(time.time() - start, 1),
         "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
         "command": f"windtunnel reproduce --tier {tier} --out {out} --jobs {jobs}"
-                   + (f" --seeds {seeds}" if seeds is not None else "")
-                   + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
+        + (f" --seeds {seeds}" if seeds is not None else "")
+        + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
         "deviations": deviations(tier),
     }
     write_json(out / "reproduce.json", meta)

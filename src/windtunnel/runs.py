@@ -28,8 +28,9 @@ def build_task(cfg: RunConfig) -> Any:
     return tasks.make(cfg.task.name, **cfg.task.params)
 
 
-def build_model(cfg: RunConfig, spec: TaskSpec, task: Any = None, *, trust_code: bool = False,
-                exclude: tuple[str | Path, ...] = ()) -> nn.Module:
+def build_model(
+    cfg: RunConfig, spec: TaskSpec, task: Any = None, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()
+) -> nn.Module:
     """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline, built from its
     typed size (`model.size` with `model.max_len`).
 
@@ -62,8 +63,13 @@ class Run:
         """The predictor with the latest checkpoint's weights (baselines need none), in eval mode."""
         step = latest_step(self.path)
         if step is None:
-            m = build_model(self.config, self.task.spec, self.task, trust_code=self.trust_code,
-                        exclude=(self.path, self.path.parent))
+            m = build_model(
+                self.config,
+                self.task.spec,
+                self.task,
+                trust_code=self.trust_code,
+                exclude=(self.path, self.path.parent),
+            )
             if not is_baseline(m):
                 raise CheckpointError(f"{self.path}: the run has no checkpoint yet")
             return m.eval()
@@ -71,8 +77,9 @@ class Run:
 
     def load_checkpoint(self, step: int) -> nn.Module:
         """A fresh model with the weights of checkpoint `step`, in eval mode."""
-        m = build_model(self.config, self.task.spec, self.task, trust_code=self.trust_code,
-                        exclude=(self.path, self.path.parent))
+        m = build_model(
+            self.config, self.task.spec, self.task, trust_code=self.trust_code, exclude=(self.path, self.path.parent)
+        )
         if not is_baseline(m):
             load_checkpoint(self.path, step, m)
         return m.eval()

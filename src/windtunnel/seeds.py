@@ -53,5 +53,13 @@ def _mix32(x: int) -> int:
     return (z ^ (z >> 31)) % 2**32
 
 
-__all__ = ["STREAMS", "TEST_RANGE", "TRAIN_RANGE", "VALIDATION_RANGE", "stream_seed", "test_seed", "train_seed",
-           "val_seed"]
+__all__ = [
+    "STREAMS",
+    "TEST_RANGE",
+    "TRAIN_RANGE",
+    "VALIDATION_RANGE",
+    "stream_seed",
+    "test_seed",
+    "train_seed",
+    "val_seed",
+]

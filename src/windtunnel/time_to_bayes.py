@@ -72,11 +72,21 @@ def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
 
     cfg = run_config(cell.task, cell.arch, cell.tier, seed)
     warmup = cell.warmup_steps if cell.warmup_steps is not None else max(1, cell.steps // 20)
-    cfg = apply_overrides(cfg, {
-        "train.steps": cell.steps, "train.batch_size": cell.batch_size, "train.lr": cell.lr,
-        "train.warmup_steps": warmup, "train.eval_every": cell.eval_every, "train.eval_size": cell.eval_size,
-        "train.checkpoint_every": max(cell.eval_every, cell.steps // 10), "train.checkpoint_schedule": None,
-        "train.keep_checkpoints": 1, "train.log_every": min(50, cell.eval_every)})
+    cfg = apply_overrides(
+        cfg,
+        {
+            "train.steps": cell.steps,
+            "train.batch_size": cell.batch_size,
+            "train.lr": cell.lr,
+            "train.warmup_steps": warmup,
+            "train.eval_every": cell.eval_every,
+            "train.eval_size": cell.eval_size,
+            "train.checkpoint_every": max(cell.eval_every, cell.steps // 10),
+            "train.checkpoint_schedule": None,
+            "train.keep_checkpoints": 1,
+            "train.log_every": min(50, cell.eval_every),
+        },
+    )
     cfg = get_recipe(cell.recipe).apply(cfg)
     return apply_overrides(cfg, cell.set)
 
@@ -113,14 +123,17 @@ def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
     metric = headline_metric(cell.task)
     keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest")
     return {
-        "seed": seed, "run_dir": str(run_dir), "metric": metric,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "metric": metric,
         "curve": [{k: e[k] for k in keep if k in e} for e in evals],
         "crossings": crossings(evals, metric),
         "train_s": steps[-1]["train_s"] if steps else None,
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps[1:]) if len(steps) > 1 else None,
         "final_validation": {k: evals[-1].get(k) for k in keep if k in evals[-1]} if evals else None,
         "test": {k: (v["mean"] if v else None) for k, v in final.items()},
-        "dtype": config["train"].get("dtype", "float32"), "threads": threads,
+        "dtype": config["train"].get("dtype", "float32"),
+        "threads": threads,
     }
 
 
@@ -132,8 +145,9 @@ def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[
         marks[mark] = {"reached": len(hits), "of": len(per_seed)}
         if hits:
             secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]
-            marks[mark].update(median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs),
-                               median_step=statistics.median(steps))
+            marks[mark].update(
+                median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs), median_step=statistics.median(steps)
+            )
     return marks
 
 
@@ -141,18 +155,24 @@ def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """A cell's seeds: their marks (`summarize_marks`) and final test value (mean, min, max)."""
     metric = seeds[0]["metric"]
     test = [s["test"][metric] for s in seeds if s["test"].get(metric) is not None]
-    return {"cell": cell.model_dump(), "label": cell.label, "metric": metric,
-            "marks": summarize_marks([s["crossings"] for s in seeds]),
-            "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
-            "recipe": get_recipe(cell.recipe).model_dump(mode="json"), "seeds": seeds}
+    return {
+        "cell": cell.model_dump(),
+        "label": cell.label,
+        "metric": metric,
+        "marks": summarize_marks([s["crossings"] for s in seeds]),
+        "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
+        "recipe": get_recipe(cell.recipe).model_dump(mode="json"),
+        "seeds": seeds,
+    }
 
 
 def _job(args: tuple[Cell, int, Path, int]) -> dict[str, Any]:
     return run_seed(*args)
 
 
-def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print,
-        threads: int | None = None) -> dict[str, Any]:
+def run(
+    cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print, threads: int | None = None
+) -> dict[str, Any]:
     """Run every seed of every cell (`jobs` in parallel, each with `threads` CPU threads; default: the cores split
     between the jobs); write JSON, Markdown and the plot into `out`; returns the results dict."""
     import os
@@ -177,8 +197,11 @@ def run(cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print,
     for c in cells:
         mine = [d for (cc, _, _, _), d in zip(work, done, strict=True) if cc is c]
         results.append(summarize_cell(c, mine))
-    data = {"machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs},
-            "wall_s": round(time.time() - t0, 1), "cells": results}
+    data = {
+        "machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs},
+        "wall_s": round(time.time() - t0, 1),
+        "cells": results,
+    }
     echo(_write(data, out))
     return data
 
@@ -210,9 +233,16 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
     first = machines[0]
     if any(m.get("machine") != first.get("machine") for m in machines):
         raise ValueError("merge: results come from different machines; their seconds do not compare")
-    data = {"machine": {**first, "jobs": max(m.get("jobs", 1) for m in machines),
-                        "threads_per_run": first.get("threads_per_run")},
-            "wall_s": round(wall, 1), "cells": cells, "merged_from": [str(s) for s in sources]}
+    data = {
+        "machine": {
+            **first,
+            "jobs": max(m.get("jobs", 1) for m in machines),
+            "threads_per_run": first.get("threads_per_run"),
+        },
+        "wall_s": round(wall, 1),
+        "cells": cells,
+        "merged_from": [str(s) for s in sources],
+    }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _write(data, out)
@@ -238,23 +268,33 @@ def mark_header(mark: str, metric: str) -> str:
 def markdown(data: dict[str, Any]) -> str:
     """One table per headline metric: training seconds [seed range] @ median step to each mark, and the final test
     value (mean, min–max over seeds)."""
-    lines = [f"Machine: {data['machine']['machine']}; torch {data['machine']['torch']}; "
-             f"{data['machine']['threads_per_run']} thread(s) per run, {data['machine']['jobs']} run(s) at once.", ""]
+    lines = [
+        f"Machine: {data['machine']['machine']}; torch {data['machine']['torch']}; "
+        f"{data['machine']['threads_per_run']} thread(s) per run, {data['machine']['jobs']} run(s) at once.",
+        "",
+    ]
     for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
         cells = [c for c in data["cells"] if c["metric"] == metric]
         present = {m for c in cells for m in c["marks"]}  # in MARKS order (JSON files store keys sorted)
         marks = [m for m in (*(f"{v:g}" for v in MARKS[metric]), EXACT_FILTER) if m in present]
         head = [mark_header(m, metric) for m in marks]
-        lines += [f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)", "",
-                  "| cell | seeds | dtype | " + " | ".join(head) + " | final (test) |",
-                  "|---|---|---|" + "---|" * len(marks) + "---|"]
+        lines += [
+            f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)",
+            "",
+            "| cell | seeds | dtype | " + " | ".join(head) + " | final (test) |",
+            "|---|---|---|" + "---|" * len(marks) + "---|",
+        ]
         for c in cells:
             t = c["test"]
-            final = "—" if t is None else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else
-                                                                 f" ({t['min']:.4f}–{t['max']:.4f})"))
+            final = (
+                "—"
+                if t is None
+                else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else f" ({t['min']:.4f}–{t['max']:.4f})"))
+            )
             hits = [(format_mark(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
-            lines.append(f"| {c['label']} | {len(c['seeds'])} | {c['seeds'][0]['dtype']} | " + " | ".join(hits)
-                         + f" | {final} |")
+            lines.append(
+                f"| {c['label']} | {len(c['seeds'])} | {c['seeds'][0]['dtype']} | " + " | ".join(hits) + f" | {final} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -271,12 +311,16 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
         metric = cells[0]["metric"]
         for i, c in enumerate(cells):
             for j, s in enumerate(c["seeds"]):
-                pts = [(e["train_s"], (1 - e[metric]) if metric == "accuracy" else e[metric]) for e in s["curve"]
-                       if e.get(metric) is not None and e["train_s"] > 0]
+                pts = [
+                    (e["train_s"], (1 - e[metric]) if metric == "accuracy" else e[metric])
+                    for e in s["curve"]
+                    if e.get(metric) is not None and e["train_s"] > 0
+                ]
                 pts = [(x, max(y, 1e-4)) for x, y in pts]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9,
-                            label=c["label"] if j == 0 else None)
+                    ax.plot(
+                        *zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9, label=c["label"] if j == 0 else None
+                    )
         for mark in MARKS[metric]:
             y = (1 - mark) if metric == "accuracy" else mark
             if y > 0:

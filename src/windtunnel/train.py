@@ -97,8 +97,10 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
     a["train"].pop("steps"), b["train"].pop("steps")
     if a != b:
         diff = [k for k in a if a[k] != b[k]]
-        raise ValueError(f"resume: the config differs from {str(run_dir / rundir.CONFIG)!r} in {diff} "
-                         "(only train.steps may change on resume)")
+        raise ValueError(
+            f"resume: the config differs from {str(run_dir / rundir.CONFIG)!r} in {diff} "
+            "(only train.steps may change on resume)"
+        )
     step = checkpoints.resume_step(run_dir) or 0
     if step > cfg.train.steps:
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
@@ -120,8 +122,7 @@ def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: boo
     """Clear or reopen a run directory whose lock this process holds; returns the step to resume from."""
     _refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
     rundir.clean_temp_files(run_dir)
-    exists = (run_dir / rundir.CONFIG).exists() or any(
-        p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
+    exists = (run_dir / rundir.CONFIG).exists() or any(p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
     if exists and resume:
         step = _check_resumable(run_dir, cfg)
         rundir.truncate_metrics(run_dir, step)
@@ -145,8 +146,10 @@ def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
     if not contents or resume:
         return
     if not overwrite:
-        raise FileExistsError(f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
-                              "to replace it or resume=True (--resume) to continue it")
+        raise FileExistsError(
+            f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
+            "to replace it or resume=True (--resume) to continue it"
+        )
     if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
 
@@ -160,8 +163,13 @@ def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 
 def train(
-    config: RunConfig | dict, run_dir: str | Path, resume: bool = False, overwrite: bool = False,
-    progress: bool = True, *, trust_code: bool = False,
+    config: RunConfig | dict,
+    run_dir: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    *,
+    trust_code: bool = False,
 ) -> dict:
     """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
 
@@ -195,8 +203,16 @@ def train(
         lock.release()
 
 
-def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, device: torch.device, start: int,
-                  progress: bool, trust_code: bool) -> dict:
+def _train_locked(
+    cfg: RunConfig,
+    run_dir: Path,
+    task: Any,
+    model: nn.Module,
+    device: torch.device,
+    start: int,
+    progress: bool,
+    trust_code: bool,
+) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds."""
     if baselines.is_baseline(model) or cfg.train.steps == 0:
         if not baselines.is_baseline(model) and start == 0:
@@ -246,16 +262,31 @@ def _train_locked(cfg: RunConfig, run_dir: Path, task: Any, model: nn.Module, de
             tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
             if step % t.log_every == 0 or step == t.steps:
                 dt = max(train_s - train_s_last, 1e-9)
-                log.write({"step": step, "loss": loss_value, "lr": lr, "grad_norm": float(gnorm),
-                           "time_s": dt / (step - step_last), "tokens_per_s": tokens / dt,
-                           "train_s": round(train_s, 3),
-                           "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3)})
+                log.write(
+                    {
+                        "step": step,
+                        "loss": loss_value,
+                        "lr": lr,
+                        "grad_norm": float(gnorm),
+                        "time_s": dt / (step - step_last),
+                        "tokens_per_s": tokens / dt,
+                        "train_s": round(train_s, 3),
+                        "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
+                    }
+                )
                 train_s_last, step_last, tokens = train_s, step, 0
             if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
                 m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, stream="validation")
                 model.train()
-                log.write({"step": step, "split": "eval", **m["metrics_point"], **closest_posterior(m),
-                           "train_s": round(train_s, 3)})
+                log.write(
+                    {
+                        "step": step,
+                        "split": "eval",
+                        **m["metrics_point"],
+                        **closest_posterior(m),
+                        "train_s": round(train_s, 3),
+                    }
+                )
                 last_eval = m["metrics_point"]["entropy_mae_bits"]
             if step in ckpt_at:
                 log.sync()

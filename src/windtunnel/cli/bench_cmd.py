@@ -14,9 +14,12 @@ from windtunnel.cli.common import fail, guarded
 @app.command("time-to-bayes")
 @guarded
 def time_to_bayes(
-    cell: list[str] = typer.Option(None, help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
-                                             "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
-                                             "set.model.size.d_model=96] (repeatable)"),
+    cell: list[str] = typer.Option(
+        None,
+        help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
+        "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
+        "set.model.size.d_model=96] (repeatable)",
+    ),
     out: Path = typer.Option(Path("runs/time-to-bayes"), help="output directory (runs/, JSON, Markdown, plot)"),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
     threads: int = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),

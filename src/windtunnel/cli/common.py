@@ -45,8 +45,14 @@ def guarded(fn: F) -> F:
             raise
         except ValidationError as err:
             fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()))
-        except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-                PermissionError) as err:
+        except (
+            ValueError,
+            FileNotFoundError,
+            FileExistsError,
+            NotADirectoryError,
+            IsADirectoryError,
+            PermissionError,
+        ) as err:
             fail(_os_message(err))
         except (CheckpointError, RunInUseError, TrainingDiverged) as err:
             fail_data(str(err))
@@ -68,8 +74,11 @@ def _os_message(err: Exception) -> str:
 def _unexpected(err: Exception) -> NoReturn:
     if os.environ.get(DEBUG_ENV) == "1":
         raise err
-    typer.echo(f"error: internal error ({type(err).__name__}: {err}); this is a bug in windtunnel -- rerun with "
-               f"{DEBUG_ENV}=1 for the traceback and report it", err=True)
+    typer.echo(
+        f"error: internal error ({type(err).__name__}: {err}); this is a bug in windtunnel -- rerun with "
+        f"{DEBUG_ENV}=1 for the traceback and report it",
+        err=True,
+    )
     raise typer.Exit(EXIT_DATA)
 
 

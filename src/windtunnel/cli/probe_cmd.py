@@ -20,18 +20,26 @@ def _summary(r: dict[str, Any]) -> list[str]:
     """A few headline numbers per probe, for the terminal."""
     lines = [f"{r['arch']} on {r['task']}, step {r['step']}: entropy error {_fmt(r['entropy_error_bits'])} bits"]
     picks = {
-        "keys": lambda p: f"layer-0 mean |cos| {_fmt(p['mean_abs_cos_per_layer'][0])} "
-                          f"(gaussian {_fmt(p['gaussian_baseline'])})",
+        "keys": lambda p: (
+            f"layer-0 mean |cos| {_fmt(p['mean_abs_cos_per_layer'][0])} (gaussian {_fmt(p['gaussian_baseline'])})"
+        ),
         "attention": lambda p: f"entropy drop first->last layer {_fmt(p['drop_first_to_last_pct'])}%",
         "manifold": lambda p: f"final PC1 {_fmt(p['final']['pc1_var'])}, entropy R^2 {_fmt(p['final']['entropy_r2'])}",
-        "clusters": lambda p: f"ARI {_fmt(p['ari'])}, silhouette {_fmt(p.get('silhouette'))}, "
-                              f"entropy R^2 {_fmt(p['entropy_r2'])}",
+        "clusters": lambda p: (
+            f"ARI {_fmt(p['ari'])}, silhouette {_fmt(p.get('silhouette'))}, entropy R^2 {_fmt(p['entropy_r2'])}"
+        ),
         "lens": lambda p: "KL per layer " + " ".join(_fmt(k) for k in p["kl_bits_per_layer"]),
-        "ablation": lambda p: f"baseline {_fmt(p['baseline_entropy_error_bits'])} bits"
-                              + (f", frame head L0H{p['frame_head']['head']} {p['frame_head']['delta_bits']:+.4g} bits"
-                                 if "frame_head" in p else ""),
-        "dynamics": lambda p: f"frame 90% at step {p.get('frame_step_90')}, "
-                              f"error within 2x at step {p['precision_step_2x']}",
+        "ablation": lambda p: (
+            f"baseline {_fmt(p['baseline_entropy_error_bits'])} bits"
+            + (
+                f", frame head L0H{p['frame_head']['head']} {p['frame_head']['delta_bits']:+.4g} bits"
+                if "frame_head" in p
+                else ""
+            )
+        ),
+        "dynamics": lambda p: (
+            f"frame 90% at step {p.get('frame_step_90')}, error within 2x at step {p['precision_step_2x']}"
+        ),
     }
     for name, pick in picks.items():
         p = r.get(name, {})

@@ -13,11 +13,17 @@ from windtunnel.cli.common import fail, guarded, parse_kv
 @app.command()
 @guarded
 def reproduce(
-    tier: str = typer.Option("quick", help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
-                                           "best recipes, ~2 h) or paper (GPU budgets)"),
+    tier: str = typer.Option(
+        "quick",
+        help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
+        "best recipes, ~2 h) or paper (GPU budgets)",
+    ),
     out: Path = typer.Option(Path("runs/paper-quick"), help="output directory (runs/ and the report)"),
-    seeds: int | None = typer.Option(None, help="seeds per trained cell (default: the tier's, 3 for every "
-                                                 "transformer and Mamba cell and 1 for the controls)"),
+    seeds: int | None = typer.Option(
+        None,
+        help="seeds per trained cell (default: the tier's, 3 for every "
+        "transformer and Mamba cell and 1 for the controls)",
+    ),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
     only: list[str] = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
     probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
@@ -28,8 +34,7 @@ def reproduce(
 
     if tier not in TIERS:
         fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
-    meta = run(tier, out, seeds=seeds, jobs=jobs, only=parse_kv(only, "--only") or None, probe=probe,
-               echo=typer.echo)
+    meta = run(tier, out, seeds=seeds, jobs=jobs, only=parse_kv(only, "--only") or None, probe=probe, echo=typer.echo)
     typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
 
 

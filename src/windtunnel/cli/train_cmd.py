@@ -12,8 +12,10 @@ from windtunnel.cli import app
 from windtunnel.cli.common import fail, guarded, parse_kv
 from windtunnel.config import build_config
 
-TRUST_HELP = ("allow model.arch to be an import string (package.module:Class): importing it runs its code, so only "
-              "for configs you trust; the module must be installed")
+TRUST_HELP = (
+    "allow model.arch to be an import string (package.module:Class): importing it runs its code, so only "
+    "for configs you trust; the module must be installed"
+)
 
 
 def _row(name: str, r: dict[str, Any]) -> str:
@@ -23,14 +25,17 @@ def _row(name: str, r: dict[str, Any]) -> str:
         v = m.get(key)
         return "n/a" if v is None else f"{v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]"
 
-    return (f"{name:<14} {r['n']:>6}  {cell('entropy_mae_bits'):<26} {cell('entropy_mae_curve_bits'):<26} "
-            f"{cell('kl_bits'):<26} {cell('accuracy')}")
+    return (
+        f"{name:<14} {r['n']:>6}  {cell('entropy_mae_bits'):<26} {cell('entropy_mae_curve_bits'):<26} "
+        f"{cell('kl_bits'):<26} {cell('accuracy')}"
+    )
 
 
 def print_table(results: dict[str, Any]) -> None:
     """Human-readable table: one row per evaluation setting, mean [95% CI] per metric."""
-    typer.echo(f"{'setting':<14} {'n':>6}  {'entropy_mae_bits':<26} {'entropy_mae_curve_bits':<26} "
-               f"{'kl_bits':<26} accuracy")
+    typer.echo(
+        f"{'setting':<14} {'n':>6}  {'entropy_mae_bits':<26} {'entropy_mae_curve_bits':<26} {'kl_bits':<26} accuracy"
+    )
     for name, r in results.items():
         typer.echo(_row(name, r))
 

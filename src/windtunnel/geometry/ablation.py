@@ -15,9 +15,11 @@ from torch import nn
 from windtunnel.geometry.data import entropy_error_bits, not_applicable
 from windtunnel.tasks.base import Batch
 
-PAPER = {"frame_head": "one layer-0 head uniquely destructive (v3); production checkpoint: distributed, "
-                       "each layer-0 head +0.11-0.15 bits (authors' follow-up)",
-         "layer": "removing any single layer raises error > 10x (v1)"}
+PAPER = {
+    "frame_head": "one layer-0 head uniquely destructive (v3); production checkpoint: distributed, "
+    "each layer-0 head +0.11-0.15 bits (authors' follow-up)",
+    "layer": "removing any single layer raises error > 10x (v1)",
+}
 
 
 def ablations(model: nn.Module, batch: Batch, all_heads: bool = True) -> dict[str, Any]:
@@ -33,8 +35,10 @@ def ablations(model: nn.Module, batch: Batch, all_heads: bool = True) -> dict[st
 
     n_layers, n_heads = int(model.n_layers), int(getattr(model, "n_heads", 0))
     out: dict[str, Any] = {"baseline_entropy_error_bits": base}
-    out["layers"] = {part: [delta(layers={l}, parts=part) for l in range(n_layers)]
-                     for part in getattr(model, "ablation_parts", ("block",))}
+    out["layers"] = {
+        part: [delta(layers={l}, parts=part) for l in range(n_layers)]
+        for part in getattr(model, "ablation_parts", ("block",))
+    }
     if n_heads:
         layers = range(n_layers) if all_heads else range(1)
         heads = [[delta(heads={(l, h)}) for h in range(n_heads)] for l in layers]

@@ -35,8 +35,10 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
         return not_applicable("the answer is real-valued: there are no discrete states to cluster")
     lab, tied = labels
     if tied > MAX_TIED_FRACTION:
-        return not_applicable(f"the posterior's MAP class is tied at {tied:.0%} of scored positions "
-                              "(no state to recover, e.g. uniform over remaining values)")
+        return not_applicable(
+            f"the posterior's MAP class is tied at {tied:.0%} of scored positions "
+            "(no state to recover, e.g. uniform over remaining values)"
+        )
     k = int(data.batch.posterior.probs.shape[-1])
     x, h, idx = scored_points(data, data.final, max_points, seed)
     y = lab[data.mask][idx.to(lab.device)]
@@ -44,12 +46,17 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
         return not_applicable("too few scored positions to cluster")
     ratios, _ = pca(x)
     out = cluster_stats(x, y.cpu().numpy(), k=k, seed=seed)
-    out.update({
-        "k": k,
-        "tied_fraction": tied,
-        "pc1_var": float(ratios[0]),
-        "entropy_r2": linear_probe_r2(x, h, seed=seed),
-        "paper": {"clusters": "5 for Mamba on HMM (v3)", "entropy_r2": "Mamba 0.40 vs LSTM 0.004 (v3)",
-                  "pc1_var": "Mamba 0.219 vs LSTM 0.923 (v3)"},
-    })
+    out.update(
+        {
+            "k": k,
+            "tied_fraction": tied,
+            "pc1_var": float(ratios[0]),
+            "entropy_r2": linear_probe_r2(x, h, seed=seed),
+            "paper": {
+                "clusters": "5 for Mamba on HMM (v3)",
+                "entropy_r2": "Mamba 0.40 vs LSTM 0.004 (v3)",
+                "pc1_var": "Mamba 0.219 vs LSTM 0.923 (v3)",
+            },
+        }
+    )
     return out

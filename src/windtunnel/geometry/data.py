@@ -34,8 +34,13 @@ def probe_hook_names(model: torch.nn.Module) -> list[str]:
     recurrent state (Mamba's h is the largest activation and needs the slow scan; no probe reads it)."""
     have = set(getattr(model, "hook_names", ()))
     L = int(getattr(model, "n_layers", 0))
-    want = ["embed", *(f"blocks.{l}.resid_post" for l in range(L)), "final",
-            *(f"blocks.{l}.attn.pattern" for l in range(L)), f"blocks.{L - 1}.attn.v"]
+    want = [
+        "embed",
+        *(f"blocks.{l}.resid_post" for l in range(L)),
+        "final",
+        *(f"blocks.{l}.attn.pattern" for l in range(L)),
+        f"blocks.{L - 1}.attn.v",
+    ]
     return [n for n in want if n in have]
 
 

@@ -33,8 +33,9 @@ def frame_similarity(attn: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) 
     return float(cos), float(1.0 - js)
 
 
-def frame_precision(load: Callable[[int], nn.Module], steps: Sequence[int], task: Any, n: int = 64,
-                    max_points: int = 2000) -> dict[str, Any]:
+def frame_precision(
+    load: Callable[[int], nn.Module], steps: Sequence[int], task: Any, n: int = 64, max_points: int = 2000
+) -> dict[str, Any]:
     """Per-checkpoint frame similarity and precision curves; `load(step)` returns the model at that step."""
     steps = sorted(int(s) for s in steps)
     if len(steps) < 2:
@@ -49,8 +50,14 @@ def frame_precision(load: Callable[[int], nn.Module], steps: Sequence[int], task
         maps.append(None if layer_maps is None else layer_maps[0].cpu())
         x, h, _ = scored_points(data, data.final, max_points)
         m = manifold_stats(x, h)
-        rows.append({"step": step, "entropy_error_bits": data.entropy_error,
-                     "pc1_var": m["pc1_var"], "entropy_r2": m["entropy_r2"]})
+        rows.append(
+            {
+                "step": step,
+                "entropy_error_bits": data.entropy_error,
+                "pc1_var": m["pc1_var"],
+                "entropy_r2": m["entropy_r2"],
+            }
+        )
     errors = [r["entropy_error_bits"] for r in rows]
     out: dict[str, Any] = {
         "checkpoints": rows,
@@ -65,7 +72,10 @@ def frame_precision(load: Callable[[int], nn.Module], steps: Sequence[int], task
     span = 1.0 - cos[0]
     out["frame_step_90"] = first_step_where(steps, [c >= 0.9 for c in cos])
     out["frame_step_90_progress"] = first_step_where(
-        steps, [(c - cos[0]) >= 0.9 * span if span > 0 else True for c in cos])
-    out["paper"] = {"dissociation": "frame formed by ~400 steps, plateau by 2.5k, while calibration improves "
-                                    "~40x (0.03 -> 0.0008 bits) (authors' follow-up, dense checkpoints)"}
+        steps, [(c - cos[0]) >= 0.9 * span if span > 0 else True for c in cos]
+    )
+    out["paper"] = {
+        "dissociation": "frame formed by ~400 steps, plateau by 2.5k, while calibration improves "
+        "~40x (0.03 -> 0.0008 bits) (authors' follow-up, dense checkpoints)"
+    }
     return out

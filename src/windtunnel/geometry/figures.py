@@ -58,8 +58,9 @@ def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Pat
     x, h, _ = scored_points(data, data.final, max_points)
     ratios, scores = pca(x)
     fig, ax = subplots(figsize=(4.5, 3.8))
-    sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0],
-                    c=h.cpu().numpy(), s=5, cmap="viridis")
+    sc = ax.scatter(
+        scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0], c=h.cpu().numpy(), s=5, cmap="viridis"
+    )
     fig.colorbar(sc, ax=ax, label="posterior entropy (bits)")
     ax.set_xlabel(f"PC1 ({ratios[0]:.0%})")
     ax.set_ylabel(f"PC2 ({ratios[1] if ratios.size > 1 else 0:.0%})")
@@ -73,8 +74,7 @@ def cluster_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path
     y = lab[data.mask][idx.to(lab.device)].cpu().numpy()
     _, scores = pca(x)
     fig, ax = subplots(figsize=(4.5, 3.8))
-    sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0],
-                    c=y, s=5, cmap="tab10")
+    sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0], c=y, s=5, cmap="tab10")
     fig.colorbar(sc, ax=ax, label="MAP state")
     ax.set_xlabel("PC1")
     ax.set_ylabel("PC2")

@@ -131,22 +131,27 @@ def key_orthogonality(model: nn.Module, init_model: nn.Module | None = None, see
         "gaussian_expected": expected_abs_cosine_random(dh),
     }
     signed, spread = _authors_per_head(model)
-    out.update({
-        "authors_signed_mean_cos_per_layer": [float(np.mean(h)) for h in signed],
-        "authors_signed_mean_cos_per_head": signed,
-        "authors_signed_std_cos_per_head": spread,
-        "authors_gaussian_baseline": gaussian_signed_cosine_baseline(n, dh, seed=seed),
-    })
+    out.update(
+        {
+            "authors_signed_mean_cos_per_layer": [float(np.mean(h)) for h in signed],
+            "authors_signed_mean_cos_per_head": signed,
+            "authors_signed_std_cos_per_head": spread,
+            "authors_gaussian_baseline": gaussian_signed_cosine_baseline(n, dh, seed=seed),
+        }
+    )
     if init_model is not None:
         init = _per_head(init_model)
         out["init_mean_abs_cos_per_layer"] = [float(np.mean(h)) for h in init]
         out["init_authors_signed_mean_cos_per_layer"] = [float(np.mean(h)) for h in _authors_per_head(init_model)[0]]
         out["layer0_direction"] = {
-            "ours_mean_abs_cos": direction("ours_mean_abs_cos", out["mean_abs_cos_per_layer"][0],
-                                           out["init_mean_abs_cos_per_layer"][0]),
-            "authors_signed_mean_cos": direction("authors_signed_mean_cos",
-                                                 out["authors_signed_mean_cos_per_layer"][0],
-                                                 out["init_authors_signed_mean_cos_per_layer"][0]),
+            "ours_mean_abs_cos": direction(
+                "ours_mean_abs_cos", out["mean_abs_cos_per_layer"][0], out["init_mean_abs_cos_per_layer"][0]
+            ),
+            "authors_signed_mean_cos": direction(
+                "authors_signed_mean_cos",
+                out["authors_signed_mean_cos_per_layer"][0],
+                out["init_authors_signed_mean_cos_per_layer"][0],
+            ),
         }
         out["direction_tolerance"] = DIRECTION_TOL
     layer0 = out["mean_abs_cos_per_layer"][0]

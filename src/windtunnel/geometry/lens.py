@@ -31,7 +31,7 @@ POSTERIOR_FLOOR = 1e-12  # added to the posterior's probabilities in the authors
 DIRECTION = {
     "kl_bits_per_layer": "KL(posterior || lens): ours, the same direction as metrics.kl_bits",
     "kl_lens_to_posterior_bits_per_layer": f"KL(lens || posterior + {POSTERIOR_FLOOR:g}): the authors' "
-                                           "(official evaluate_kl_layers, KL(model || Bayes))",
+    "(official evaluate_kl_layers, KL(model || Bayes))",
 }
 
 
@@ -61,10 +61,15 @@ def logit_lens(model: nn.Module, data: ProbeData) -> dict[str, Any]:
         if isinstance(post, Categorical):
             mass = (q.probs.double() * (post.probs == 0)).sum(-1)  # (B,T) lens mass on ruled-out answers
             impossible.append(float(mass[data.mask].mean()))
-    out = {"kl_bits_per_layer": kl, "kl_lens_to_posterior_bits_per_layer": kl_rev, "direction": DIRECTION,
-           "layers": ["embedding"] + [f"layer {i}" for i in range(len(resid) - 1)],
-           "paper": {"kl": "falls with depth (official evaluate_kl_layers, KL(model || Bayes + 1e-12)); "
-                           "no number reported"}}
+    out = {
+        "kl_bits_per_layer": kl,
+        "kl_lens_to_posterior_bits_per_layer": kl_rev,
+        "direction": DIRECTION,
+        "layers": ["embedding"] + [f"layer {i}" for i in range(len(resid) - 1)],
+        "paper": {
+            "kl": "falls with depth (official evaluate_kl_layers, KL(model || Bayes + 1e-12)); no number reported"
+        },
+    }
     if impossible:
         out["posterior_floor"] = POSTERIOR_FLOOR
         out["lens_mass_on_impossible_per_layer"] = impossible

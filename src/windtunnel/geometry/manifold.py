@@ -14,8 +14,10 @@ import torch
 from windtunnel.geometry.data import ProbeData, not_applicable
 from windtunnel.geometry.stats import manifold_stats
 
-PAPER = {"pc1_var": "0.84-0.90 (transformer, Paper III's reference); Mamba 0.219, LSTM 0.923 on HMM (v3)",
-         "entropy_r2": "Mamba 0.40, LSTM 0.004 on HMM (v3)"}
+PAPER = {
+    "pc1_var": "0.84-0.90 (transformer, Paper III's reference); Mamba 0.219, LSTM 0.923 on HMM (v3)",
+    "entropy_r2": "Mamba 0.40, LSTM 0.004 on HMM (v3)",
+}
 
 
 def scored_points(data: ProbeData, rep: torch.Tensor, max_points: int, seed: int = 0) -> tuple[Any, Any, Any]:

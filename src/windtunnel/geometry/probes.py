@@ -29,9 +29,15 @@ def _safe(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"error": f"{type(err).__name__}: {err}"}
 
 
-def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module | None = None,
-                seed: int = 0, n_ablation: int | None = None,
-                probes: tuple[str, ...] = PROBES) -> tuple[dict[str, Any], ProbeData]:
+def probe_model(
+    model: nn.Module,
+    task: Any,
+    n: int = 256,
+    init_model: nn.Module | None = None,
+    seed: int = 0,
+    n_ablation: int | None = None,
+    probes: tuple[str, ...] = PROBES,
+) -> tuple[dict[str, Any], ProbeData]:
     """Run the single-checkpoint probes on `n` held-out sequences; returns (results, the probe data).
 
     `init_model`: the same architecture at initialisation (key-orthogonality baseline); `n_ablation`:
@@ -48,8 +54,7 @@ def probe_model(model: nn.Module, task: Any, n: int = 256, init_model: nn.Module
         "manifold": lambda: value_manifold(data, seed=seed),
         "clusters": lambda: state_clusters(data, seed=seed),
         "lens": lambda: logit_lens(model, data),
-        "ablation": lambda: ablations(model, heldout_batch(task, n_ablation or n, offset=2,
-                                                          device=data.batch.device)),
+        "ablation": lambda: ablations(model, heldout_batch(task, n_ablation or n, offset=2, device=data.batch.device)),
     }
     results: dict[str, Any] = {
         "n_sequences": int(n),

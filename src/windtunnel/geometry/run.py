@@ -15,8 +15,16 @@ from windtunnel.rundir import GEOMETRY, check_writable, write_json
 from windtunnel.runs import build_model, load_run
 
 
-def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Path | None = None, n: int = 256,
-              figures: bool = True, dynamics_n: int = 64, *, trust_code: bool = False) -> dict[str, Any]:
+def probe_run(
+    run_dir: str | Path,
+    checkpoint: int | None = None,
+    out: str | Path | None = None,
+    n: int = 256,
+    figures: bool = True,
+    dynamics_n: int = 64,
+    *,
+    trust_code: bool = False,
+) -> dict[str, Any]:
     """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`.
 
     The frame-precision probe uses every checkpoint up to the probed one (train with a dense
@@ -37,13 +45,20 @@ def probe_run(run_dir: str | Path, checkpoint: int | None = None, out: str | Pat
     if is_baseline(model):
         raise ValueError(f"run_dir: {run.config.model.arch!r} is a baseline predictor with no internals to probe")
     task = run.task
-    init_model = build_model(run.config, task.spec, task, trust_code=trust_code,  # same seed, step 0 weights
-                             exclude=(run.path, run.path.parent)).eval()
+    init_model = build_model(
+        run.config,
+        task.spec,
+        task,
+        trust_code=trust_code,  # same seed, step 0 weights
+        exclude=(run.path, run.path.parent),
+    ).eval()
     results, data = probe_model(model, task, n=n, init_model=init_model, seed=run.config.seed)
     earlier = [s for s in steps if s <= step]
-    results["dynamics"] = (frame_precision(run.load_checkpoint, earlier, task, n=dynamics_n)
-                           if len(earlier) >= 2 else
-                           not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)"))
+    results["dynamics"] = (
+        frame_precision(run.load_checkpoint, earlier, task, n=dynamics_n)
+        if len(earlier) >= 2
+        else not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)")
+    )
     results = {"run_dir": str(run_dir), "arch": run.config.model.arch, "task": task.name, "step": step, **results}
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:

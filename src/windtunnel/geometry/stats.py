@@ -119,8 +119,12 @@ def gaussian_signed_cosine_baseline(n: int, d: int, seed: int = 0, repeats: int 
         raise ValueError(f"n, d: need n >= 2 and d >= 1 (got {n}, {d})")
     rng = np.random.default_rng(seed)
     draws = np.array([signed_offdiag_cosine(rng.standard_normal((n, d))) for _ in range(repeats)])  # (R,2)
-    return {"mean": float(draws[:, 0].mean()), "std": float(draws[:, 0].std()),
-            "expected_std": math.sqrt(2.0 / (n * (n - 1) * d)), "cos_std": float(draws[:, 1].mean())}
+    return {
+        "mean": float(draws[:, 0].mean()),
+        "std": float(draws[:, 0].std()),
+        "expected_std": math.sqrt(2.0 / (n * (n - 1) * d)),
+        "cos_std": float(draws[:, 1].mean()),
+    }
 
 
 # --------------------------------------------------------------------------------------------- manifold

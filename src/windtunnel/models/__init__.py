@@ -5,5 +5,16 @@ from windtunnel.models import baselines, lstm, mamba, mlp, transformer  # noqa: 
 from windtunnel.models.base import ModelSize, ResidualModel, SequenceModel, predictive
 from windtunnel.models.registry import check, is_import_string, make, names, register, resolve, size_class
 
-__all__ = ["ModelSize", "ResidualModel", "SequenceModel", "check", "is_import_string", "make", "names", "predictive",
-           "register", "resolve", "size_class"]
+__all__ = [
+    "ModelSize",
+    "ResidualModel",
+    "SequenceModel",
+    "check",
+    "is_import_string",
+    "make",
+    "names",
+    "predictive",
+    "register",
+    "resolve",
+    "size_class",
+]

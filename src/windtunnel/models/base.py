@@ -47,8 +47,12 @@ class ModelSize(BaseModel):
     max_len: int | None = Field(default=None, ge=1)  # None: the task's sequence length
 
     @classmethod
-    def of(cls: type[S], size: ModelSize | Mapping[str, Any] | None = None,
-           overrides: Mapping[str, Any] | None = None, where: str = "") -> S:
+    def of(
+        cls: type[S],
+        size: ModelSize | Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        where: str = "",
+    ) -> S:
         """`size` (an object or a mapping of fields) with `overrides` on top, validated; ValueError names each bad
         field after `where` (`model.size.d_model: Input should be greater than or equal to 1 (got 0)`)."""
         base = size.model_dump(exclude_unset=True) if isinstance(size, ModelSize) else dict(size or {})

@@ -25,8 +25,9 @@ class _Baseline(nn.Module):
     Size = BaselineSize
     baseline = True
 
-    def __init__(self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, task: Any = None,
-                 **fields: Any) -> None:
+    def __init__(
+        self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, task: Any = None, **fields: Any
+    ) -> None:
         super().__init__()
         self.spec, self.task = spec, task
         self.size = self.Size.of(size, fields)

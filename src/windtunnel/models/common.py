@@ -46,8 +46,9 @@ def init_weights(module: nn.Module, std: float = INIT_STD) -> None:
             nn.init.zeros_(module.bias)
 
 
-def scale_residual_projections(model: nn.Module, n_layers: int, suffix: str = "out_proj",
-                               base_std: float = INIT_STD) -> None:
+def scale_residual_projections(
+    model: nn.Module, n_layers: int, suffix: str = "out_proj", base_std: float = INIT_STD
+) -> None:
     """GPT-2's scaled init: residual output projections get std base_std/sqrt(2 L) so the stream stays O(1)."""
     std = base_std / math.sqrt(2 * max(n_layers, 1))
     for name, p in model.named_parameters():
@@ -103,8 +104,10 @@ def check_inputs(spec: TaskSpec, inputs: torch.Tensor, max_len: int) -> None:
     if spec.input_kind == "real" and inputs.shape[-1] != spec.input_dim:
         raise ValueError(f"inputs: last dim must be input_dim={spec.input_dim} (got {inputs.shape[-1]})")
     if not 1 <= inputs.shape[1] <= max_len:
-        raise ValueError(f"inputs: sequence length must be in [1, max_len={max_len}] (got {inputs.shape[1]}); "
-                         "build the model with a larger max_len")
+        raise ValueError(
+            f"inputs: sequence length must be in [1, max_len={max_len}] (got {inputs.shape[1]}); "
+            "build the model with a larger max_len"
+        )
 
 
 class OutputHead(nn.Module):
@@ -121,14 +124,25 @@ class OutputHead(nn.Module):
     scalar in log space moves that bound multiplicatively (docs/results/time-to-bayes.md).
     """
 
-    def __init__(self, spec: TaskSpec, d_model: int, tie: bool = True, embedding: InputEmbedding | None = None,
-                 logit_scale: bool = False) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        d_model: int,
+        tie: bool = True,
+        embedding: InputEmbedding | None = None,
+        logit_scale: bool = False,
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.log_scale = nn.Parameter(torch.zeros(())) if logit_scale and spec.answer_kind == "classes" else None
-        tied = (tie and spec.answer_kind == "classes" and spec.answer_token_offset is not None
-                and embedding is not None and embedding.token_weight is not None
-                and embedding.token_weight.shape[1] == d_model)
+        tied = (
+            tie
+            and spec.answer_kind == "classes"
+            and spec.answer_token_offset is not None
+            and embedding is not None
+            and embedding.token_weight is not None
+            and embedding.token_weight.shape[1] == d_model
+        )
         if tied:
             lo, k = int(spec.answer_token_offset), int(spec.n_classes)
             if lo + k > int(spec.vocab_size):
@@ -185,9 +199,17 @@ def count_params(factory: Callable[..., nn.Module], spec: TaskSpec, size: Any = 
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def match_params(factory: Callable[..., nn.Module], spec: TaskSpec, target: int, width_key: str,
-                 depths: Iterable[int], depth_key: str = "n_layers", tol: float = 0.01,
-                 width_range: tuple[int, int] = (4, 8192), **fixed: Any) -> dict[str, Any]:
+def match_params(
+    factory: Callable[..., nn.Module],
+    spec: TaskSpec,
+    target: int,
+    width_key: str,
+    depths: Iterable[int],
+    depth_key: str = "n_layers",
+    tol: float = 0.01,
+    width_range: tuple[int, int] = (4, 8192),
+    **fixed: Any,
+) -> dict[str, Any]:
     """Solve for (depth, width) so that `factory(spec, **size)` has `target` parameters within `tol`.
 
     Tries each depth in the order given; for each, binary-searches the width (the count grows with width)
@@ -195,6 +217,7 @@ def match_params(factory: Callable[..., nn.Module], spec: TaskSpec, target: int,
     """
     best: tuple[float, dict[str, Any]] | None = None
     for depth in depths:
+
         def count(w: int, depth: int = depth) -> int:
             return count_params(factory, spec, **{**fixed, depth_key: depth, width_key: w})
 

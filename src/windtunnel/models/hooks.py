@@ -81,8 +81,9 @@ class HookedModel:
             if new is not None:
                 if not isinstance(new, torch.Tensor) or new.shape != x.shape:
                     got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
-                    raise ValueError(f"hook {name!r}: must return None or a tensor of shape {tuple(x.shape)} "
-                                     f"(got {got})")
+                    raise ValueError(
+                        f"hook {name!r}: must return None or a tensor of shape {tuple(x.shape)} (got {got})"
+                    )
                 x = new
         if name in active.keep:
             active.cache[name] = x
@@ -104,11 +105,16 @@ class HookedModel:
         for name in names:
             if name not in valid:
                 m = _LAYER_NAME.match(name)
-                where = (f"layer {m.group(1)} is out of range (n_layers = {self.n_layers})"
-                         if m and f"blocks.0.{m.group(2)}" in valid else "no such point")
+                where = (
+                    f"layer {m.group(1)} is out of range (n_layers = {self.n_layers})"
+                    if m and f"blocks.0.{m.group(2)}" in valid
+                    else "no such point"
+                )
                 local = ", ".join(("resid_pre", *self.layer_hooks, "resid_post"))
-                raise ValueError(f"hook {name!r}: {where} on {type(self).__name__}; hook points are embed, "
-                                 f"blocks.{{l}}.{{{local}}} for l < {self.n_layers}, and final (docs/hooks.md)")
+                raise ValueError(
+                    f"hook {name!r}: {where} on {type(self).__name__}; hook points are embed, "
+                    f"blocks.{{l}}.{{{local}}} for l < {self.n_layers}, and final (docs/hooks.md)"
+                )
         return names
 
     # ------------------------------------------------------------------ using them
@@ -127,15 +133,17 @@ class HookedModel:
         merged = {k: list(v) for k, v in (previous.fns.items() if previous else ())}
         for name, fn in fns.items():
             merged.setdefault(name, []).append(fn)
-        self._active = _Active(fns=merged, keep=previous.keep if previous else frozenset(),
-                               cache=previous.cache if previous else {})
+        self._active = _Active(
+            fns=merged, keep=previous.keep if previous else frozenset(), cache=previous.cache if previous else {}
+        )
         try:
             yield
         finally:
             self._active = previous
 
-    def run_with_cache(self, inputs: torch.Tensor,
-                       names: Iterable[str] | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def run_with_cache(
+        self, inputs: torch.Tensor, names: Iterable[str] | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(output, {name: activation}) for the asked `names` (default: every hook point), under any active hooks.
 
         Only what is asked is computed: Mamba's recurrent state h (B,T,Di,N per layer, the largest activation)
@@ -164,8 +172,9 @@ class HookedModel:
         return ("attn", "mlp", "block") if {"attn.out", "mlp.out"} <= has else ("block",)
 
     @contextlib.contextmanager
-    def ablate(self, heads: Iterable[tuple[int, int]] = (), layers: Iterable[int] = (),
-               parts: str = "block") -> Iterator[None]:
+    def ablate(
+        self, heads: Iterable[tuple[int, int]] = (), layers: Iterable[int] = (), parts: str = "block"
+    ) -> Iterator[None]:
         """`with model.ablate(heads={(l, h)}, layers={l}, parts="attn"|"mlp"|"block"):` zeroes components.
 
         An ablated part adds nothing to the residual stream (`attn.out` / `mlp.out` become zero); an ablated
@@ -205,18 +214,21 @@ def _zero_heads(heads: list[int]) -> HookFn:
         z = z.clone()
         z[:, heads] = 0.0
         return z
+
     return fn
 
 
 def _remember(stash: dict[str, torch.Tensor]) -> HookFn:
     def fn(x: torch.Tensor, name: str) -> None:
         stash["x"] = x
+
     return fn
 
 
 def _recall(stash: dict[str, torch.Tensor]) -> HookFn:
     def fn(x: torch.Tensor, name: str) -> torch.Tensor:
         return stash["x"]
+
     return fn
 
 

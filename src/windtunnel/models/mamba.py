@@ -195,8 +195,9 @@ class _SelectiveScan(torch.autograd.Function):
         return grad_u, grad_delta, grad_A, gB.squeeze(2).transpose(0, 1), gC.squeeze(2).transpose(0, 1)
 
 
-def selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                   C: torch.Tensor) -> torch.Tensor:
+def selective_scan(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
+) -> torch.Tensor:
     """y (B,T,Di) of the selective SSM, h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t, y_t = h_t C_t (no D skip).
 
     u, delta (B,T,Di); A (Di,N); B, C (B,T,N). Fused loop over t with a hand-written reverse-loop backward (see
@@ -243,7 +244,7 @@ class MambaBlock(nn.Module):
             nn.init.constant_(self.dt_proj.bias, 0.1)
             return
         self.A_log.copy_(torch.log(n).expand(self.d_inner, -1))  # S4D-real: A = -[1..N] per channel
-        nn.init.uniform_(self.dt_proj.weight, -self.dt_rank**-0.5, self.dt_rank**-0.5)
+        nn.init.uniform_(self.dt_proj.weight, -(self.dt_rank**-0.5), self.dt_rank**-0.5)
         u = torch.rand(self.d_inner, device=self.D.device)
         dt = torch.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).clamp(min=dt_floor)
         self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus: softplus(bias) = dt
@@ -329,12 +330,13 @@ class Mamba(ResidualModel):
         self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
         self.max_len = self.embed.max_len
         self.blocks = nn.ModuleList(
-            MambaBlock(s.d_model, s.d_state, s.expand, s.d_conv, dt_rank, s.variant) for _ in range(s.n_layers))
+            MambaBlock(s.d_model, s.d_state, s.expand, s.d_conv, dt_rank, s.variant) for _ in range(s.n_layers)
+        )
         # reference: pre-norm residual h + block(RMSNorm(h)); paper: h + block(h), no norm
-        self.norms = nn.ModuleList(nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference" else nn.Identity()
-                                   for _ in range(s.n_layers))
-        self.norm = (nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference"
-                     else nn.LayerNorm(s.d_model, eps=s.eps))
+        self.norms = nn.ModuleList(
+            nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference" else nn.Identity() for _ in range(s.n_layers)
+        )
+        self.norm = nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference" else nn.LayerNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         self.apply(init_weights)
         for block in self.blocks:

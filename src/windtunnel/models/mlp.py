@@ -92,8 +92,13 @@ class PrefixMLP(_ResidualMLP):
         s = self.size
         self.embed = PrefixEmbedding(spec, s.d_model, s.d_emb, s.max_len)
         self.max_len, self.d_emb = self.embed.max_len, s.d_emb
-        self._build_body(s.n_layers, s.d_model, s.ratio, nn.LayerNorm(s.d_model),
-                         OutputHead(spec, s.d_model, tie=False, logit_scale=s.logit_scale))
+        self._build_body(
+            s.n_layers,
+            s.d_model,
+            s.ratio,
+            nn.LayerNorm(s.d_model),
+            OutputHead(spec, s.d_model, tie=False, logit_scale=s.logit_scale),
+        )
 
     def state_size(self, T: int) -> int:
         """It must keep the embedded prefix: T slots of d_emb numbers."""
@@ -116,14 +121,18 @@ class PointwiseMLP(_ResidualMLP):
     Size = PointwiseMLPSize
     size: PointwiseMLPSize
 
-    def __init__(self, spec: TaskSpec, size: PointwiseMLPSize | Mapping[str, Any] | None = None,
-                 **fields: Any) -> None:
+    def __init__(self, spec: TaskSpec, size: PointwiseMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)
         s = self.size
         self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos="learned")
         self.max_len = self.embed.max_len
-        self._build_body(s.n_layers, s.d_model, s.ratio, nn.RMSNorm(s.d_model, eps=1e-5),
-                         OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale))
+        self._build_body(
+            s.n_layers,
+            s.d_model,
+            s.ratio,
+            nn.RMSNorm(s.d_model, eps=1e-5),
+            OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale),
+        )
 
     def state_size(self, T: int) -> int:
         """Nothing is carried between positions."""

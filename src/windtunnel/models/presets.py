@@ -25,22 +25,30 @@ _ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 
 # Generic sizes per tier; per-task overrides below.
 _GENERIC: dict[str, dict[str, dict[str, Any]]] = {
-    "smoke": {"transformer": dict(n_layers=2, n_heads=2, d_model=32, d_ff=64),
-              "mamba": dict(n_layers=2, d_model=32),
-              "lstm": dict(n_layers=2, d_model=32)},
-    "quick": {"transformer": dict(n_layers=4, n_heads=4, d_model=128, d_ff=512),
-              "mamba": dict(n_layers=4, d_model=128),
-              "lstm": dict(n_layers=3, d_model=128)},
-    "paper": {"transformer": dict(n_layers=6, n_heads=6, d_model=192, d_ff=768),
-              "mamba": dict(n_layers=6, d_model=192),
-              "lstm": dict(n_layers=6, d_model=192)},
+    "smoke": {
+        "transformer": dict(n_layers=2, n_heads=2, d_model=32, d_ff=64),
+        "mamba": dict(n_layers=2, d_model=32),
+        "lstm": dict(n_layers=2, d_model=32),
+    },
+    "quick": {
+        "transformer": dict(n_layers=4, n_heads=4, d_model=128, d_ff=512),
+        "mamba": dict(n_layers=4, d_model=128),
+        "lstm": dict(n_layers=3, d_model=128),
+    },
+    "paper": {
+        "transformer": dict(n_layers=6, n_heads=6, d_model=192, d_ff=768),
+        "mamba": dict(n_layers=6, d_model=192),
+        "lstm": dict(n_layers=6, d_model=192),
+    },
 }
 _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # Binding forms fast in small models: at the quick tier's recall size (4 pairs) a 2 x 64 transformer was perfect
     # by step 400, while 4 x 128 was still at chance among the stored values at step 750 (docs/reproduce.md).
-    ("recall", "quick"): {"transformer": dict(n_layers=2, n_heads=4, d_model=64, d_ff=256),
-                          "mamba": dict(n_layers=2, d_model=64),
-                          "lstm": dict(n_layers=2, d_model=64)},
+    ("recall", "quick"): {
+        "transformer": dict(n_layers=2, n_heads=4, d_model=64, d_ff=256),
+        "mamba": dict(n_layers=2, d_model=64),
+        "lstm": dict(n_layers=2, d_model=64),
+    },
     # The HMM's matrices sit at fixed prompt positions; Mamba has no positions of its own (the official HMM Mamba has
     # none either) and must count its way through the 53-token header. With learned positions the quick HMM Mamba
     # reached 0.084 bits after 3,000 steps, against 0.170 without (docs/reproduce.md).
@@ -48,16 +56,22 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # top of the learned table (finding "the previous observation" is a relative lookup): two of four seeds/settings
     # left the one-observation-filter plateau by step 2,000 (0.045 and 0.038 bits at 3,000), against step ~2,400 or
     # later with the learned table alone (docs/reproduce.md).
-    ("hmm", "quick"): {"transformer": dict(n_layers=4, n_heads=8, d_model=128, d_ff=512, pos="learned+rotary"),
-                       "mamba": dict(n_layers=4, d_model=128, pos="learned")},
+    ("hmm", "quick"): {
+        "transformer": dict(n_layers=4, n_heads=8, d_model=128, d_ff=512, pos="learned+rotary"),
+        "mamba": dict(n_layers=4, d_model=128, pos="learned"),
+    },
     # The authors' models (suites.settings.PAPER_SETTINGS): bijection Mamba and LSTM read learned positions, the HMM
     # ones none; both LSTMs use inter-layer dropout 0.1.
-    ("bijection", "paper"): {"transformer": _GENERIC["paper"]["transformer"],
-                             "mamba": dict(n_layers=6, d_model=192, pos="learned"),
-                             "lstm": dict(n_layers=6, d_model=192, pos="learned", dropout=0.1)},
-    ("hmm", "paper"): {"transformer": dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024),
-                       "mamba": dict(n_layers=9, d_model=256),
-                       "lstm": dict(n_layers=9, d_model=256, dropout=0.1)},
+    ("bijection", "paper"): {
+        "transformer": _GENERIC["paper"]["transformer"],
+        "mamba": dict(n_layers=6, d_model=192, pos="learned"),
+        "lstm": dict(n_layers=6, d_model=192, pos="learned", dropout=0.1),
+    },
+    ("hmm", "paper"): {
+        "transformer": dict(n_layers=9, n_heads=8, d_model=256, d_ff=1024),
+        "mamba": dict(n_layers=9, d_model=256),
+        "lstm": dict(n_layers=9, d_model=256, dropout=0.1),
+    },
 }
 _PREFIX_D_EMB = {"smoke": 4, "quick": 8, "paper": 16}  # slot embedding width of the prefix MLP
 

@@ -35,8 +35,10 @@ def _check_sized(arch: str, factory: Any) -> Any:
 
     size = getattr(factory, "Size", None)
     if not (isinstance(size, type) and issubclass(size, ModelSize)):
-        raise ValueError(f"arch: {arch!r} declares no size; give the class a `Size`, a subclass of "
-                         "windtunnel.models.base.ModelSize listing its size fields (docs/models.md)")
+        raise ValueError(
+            f"arch: {arch!r} declares no size; give the class a `Size`, a subclass of "
+            "windtunnel.models.base.ModelSize listing its size fields (docs/models.md)"
+        )
     return factory
 
 
@@ -54,8 +56,10 @@ def check(arch: str) -> None:
     """Validate an architecture name without importing anything: registered, or a well-formed import string."""
     if arch in _REGISTRY or is_import_string(arch):
         return
-    raise ValueError(f"arch: unknown architecture {arch!r}; choose one of {', '.join(names())} "
-                     "or give an import string 'package.module:Class'")
+    raise ValueError(
+        f"arch: unknown architecture {arch!r}; choose one of {', '.join(names())} "
+        "or give an import string 'package.module:Class'"
+    )
 
 
 def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
@@ -83,8 +87,10 @@ def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, .
         return _REGISTRY.get(arch)
     check(arch)
     if not trust_code:
-        raise UntrustedCodeError(f"model.arch: {arch!r} is an import string, and importing it would run its code; "
-                                 "pass --trust-code (Python: trust_code=True) if you trust where it comes from")
+        raise UntrustedCodeError(
+            f"model.arch: {arch!r} is an import string, and importing it would run its code; "
+            "pass --trust-code (Python: trust_code=True) if you trust where it comes from"
+        )
     mod_name, _, attr = arch.partition(":")
     try:
         obj: Any = _import_installed(mod_name, exclude)

@@ -132,8 +132,9 @@ class TransformerSize(ModelSize):
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: must be divisible by n_heads={self.n_heads} (got {self.d_model})")
         if self.pos in ("rotary", "learned+rotary") and (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"pos: rotary needs an even head dim (got d_model/n_heads = "
-                             f"{self.d_model // self.n_heads})")
+            raise ValueError(
+                f"pos: rotary needs an even head dim (got d_model/n_heads = {self.d_model // self.n_heads})"
+            )
         return self
 
 
@@ -158,16 +159,20 @@ class Transformer(ResidualModel):
         self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
         self.max_len = self.embed.max_len
         d_ff = 4 * s.d_model if s.d_ff is None else s.d_ff
-        self.blocks = nn.ModuleList(Block(s.d_model, s.n_heads, d_ff, rope, s.eps, s.attn_sink)
-                                    for _ in range(s.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(s.d_model, s.n_heads, d_ff, rope, s.eps, s.attn_sink) for _ in range(s.n_layers)
+        )
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         self.apply(functools.partial(init_weights, std=s.init_std))
         scale_residual_projections(self, s.n_layers, base_std=s.init_std)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
-        explicit = (self.attention == "explicit" or (self.attention == "auto" and h.device.type != "cuda")
-                    or self.wants(f"blocks.{l}.attn.pattern"))
+        explicit = (
+            self.attention == "explicit"
+            or (self.attention == "auto" and h.device.type != "cuda")
+            or self.wants(f"blocks.{l}.attn.pattern")
+        )
         return self.blocks[l](h, explicit, self.layer_hook(l))  # (B,T,d)
 
     def state_size(self, T: int) -> int:

@@ -78,8 +78,11 @@ def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
 
 def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
     """One row per probed run: the headline number of each probe, "—" where it does not apply."""
-    return [[r.task, r.arch] + [_geometry_cell(r.geometry, path) for _, path in GEOMETRY_COLUMNS]
-            for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)) if r.geometry]
+    return [
+        [r.task, r.arch] + [_geometry_cell(r.geometry, path) for _, path in GEOMETRY_COLUMNS]
+        for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed))
+        if r.geometry
+    ]
 
 
 def _table_section(doc: Document, title: str, table: tuple[list[str], list[list[str]]] | None, text: str) -> None:
@@ -103,27 +106,45 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
 
     header, rows, data = tables.primitives_table(records)
     doc.add(Heading("Table 1: architecture × inference primitive"))
-    doc.add(Paragraph(
-        "Entropy error = mean over test sequences and scored positions of |H_model − H_Bayes| in bits "
-        "(differential entropy for real answers); accuracy = argmax accuracy at the scored positions, for the tunnels "
-        "whose headline metric it is (where each is scored: Reference levels below). Each cell: mean over training "
-        "seeds, its interval in brackets, the range of "
-        "the seed means and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
-        "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; training-time evaluation "
-        "read a separate validation stream. Paper numbers in parentheses are only those the paper reports (its v3 "
-        "table), measured at the paper's budgets, which may differ from this run's (see Deviations)."))
+    doc.add(
+        Paragraph(
+            "Entropy error = mean over test sequences and scored positions of |H_model − H_Bayes| in bits "
+            "(differential entropy for real answers); accuracy = argmax accuracy at the scored positions, "
+            "for the tunnels whose headline metric it is (where each is scored: Reference levels below). "
+            "Each cell: mean over training seeds, its interval in brackets, the range of the seed means "
+            "and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
+            "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; "
+            "training-time evaluation read a separate validation stream. Paper numbers in parentheses are "
+            "only those the paper reports (its v3 table), measured at the paper's budgets, which may differ "
+            "from this run's (see Deviations)."
+        )
+    )
     doc.add(Table(header, rows))
     split = tables.disagreements(data)
-    doc.add(Paragraph("Where this run and the paper's number fall on different levels: "
-                      + ("; ".join(split) if split else "nowhere") + "."))
+    doc.add(
+        Paragraph(
+            "Where this run and the paper's number fall on different levels: "
+            + ("; ".join(split) if split else "nowhere")
+            + "."
+        )
+    )
     failed = tables.below_floor(data, records)
     if failed:
-        doc.add(Paragraph("On the wrong side of a tunnel's failure floor, an optimisation failure at this budget "
-                          "rather than evidence about the architecture: " + "; ".join(failed) + "."))
+        doc.add(
+            Paragraph(
+                "On the wrong side of a tunnel's failure floor, an optimisation failure at this budget "
+                "rather than evidence about the architecture: " + "; ".join(failed) + "."
+            )
+        )
     refs = tables.reference_levels(records)
     if refs:
-        doc.add(Paragraph("Reference levels and scoring (derived from the tasks, not reported by the paper): "
-                          + "; ".join(refs) + "."))
+        doc.add(
+            Paragraph(
+                "Reference levels and scoring (derived from the tasks, not reported by the paper): "
+                + "; ".join(refs)
+                + "."
+            )
+        )
 
     fig_paths = []
     present = tables.task_order({r.task for r in records})
@@ -147,13 +168,20 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):
         if len(r.evals) > 1:
             metric = tables.headline_metric(r.task)
-            cells = [f"{name}: {tables.fmt(m['mean'], metric)}" for name in r.evals
-                     if (m := r.metric(metric, name)) is not None]
+            cells = [
+                f"{name}: {tables.fmt(m['mean'], metric)}"
+                for name in r.evals
+                if (m := r.metric(metric, name)) is not None
+            ]
             lg_rows.append([r.task, r.path.name, metric, "; ".join(cells)])
     if lg_rows:
         doc.add(Heading("Length generalisation"))
-        doc.add(Paragraph("Trained at the default length, evaluated at longer ones (mean over all scored positions "
-                          "of each task's headline metric: entropy error in bits, or accuracy)."))
+        doc.add(
+            Paragraph(
+                "Trained at the default length, evaluated at longer ones (mean over all scored positions "
+                "of each task's headline metric: entropy error in bits, or accuracy)."
+            )
+        )
         doc.add(Table(["Task", "Run", "Metric", "Per evaluation"], lg_rows))
 
     for task in present:
@@ -163,50 +191,70 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         param, what = capacity
         metric = tables.headline_metric(task)
         _table_section(
-            doc, f"{tasks.info(task).title} capacity: {tables.METRIC_WORDS[metric]} against the number of {what}",
+            doc,
+            f"{tasks.info(task).title} capacity: {tables.METRIC_WORDS[metric]} against the number of {what}",
             tables.capacity_table(records, task, param),
             f"Mean {tables.METRIC_WORDS[metric]} over seeds at each number of {what} {param} evaluated (trained at one "
             f"{param}; the others evaluated without retraining: smaller values use only trained positions, larger ones "
             f"also positions never trained), and the largest {param} at which each architecture is exact or "
-            "approximate: how far its memory reaches.")
+            "approximate: how far its memory reaches.",
+        )
     _table_section(
-        doc, "Which filter does each model compute?", tables.approximations_table(records),
+        doc,
+        "Which filter does each model compute?",
+        tables.approximations_table(records),
         "KL(approximation ‖ model) in bits, mean over held-out scored positions, for each approximate posterior a "
         "tunnel names, and KL(exact ‖ model). The smallest marks the posterior the model is closest to. The last row "
         "is each approximation's own entropy error against the exact posterior, to set against Table 1's threshold. "
-        + " ".join(note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note",
-                                                                  ""))))
+        + " ".join(
+            note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note", ""))
+        ),
+    )
     _table_section(
-        doc, "Time to Bayes", tables.time_to_bayes_table(records),
+        doc,
+        "Time to Bayes",
+        tables.time_to_bayes_table(records),
         "Training seconds (optimiser steps only: no evaluation, checkpoints or probes) until the validation-stream "
         "headline metric first reached each mark, read from each run's periodic evaluations: median over seeds "
         "[range] @ median step, and how many seeds reached it (— = none within the budget). Runs trained in "
-        "parallel share the machine, so seconds are comparable within one tier run, not across machines.")
+        "parallel share the machine, so seconds are comparable within one tier run, not across machines.",
+    )
 
     geo = _geometry_rows(records)
     if geo:
         doc.add(Heading("Geometry"))
-        doc.add(Paragraph("Headline number of each probe (definitions in docs/geometry.md). Key orthogonality, "
-                          "two statistics of the answer tokens' layer-0 keys: ours = mean |off-diagonal cosine| of "
-                          "RMSNorm(E)·W_K (0 = orthogonal), beside the same model at init and i.i.d. Gaussian keys; "
-                          "the authors' = signed mean off-diagonal cosine of the raw E·W_K (their qkv_analysis.py), "
-                          "beside init and Gaussian keys (mean ± spread). 'L0 keys in training' says how training "
-                          "moved each statistic from init. Lens KL is given in both directions, first (embedding) → "
-                          "last layer: KL(Bayes‖lens) (ours) and KL(lens‖Bayes), the authors' direction, with the "
-                          "Bayes posterior floored at 1e-12 as theirs was. Paper: layer-0 key cosine 0.052 vs 0.082 "
-                          "random; attention entropy drop 85–90%; PC1 84–90%; Mamba five clusters, entropy R² 0.40 "
-                          "(Mamba) vs 0.004 (LSTM)."))
+        doc.add(
+            Paragraph(
+                "Headline number of each probe (definitions in docs/geometry.md). Key orthogonality, "
+                "two statistics of the answer tokens' layer-0 keys: ours = mean |off-diagonal cosine| of "
+                "RMSNorm(E)·W_K (0 = orthogonal), beside the same model at init and i.i.d. Gaussian keys; "
+                "the authors' = signed mean off-diagonal cosine of the raw E·W_K (their qkv_analysis.py), "
+                "beside init and Gaussian keys (mean ± spread). 'L0 keys in training' says how training "
+                "moved each statistic from init. Lens KL is given in both directions, first (embedding) → "
+                "last layer: KL(Bayes‖lens) (ours) and KL(lens‖Bayes), the authors' direction, with the "
+                "Bayes posterior floored at 1e-12 as theirs was. Paper: layer-0 key cosine 0.052 vs 0.082 "
+                "random; attention entropy drop 85–90%; PC1 84–90%; Mamba five clusters, entropy R² 0.40 "
+                "(Mamba) vs 0.004 (LSTM)."
+            )
+        )
         doc.add(Table(["Task", "Architecture"] + [c for c, _ in GEOMETRY_COLUMNS], geo))
 
     doc.add(Heading("Why memorisation is ruled out"))
-    doc.add(Table(["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
-                  tables.memorisation_table(records, _log10_hypotheses(records))))
+    doc.add(
+        Table(
+            ["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
+            tables.memorisation_table(records, _log10_hypotheses(records)),
+        )
+    )
 
     doc.add(Heading("What was run"))
     if meta.get("run_wall_s"):  # the cost of the whole tier, whatever interrupted or resumed it
         meta["sum_run_wall_s"] = round(sum(v or 0.0 for v in meta["run_wall_s"].values()), 1)
-    info = [f"{k}: {meta[k]}" for k in ("tier", "machine", "device", "torch", "seeds", "jobs", "total_wall_s",
-                                         "sum_run_wall_s", "command") if k in meta]
+    info = [
+        f"{k}: {meta[k]}"
+        for k in ("tier", "machine", "device", "torch", "seeds", "jobs", "total_wall_s", "sum_run_wall_s", "command")
+        if k in meta
+    ]
     doc.add(Bullets(info or ["run metadata not recorded"]))
     run_rows = []
     for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):
@@ -215,12 +263,41 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         metric = tables.headline_metric(r.task)
         tail = r.curve(metric)[-2:]
         late = " → ".join(f"{tables.fmt(v, metric)} (step {s:,})" for s, v in tail) if len(tail) == 2 else "—"
-        run_rows.append([r.path.name, r.task, r.arch, str(r.seed), f"{r.steps:,}", str(r.batch_size), wall,
-                         f"{total:.0f}" if isinstance(total, (int, float)) else "—", late])
-    doc.add(Paragraph("The last column is the validation-stream headline metric at the last two periodic evaluations: "
-                      "a run still improving there stopped on its budget, not on a plateau."))
-    doc.add(Table(["Run", "Task", "Arch", "Seed", "Steps", "Batch", "Train wall (s)", "Train+eval+probe (s)",
-                   "Validation, last two evaluations"], run_rows))
+        run_rows.append(
+            [
+                r.path.name,
+                r.task,
+                r.arch,
+                str(r.seed),
+                f"{r.steps:,}",
+                str(r.batch_size),
+                wall,
+                f"{total:.0f}" if isinstance(total, (int, float)) else "—",
+                late,
+            ]
+        )
+    doc.add(
+        Paragraph(
+            "The last column is the validation-stream headline metric at the last two periodic evaluations: "
+            "a run still improving there stopped on its budget, not on a plateau."
+        )
+    )
+    doc.add(
+        Table(
+            [
+                "Run",
+                "Task",
+                "Arch",
+                "Seed",
+                "Steps",
+                "Batch",
+                "Train wall (s)",
+                "Train+eval+probe (s)",
+                "Validation, last two evaluations",
+            ],
+            run_rows,
+        )
+    )
     doc.add(Heading("Deviations from the paper's settings", 3))
     doc.add(Bullets(_deviation_lines(meta)))
 
@@ -228,10 +305,19 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     rundir.atomic_write(out / "report.html", doc.html())
     results = {
         "table1": data,
-        "runs": [{"name": r.path.name, "task": r.task, "arch": r.arch, "seed": r.seed, "steps": r.steps,
-                  "wall_s": r.wall_s, "evals": {k: v.get("metrics", {}) for k, v in r.evals.items()},
-                  **({"approximations": r.default["approximations"]} if r.default.get("approximations") else {})}
-                 for r in records],
+        "runs": [
+            {
+                "name": r.path.name,
+                "task": r.task,
+                "arch": r.arch,
+                "seed": r.seed,
+                "steps": r.steps,
+                "wall_s": r.wall_s,
+                "evals": {k: v.get("metrics", {}) for k, v in r.evals.items()},
+                **({"approximations": r.default["approximations"]} if r.default.get("approximations") else {}),
+            }
+            for r in records
+        ],
         "meta": meta,
     }
     rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))

@@ -151,15 +151,21 @@ def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
         for m, v in checked(ev.get("metrics", {}), "object", path, f"{name}.metrics").items():
             if v is not None:
                 for k in ("mean", "lo", "hi"):
-                    _required(checked(v, "object", path, f"{name}.metrics.{m}"), k, "number", path,
-                              f"{name}.metrics.{m}.{k}")
+                    _required(
+                        checked(v, "object", path, f"{name}.metrics.{m}"), k, "number", path, f"{name}.metrics.{m}.{k}"
+                    )
         curves = checked(ev.get("per_position", {}), "object", path, f"{name}.per_position")
         for c in curves:
             _optional(curves, c, "curve", path, f"{name}.per_position.{c}")
         for a, v in checked(ev.get("approximations", {}), "object", path, f"{name}.approximations").items():
             for k in ("kl_from_model_bits", "entropy_mae_bits"):
-                _required(checked(v, "object", path, f"{name}.approximations.{a}"), k, "number", path,
-                          f"{name}.approximations.{a}.{k}")
+                _required(
+                    checked(v, "object", path, f"{name}.approximations.{a}"),
+                    k,
+                    "number",
+                    path,
+                    f"{name}.approximations.{a}.{k}",
+                )
         _check_params(ev.get("task_params", {}), path, f"{name}.task_params")
     return evals
 

@@ -106,7 +106,9 @@ class Document:
                 parts.append(f"<table><tr>{head}</tr>{body}</table>{cap}")
             elif isinstance(b, Figure):
                 data = base64.b64encode(b.path.read_bytes()).decode("ascii")
-                parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{esc(b.caption)}'>"
-                             f"<figcaption>{esc(b.caption)}</figcaption></figure>")
+                parts.append(
+                    f"<figure><img src='data:image/png;base64,{data}' alt='{esc(b.caption)}'>"
+                    f"<figcaption>{esc(b.caption)}</figcaption></figure>"
+                )
         parts.append("</body></html>")
         return "\n".join(parts)

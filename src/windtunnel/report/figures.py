@@ -10,8 +10,15 @@ from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.tables import headline_metric
 
-ARCH_COLORS = {"transformer": "C0", "mamba": "C1", "lstm": "C2", "mlp": "C3", "mlp-pointwise": "C4",
-               "uniform": "C7", "oracle": "k"}
+ARCH_COLORS = {
+    "transformer": "C0",
+    "mamba": "C1",
+    "lstm": "C2",
+    "mlp": "C3",
+    "mlp-pointwise": "C4",
+    "uniform": "C7",
+    "oracle": "k",
+}
 
 
 def _label(text: str) -> str:

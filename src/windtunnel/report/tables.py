@@ -54,7 +54,7 @@ def columns(records: list[RunRecord]) -> list[tuple[str, str, str]]:
 
 
 def level(metric: str, worst: float) -> str:
-    """"exact", "approximate" or "fail" for a value at the conservative end of its interval."""
+    """ "exact", "approximate" or "fail" for a value at the conservative end of its interval."""
     if metric == "accuracy":
         return "exact" if worst >= EXACT_ACCURACY else "approximate" if worst >= APPROX_ACCURACY else "fail"
     return "exact" if worst <= EXACT_BITS else "approximate" if worst <= APPROX_BITS else "fail"
@@ -62,12 +62,14 @@ def level(metric: str, worst: float) -> str:
 
 def mark_rule() -> str:
     """The marks in words, for the report."""
-    return (f"✓ exact = entropy error ≤ {EXACT_BITS} bits (the authors' PASS) or accuracy ≥ "
-            f"{100 * EXACT_ACCURACY:.0f}%, and, where the task has approximate posteriors (HMM window filters), "
-            "closer in KL to the exact posterior than to every one of them; ◐ approximate = ≤ "
-            f"{APPROX_BITS} bits (the authors' PARTIAL) or ≥ {100 * APPROX_ACCURACY:.0f}%; ✗ otherwise. Each mark "
-            "is read from the conservative end of the cell's interval: the 95% Student-t interval over training "
-            "seeds (≥ 2 seeds), or the run's bootstrap interval over test sequences (1 seed: evaluation noise only)")
+    return (
+        f"✓ exact = entropy error ≤ {EXACT_BITS} bits (the authors' PASS) or accuracy ≥ "
+        f"{100 * EXACT_ACCURACY:.0f}%, and, where the task has approximate posteriors (HMM window filters), "
+        "closer in KL to the exact posterior than to every one of them; ◐ approximate = ≤ "
+        f"{APPROX_BITS} bits (the authors' PARTIAL) or ≥ {100 * APPROX_ACCURACY:.0f}%; ✗ otherwise. Each mark "
+        "is read from the conservative end of the cell's interval: the 95% Student-t interval over training "
+        "seeds (≥ 2 seeds), or the run's bootstrap interval over test sequences (1 seed: evaluation noise only)"
+    )
 
 
 def closest_approximation(records: list[RunRecord]) -> dict[str, Any] | None:
@@ -119,12 +121,23 @@ def cell_value(runs: list[RunRecord], metric: str) -> dict[str, Any] | None:
         interval = "bootstrap"
     approx = closest_approximation([r for r, _ in scored])
     cell_level = _level_given_closest(metric, lo if higher else hi, approx)
-    seed_levels = [_level_given_closest(metric, m["lo"] if higher else m["hi"], closest_approximation([r]))
-                   for r, m in scored]
-    return {"mean": mean(vals), "lo": lo, "hi": hi, "interval": interval, "seeds": len(vals),
-            "seed_values": vals, "seed_min": min(vals), "seed_max": max(vals), "level": cell_level,
-            "seed_levels": seed_levels, "seeds_exact": seed_levels.count("exact"),
-            **({"closest": approx["closest"], "closest_kl_bits": approx["kl_bits"]} if approx else {})}
+    seed_levels = [
+        _level_given_closest(metric, m["lo"] if higher else m["hi"], closest_approximation([r])) for r, m in scored
+    ]
+    return {
+        "mean": mean(vals),
+        "lo": lo,
+        "hi": hi,
+        "interval": interval,
+        "seeds": len(vals),
+        "seed_values": vals,
+        "seed_min": min(vals),
+        "seed_max": max(vals),
+        "level": cell_level,
+        "seed_levels": seed_levels,
+        "seeds_exact": seed_levels.count("exact"),
+        **({"closest": approx["closest"], "closest_kl_bits": approx["kl_bits"]} if approx else {}),
+    }
 
 
 def fmt(value: float, metric: str) -> str:
@@ -139,8 +152,10 @@ def fmt(value: float, metric: str) -> str:
 def _cell_text(c: dict[str, Any], metric: str) -> str:
     text = f"{MARK[c['level']]} {fmt(c['mean'], metric)} [{fmt(c['lo'], metric)}, {fmt(c['hi'], metric)}]"
     if c["seeds"] >= 2:
-        return (text + f" · seeds {fmt(c['seed_min'], metric)}–{fmt(c['seed_max'], metric)} · "
-                f"{c['seeds_exact']}/{c['seeds']} seeds ✓")
+        return (
+            text + f" · seeds {fmt(c['seed_min'], metric)}–{fmt(c['seed_max'], metric)} · "
+            f"{c['seeds_exact']}/{c['seeds']} seeds ✓"
+        )
     return text + " · 1 seed"
 
 
@@ -154,8 +169,9 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     archs = [a for a in ROW_ORDER if any(k[0] == a for k in by_cell)]
     archs += sorted({a for a, _ in by_cell} - set(archs))
     cols = columns(records)
-    cells = {(arch, task): cell_value(by_cell.get((arch, task), []), metric)
-             for arch in archs for task, metric, _ in cols}
+    cells = {
+        (arch, task): cell_value(by_cell.get((arch, task), []), metric) for arch in archs for task, metric, _ in cols
+    }
     with_approx = {task for (_, task), c in cells.items() if c is not None and "closest" in c}
     header = ["Architecture"]
     for task, _, title in cols:
@@ -177,9 +193,12 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
                 continue
             tested += 1
             counts[cell["level"]] += 1
-            data.setdefault(arch, {})[task] = {**cell, "metric": metric,
-                                               "paper": paper.value if paper else None,
-                                               "paper_source": paper.source if paper else None}
+            data.setdefault(arch, {})[task] = {
+                **cell,
+                "metric": metric,
+                "paper": paper.value if paper else None,
+                "paper_source": paper.source if paper else None,
+            }
             row.append(_cell_text(cell, metric) + paper_txt)
             if task in with_approx:
                 closest = cell.get("closest")
@@ -236,8 +255,9 @@ def below_floor(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
                 worse = c["mean"] < ref.value if metric == "accuracy" else c["mean"] > ref.value
                 if worse:
                     sign = "<" if metric == "accuracy" else ">"
-                    out.append(f"{task} / {arch} ({fmt(c['mean'], metric)} {sign} {ref.label} "
-                               f"{fmt(ref.value, metric)})")
+                    out.append(
+                        f"{task} / {arch} ({fmt(c['mean'], metric)} {sign} {ref.label} {fmt(ref.value, metric)})"
+                    )
     return out
 
 
@@ -262,10 +282,17 @@ def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[lis
     rows = []
     for arch in [a for a in ROW_ORDER if a in curves] + sorted(set(curves) - set(ROW_ORDER)):
         means = {v: mean(vals) for v, vals in curves[arch].items()}
-        best = {lv: max((v for v, m in means.items() if LEVELS.index(level(metric, m)) <= LEVELS.index(lv)),
-                        default=None) for lv in ("exact", "approximate")}
-        rows.append([arch, *(fmt(means[v], metric) if v in means else "—" for v in points),
-                     *(str(best[lv]) if best[lv] is not None else "none" for lv in ("exact", "approximate"))])
+        best = {
+            lv: max((v for v, m in means.items() if LEVELS.index(level(metric, m)) <= LEVELS.index(lv)), default=None)
+            for lv in ("exact", "approximate")
+        }
+        rows.append(
+            [
+                arch,
+                *(fmt(means[v], metric) if v in means else "—" for v in points),
+                *(str(best[lv]) if best[lv] is not None else "none" for lv in ("exact", "approximate")),
+            ]
+        )
     return header, rows
 
 
@@ -278,8 +305,10 @@ def disagreements(data: dict[str, Any]) -> list[str]:
                 continue
             theirs = level(c["metric"], c["paper"])
             if theirs != c["level"]:
-                out.append(f"{arch} on {task}: {fmt(c['mean'], c['metric'])} is {c['level']} here; the paper's "
-                           f"{fmt(c['paper'], c['metric'])} is {theirs}")
+                out.append(
+                    f"{arch} on {task}: {fmt(c['mean'], c['metric'])} is {c['level']} here; the paper's "
+                    f"{fmt(c['paper'], c['metric'])} is {theirs}"
+                )
     return out
 
 
@@ -322,12 +351,26 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
     for r in sorted(with_approx, key=lambda r: (r.task, r.arch, r.seed)):
         found = closest_approximation([r])
         kl = found["kl_bits"] if found else {}
-        rows.append([r.task, r.path.name, *(f"{kl[n]:.4f}" if n in kl else "—" for n in names),
-                     f"{kl['exact']:.4f}" if "exact" in kl else "—", found["closest"] if found else "—"])
+        rows.append(
+            [
+                r.task,
+                r.path.name,
+                *(f"{kl[n]:.4f}" if n in kl else "—" for n in names),
+                f"{kl['exact']:.4f}" if "exact" in kl else "—",
+                found["closest"] if found else "—",
+            ]
+        )
     for task in sorted({r.task for r in with_approx}):
         ref = next(r for r in with_approx if r.task == task).default["approximations"]
-        rows.append([task, "(the approximation's own entropy error)",
-                     *(f"{ref[n]['entropy_mae_bits']:.4f}" if n in ref else "—" for n in names), "0", ""])
+        rows.append(
+            [
+                task,
+                "(the approximation's own entropy error)",
+                *(f"{ref[n]['entropy_mae_bits']:.4f}" if n in ref else "—" for n in names),
+                "0",
+                "",
+            ]
+        )
     return header, rows
 
 
@@ -354,6 +397,13 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
             acc = "; ".join(f"{mark_header(m, 'accuracy')}: {format_mark(v)}" for m, v in summary.items())
             rows.append([task, arch, str(len(per_seed)), *("" for _ in marks), acc])
         else:
-            rows.append([task, arch, str(len(per_seed)),
-                         *(format_mark(summary[m]) if m in summary else "n/a" for m in marks), ""])
+            rows.append(
+                [
+                    task,
+                    arch,
+                    str(len(per_seed)),
+                    *(format_mark(summary[m]) if m in summary else "n/a" for m in marks),
+                    "",
+                ]
+            )
     return header, rows

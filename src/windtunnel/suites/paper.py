@@ -100,8 +100,11 @@ EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
 # against 0.076), warmup-stable-decay for the rest (bijection transformer 0.0287 against 0.040 with the cosine). The
 # MLP controls take their task's transformer recipe (the same rule as their budget).
 RECIPE: dict[tuple[str, str], str] = {
-    **{(task, arch): "wsd" for task in ("bijection", "hmm", "recall", "regression")
-       for arch in ("transformer", "mamba", "lstm")},
+    **{
+        (task, arch): "wsd"
+        for task in ("bijection", "hmm", "recall", "regression")
+        for arch in ("transformer", "mamba", "lstm")
+    },
     ("bijection", "transformer"): "muon",
     ("hmm", "transformer"): "muon",
 }
@@ -177,14 +180,29 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
         out["betas"] = list(out.get("betas", (0.9, 0.999)))
     elif tier == "standard":  # frequent validation: the report reads each cell's time to every precision mark
         steps, batch, lr = standard_budget(task, arch)
-        out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
-               "eval_every": max(1, steps // 20), "checkpoint_every": max(1, steps // 5), "keep_checkpoints": 1,
-               "weight_decay": 0.01, "dtype": "float32"}
+        out = {
+            "steps": steps,
+            "batch_size": batch,
+            "lr": lr,
+            "warmup_steps": max(1, steps // 20),
+            "eval_every": max(1, steps // 20),
+            "checkpoint_every": max(1, steps // 5),
+            "keep_checkpoints": 1,
+            "weight_decay": 0.01,
+            "dtype": "float32",
+        }
     else:
         steps, batch, lr = quick_budget(task, arch) if tier == "quick" else SMOKE
-        out = {"steps": steps, "batch_size": batch, "lr": lr, "warmup_steps": max(1, steps // 20),
-               "eval_every": max(1, steps // 5), "checkpoint_every": 0, "weight_decay": 0.01,
-               "dtype": "float32"}
+        out = {
+            "steps": steps,
+            "batch_size": batch,
+            "lr": lr,
+            "warmup_steps": max(1, steps // 20),
+            "eval_every": max(1, steps // 5),
+            "checkpoint_every": 0,
+            "weight_decay": 0.01,
+            "dtype": "float32",
+        }
     if arch == "transformer" and tier != "smoke":  # the frame (attention) vs precision probe needs the history
         out["checkpoint_schedule"] = dense_schedule(out["steps"])
     return out
@@ -277,13 +295,17 @@ def deviations(tier: str) -> list[str]:
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
     lines = []
     if tier != "paper":
-        lines.append(f"model sizes: the '{preset_tier(tier)}' presets of windtunnel.models.presets; the MLPs are "
-                     "capacity-matched to the transformer of the same preset")
+        lines.append(
+            f"model sizes: the '{preset_tier(tier)}' presets of windtunnel.models.presets; the MLPs are "
+            "capacity-matched to the transformer of the same preset"
+        )
     for task in TASKS:
         cfg = run_config(task, "transformer", tier)
         defaults = tasks.make(task).params.model_dump()
-        task_diff = _diff(_prefixed("task", {**defaults, **cfg["task"]["params"]}),
-                          {k: v for k, v in paper_setting(task, "*").items() if k.startswith("task.")})
+        task_diff = _diff(
+            _prefixed("task", {**defaults, **cfg["task"]["params"]}),
+            {k: v for k, v in paper_setting(task, "*").items() if k.startswith("task.")},
+        )
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
         for arch in ARCHS:
@@ -291,12 +313,14 @@ def deviations(tier: str) -> list[str]:
             if arch in ("transformer", "mamba", "lstm"):
                 size = preset(task, arch, preset_tier(tier)).model_dump()  # defaults included: presets leave some unset
                 ours = _prefixed("model", {**size, **run_config(task, arch, tier)["model"].get("size", {})})
-                model_diff = _diff(ours, {k: v for k, v in sourced.items()
-                                          if k.startswith("model.") and k != "model.norm"})
+                model_diff = _diff(
+                    ours, {k: v for k, v in sourced.items() if k.startswith("model.") and k != "model.norm"}
+                )
                 if "model.norm" in sourced and sourced["model.norm"].value != OUR_MODEL_FORM[arch]:
                     kind, _, where = sourced["model.norm"].source.partition(": ")
-                    model_diff.append(f"form = {OUR_MODEL_FORM[arch]} ({sourced['model.norm'].value}) "
-                                      f"[{kind}: {where}]")
+                    model_diff.append(
+                        f"form = {OUR_MODEL_FORM[arch]} ({sourced['model.norm'].value}) [{kind}: {where}]"
+                    )
                 if model_diff:
                     lines.append(f"{task} / {arch} model: " + "; ".join(model_diff))
             train = _prefixed("train", {**TrainConfig().model_dump(), **run_config(task, arch, tier)["train"]})

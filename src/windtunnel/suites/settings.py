@@ -27,8 +27,9 @@ class Sourced:
 
     def __post_init__(self) -> None:
         if not any(self.source.startswith(k + ":") for k in SOURCE_KINDS):
-            raise ValueError(f"source: must start with one of {', '.join(k + ':' for k in SOURCE_KINDS)} "
-                             f"(got {self.source!r})")
+            raise ValueError(
+                f"source: must start with one of {', '.join(k + ':' for k in SOURCE_KINDS)} (got {self.source!r})"
+            )
 
 
 def _paper(value: Any, where: str) -> Sourced:
@@ -60,9 +61,12 @@ _RECALL_GEN = "src/data/associative_recall.py (generator defaults; the repo has 
 _NO_TRAINER = "no published trainer or budget for this task"
 _NO_MODEL = "the authors publish no model of this architecture for this task"
 
-_AUTHORS_MAMBA = ("their own block: no norm in the residual, LayerNorm on the SSM output, A shared by channels, "
-                  "dt_rank 1, clamped state")
+_AUTHORS_MAMBA = (
+    "their own block: no norm in the residual, LayerNorm on the SSM output, A shared by channels, "
+    "dt_rank 1, clamped state"
+)
 _FP32 = "authors' scripts train in float32 (AMP disabled)"
+
 
 def _script(where: str, **values: Any) -> dict[str, Sourced]:
     """The settings of one of the authors' training scripts: AdamW's default betas unless given, float32."""
@@ -71,8 +75,14 @@ def _script(where: str, **values: Any) -> dict[str, Sourced]:
 
 
 _TRAIN_DEFAULT_OURS = {  # the bijection transformer's recipe, for cells with no published recipe
-    "train.steps": 100_000, "train.batch_size": 128, "train.lr": 3e-4, "train.warmup_steps": 2000,
-    "train.schedule": "cosine", "train.weight_decay": 0.1, "train.betas": (0.9, 0.95), "train.grad_clip": 1.0,
+    "train.steps": 100_000,
+    "train.batch_size": 128,
+    "train.lr": 3e-4,
+    "train.warmup_steps": 2000,
+    "train.schedule": "cosine",
+    "train.weight_decay": 0.1,
+    "train.betas": (0.9, 0.95),
+    "train.grad_clip": 1.0,
     "train.dtype": "float32",
 }
 
@@ -86,68 +96,170 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
     "bijection": {
         "*": {"task.V": _paper(20, "§1.1 (V = 20 values)"), "task.L": _paper(19, "§1.1 (L = 19 revealed keys)")},
         "transformer": {
-            **_script(_BIJ_YAML, train__steps=100_000, train__batch_size=128, train__lr=3e-4,
-                      train__warmup_steps=2000, train__schedule="cosine", train__weight_decay=0.1,
-                      train__betas=(0.9, 0.95), train__grad_clip=1.0),
-            **_each("§2.1; authors' code experiments/jlens/models.py:SepVocabTinyGPT", _paper, model__n_layers=6,
-                    model__n_heads=6, model__d_model=192, model__d_ff=768, model__pos="learned"),
+            **_script(
+                _BIJ_YAML,
+                train__steps=100_000,
+                train__batch_size=128,
+                train__lr=3e-4,
+                train__warmup_steps=2000,
+                train__schedule="cosine",
+                train__weight_decay=0.1,
+                train__betas=(0.9, 0.95),
+                train__grad_clip=1.0,
+            ),
+            **_each(
+                "§2.1; authors' code experiments/jlens/models.py:SepVocabTinyGPT",
+                _paper,
+                model__n_layers=6,
+                model__n_heads=6,
+                model__d_model=192,
+                model__d_ff=768,
+                model__pos="learned",
+            ),
             "model.norm": _code("RMSNorm (pre-norm), no dropout", "experiments/jlens/models.py:SepVocabTinyGPT"),
         },
         "mamba": {
-            **_script(_BIJ_MAMBA, train__steps=50_000, train__batch_size=256, train__lr=1e-4, train__warmup_steps=0,
-                      train__schedule="cosine", train__weight_decay=0.01, train__grad_clip=0.5,
-                      model__n_layers=6, model__d_model=192, model__pos="learned"),
+            **_script(
+                _BIJ_MAMBA,
+                train__steps=50_000,
+                train__batch_size=256,
+                train__lr=1e-4,
+                train__warmup_steps=0,
+                train__schedule="cosine",
+                train__weight_decay=0.01,
+                train__grad_clip=0.5,
+                model__n_layers=6,
+                model__d_model=192,
+                model__pos="learned",
+            ),
             "model.norm": _code(_AUTHORS_MAMBA, _BIJ_MAMBA),
         },
-        "lstm": _script(_BIJ_LSTM, train__steps=50_000, train__batch_size=256, train__lr=3e-4, train__warmup_steps=0,
-                        train__schedule="constant", train__weight_decay=0.1, train__grad_clip=1.0,
-                        model__n_layers=6, model__d_model=192, model__pos="learned", model__dropout=0.1),
+        "lstm": _script(
+            _BIJ_LSTM,
+            train__steps=50_000,
+            train__batch_size=256,
+            train__lr=3e-4,
+            train__warmup_steps=0,
+            train__schedule="constant",
+            train__weight_decay=0.1,
+            train__grad_clip=1.0,
+            model__n_layers=6,
+            model__d_model=192,
+            model__pos="learned",
+            model__dropout=0.1,
+        ),
         "mlp": _ours_train(_NO_MODEL + " (the prefix MLP is ours); the bijection transformer's recipe"),
-        "mlp-pointwise": _script(_BIJ_MLP, train__steps=50_000, train__batch_size=256, train__lr=3e-4,
-                                 train__warmup_steps=2000, train__schedule="cosine", train__weight_decay=0.1,
-                                 train__grad_clip=1.0),
+        "mlp-pointwise": _script(
+            _BIJ_MLP,
+            train__steps=50_000,
+            train__batch_size=256,
+            train__lr=3e-4,
+            train__warmup_steps=2000,
+            train__schedule="cosine",
+            train__weight_decay=0.1,
+            train__grad_clip=1.0,
+        ),
     },
     "hmm": {
-        "*": {"task.S": _paper(5, "§1.2 (5 hidden states)"), "task.O": _paper(5, "§1.2 (5 observation symbols)"),
-              "task.K": _paper(20, "§1.2 (K = 20 observations; tested at 30 and 50)")},
+        "*": {
+            "task.S": _paper(5, "§1.2 (5 hidden states)"),
+            "task.O": _paper(5, "§1.2 (5 observation symbols)"),
+            "task.K": _paper(20, "§1.2 (K = 20 observations; tested at 30 and 50)"),
+        },
         "transformer": {
             # The REPRODUCE command trains 50 epochs over 10k fixed sequences (7,850 steps); the early guide that
             # came with the K = 20 figures says --max_steps 150000. Our data are fresh every step.
             "train.steps": _code(150_000, "REPRODUCE guide of the first commit (--max_steps 150000 for K = 20)"),
-            **_script(_HMM_TF, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0, train__schedule="cosine",
-                      train__weight_decay=0.01, train__grad_clip=1.0, model__n_layers=9, model__n_heads=8,
-                      model__d_model=256, model__d_ff=1024, model__pos="learned"),
+            **_script(
+                _HMM_TF,
+                train__batch_size=64,
+                train__lr=3e-4,
+                train__warmup_steps=0,
+                train__schedule="cosine",
+                train__weight_decay=0.01,
+                train__grad_clip=1.0,
+                model__n_layers=9,
+                model__n_heads=8,
+                model__d_model=256,
+                model__d_ff=1024,
+                model__pos="learned",
+            ),
             "model.norm": _code("LayerNorm (pre-LN) with dropout 0.1, untied biased head", "src/models/gpt_mini.py"),
         },
         "mamba": {
-            **_script(_HMM_MAMBA, train__steps=23_460, train__batch_size=64, train__lr=1e-4, train__warmup_steps=0,
-                      train__schedule="constant", train__weight_decay=0.01, train__grad_clip=0.5,
-                      model__n_layers=9, model__d_model=256, model__pos=None),
+            **_script(
+                _HMM_MAMBA,
+                train__steps=23_460,
+                train__batch_size=64,
+                train__lr=1e-4,
+                train__warmup_steps=0,
+                train__schedule="constant",
+                train__weight_decay=0.01,
+                train__grad_clip=0.5,
+                model__n_layers=9,
+                model__d_model=256,
+                model__pos=None,
+            ),
             "model.norm": _code(_AUTHORS_MAMBA, _HMM_MAMBA),
         },
-        "lstm": _script(_HMM_LSTM, train__steps=23_460, train__batch_size=64, train__lr=3e-4, train__warmup_steps=0,
-                        train__schedule="constant", train__weight_decay=0.01, train__grad_clip=1.0,
-                        model__n_layers=9, model__d_model=256, model__pos="none", model__dropout=0.1),
-        "mlp": _ours_train(_NO_MODEL + "; the HMM transformer's recipe", train__steps=150_000, train__batch_size=64,
-                           train__warmup_steps=0, train__weight_decay=0.01, train__betas=(0.9, 0.999)),
-        "mlp-pointwise": _ours_train(_NO_MODEL + "; the HMM transformer's recipe", train__steps=150_000,
-                                     train__batch_size=64, train__warmup_steps=0, train__weight_decay=0.01,
-                                     train__betas=(0.9, 0.999)),
+        "lstm": _script(
+            _HMM_LSTM,
+            train__steps=23_460,
+            train__batch_size=64,
+            train__lr=3e-4,
+            train__warmup_steps=0,
+            train__schedule="constant",
+            train__weight_decay=0.01,
+            train__grad_clip=1.0,
+            model__n_layers=9,
+            model__d_model=256,
+            model__pos="none",
+            model__dropout=0.1,
+        ),
+        "mlp": _ours_train(
+            _NO_MODEL + "; the HMM transformer's recipe",
+            train__steps=150_000,
+            train__batch_size=64,
+            train__warmup_steps=0,
+            train__weight_decay=0.01,
+            train__betas=(0.9, 0.999),
+        ),
+        "mlp-pointwise": _ours_train(
+            _NO_MODEL + "; the HMM transformer's recipe",
+            train__steps=150_000,
+            train__batch_size=64,
+            train__warmup_steps=0,
+            train__weight_decay=0.01,
+            train__betas=(0.9, 0.999),
+        ),
     },
     "recall": {
-        "*": {**_each(_RECALL_GEN, task__N=64, task__key_vocab=256, task__value_vocab=256, task__n_filler=32,
-                      task__M=3),
-              "task.score_at": _code("slot", _RECALL_GEN + ": the target sits on the answer slot after the key")},
-        **{arch: _ours_train(_NO_TRAINER + "; the bijection transformer's recipe", train__batch_size=64,
-                             **({"train__lr": 1e-4} if arch == "mamba" else {}))
-           for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")},
+        "*": {
+            **_each(_RECALL_GEN, task__N=64, task__key_vocab=256, task__value_vocab=256, task__n_filler=32, task__M=3),
+            "task.score_at": _code("slot", _RECALL_GEN + ": the target sits on the answer slot after the key"),
+        },
+        **{
+            arch: _ours_train(
+                _NO_TRAINER + "; the bijection transformer's recipe",
+                train__batch_size=64,
+                **({"train__lr": 1e-4} if arch == "mamba" else {}),
+            )
+            for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
+        },
     },
     "regression": {
-        "*": {"task.d": _ours(4, "the paper publishes no regression parameters"),
-              "task.n": _ours(24, "the paper publishes no regression parameters")},
-        **{arch: _ours_train(_NO_TRAINER + "; the bijection transformer's recipe", train__steps=50_000,
-                             **({"train__lr": 1e-4} if arch == "mamba" else {}))
-           for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")},
+        "*": {
+            "task.d": _ours(4, "the paper publishes no regression parameters"),
+            "task.n": _ours(24, "the paper publishes no regression parameters"),
+        },
+        **{
+            arch: _ours_train(
+                _NO_TRAINER + "; the bijection transformer's recipe",
+                train__steps=50_000,
+                **({"train__lr": 1e-4} if arch == "mamba" else {}),
+            )
+            for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
+        },
     },
 }
 
@@ -164,8 +276,7 @@ PAPER_RESULTS: dict[str, dict[str, Sourced]] = {
     "transformer": {"bijection": _paper(0.007, _V3), "hmm": _paper(0.049, _V3), "recall": _paper(1.0, _V3)},
     "mamba": {"bijection": _paper(0.010, _V3), "hmm": _paper(0.024, _V3), "recall": _paper(0.978, _V3)},
     "lstm": {"bijection": _paper(0.009, _V3), "hmm": _paper(0.411, _V3), "recall": _paper(0.005, _V3)},
-    "mlp": {"bijection": _paper(1.85, _V3),
-            "hmm": _paper(0.40, "v3+ HMM table as quoted by a third party [BEDH]")},
+    "mlp": {"bijection": _paper(1.85, _V3), "hmm": _paper(0.40, "v3+ HMM table as quoted by a third party [BEDH]")},
 }
 
 
@@ -177,7 +288,7 @@ def paper_setting(task: str, arch: str) -> dict[str, Sourced]:
 
 def values(entries: dict[str, Sourced], prefix: str) -> dict[str, Any]:
     """`{key without prefix: value}` of the entries under `prefix` (e.g. "train.", "task.", "model.")."""
-    return {k[len(prefix):]: v.value for k, v in entries.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v.value for k, v in entries.items() if k.startswith(prefix)}
 
 
 def paper_result(arch: str, task: str) -> Sourced | None:
@@ -187,26 +298,38 @@ def paper_result(arch: str, task: str) -> Sourced | None:
 
 def settings_markdown() -> str:
     """The sourced tables as Markdown (docs/paper-settings.md is this text; a test keeps them equal)."""
-    lines = ["# The paper's and the authors' settings, with sources", "",
-             "Generated from `windtunnel.suites.settings` (`python -m windtunnel.suites.settings > "
-             "docs/paper-settings.md`). The `paper` tier is built from these values; every other tier's departures "
-             "from them are listed in its report's Deviations section with the source named. Sources: \"paper\" = "
-             "the paper's text or table (arXiv 2512.22471), \"authors' code\" = a file of "
-             "vishalmisra/bayesian-wind-tunnel (named in the source column), \"our choice\" = nothing "
-             "was published.", ""]
+    lines = [
+        "# The paper's and the authors' settings, with sources",
+        "",
+        "Generated from `windtunnel.suites.settings` (`python -m windtunnel.suites.settings > "
+        "docs/paper-settings.md`). The `paper` tier is built from these values; every other tier's departures "
+        'from them are listed in its report\'s Deviations section with the source named. Sources: "paper" = '
+        "the paper's text or table (arXiv 2512.22471), \"authors' code\" = a file of "
+        'vishalmisra/bayesian-wind-tunnel (named in the source column), "our choice" = nothing '
+        "was published.",
+        "",
+    ]
     for task, per_arch in PAPER_SETTINGS.items():
         lines += [f"## {task}", "", "| architecture | setting | value | source |", "|---|---|---|---|"]
         for arch, entries in per_arch.items():
             for key, v in entries.items():
                 lines.append(f"| {'all' if arch == '*' else arch} | `{key}` | {v.value} | {v.source} |")
         lines.append("")
-    lines += ["## Reported results (Table 1's \"paper\" numbers)", "", "| architecture | task | value | source |",
-              "|---|---|---|---|"]
+    lines += [
+        '## Reported results (Table 1\'s "paper" numbers)',
+        "",
+        "| architecture | task | value | source |",
+        "|---|---|---|---|",
+    ]
     for arch, cells in PAPER_RESULTS.items():
         for task, v in cells.items():
             lines.append(f"| {arch} | {task} | {v.value} | {v.source} |")
-    lines += ["", "Numbers the paper does not report (the context-blind floor, chance levels) are never printed as "
-              "the paper's: the report computes them from the task as reference levels.", ""]
+    lines += [
+        "",
+        "Numbers the paper does not report (the context-blind floor, chance levels) are never printed as "
+        "the paper's: the report computes them from the task as reference levels.",
+        "",
+    ]
     return "\n".join(lines)
 
 

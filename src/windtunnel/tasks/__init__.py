@@ -1,8 +1,8 @@
 """Bayesian wind tunnels: tasks whose exact posterior is known at every position.
 
-    >>> from windtunnel import tasks
-    >>> task = tasks.make("bijection", V=20, L=19)
-    >>> batch = task.sample(64, seed=0)
+>>> from windtunnel import tasks
+>>> task = tasks.make("bijection", V=20, L=19)
+>>> batch = task.sample(64, seed=0)
 """
 
 # Built-in tunnels register themselves on import.
@@ -10,5 +10,16 @@ from windtunnel.tasks import bijection, hmm, recall, regression  # noqa: E402, F
 from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec, WindTunnel
 from windtunnel.tasks.registry import TunnelInfo, info, make, names, register
 
-__all__ = ["Batch", "Reference", "Task", "TaskParams", "TaskSpec", "TunnelInfo", "WindTunnel", "info", "make", "names",
-           "register"]
+__all__ = [
+    "Batch",
+    "Reference",
+    "Task",
+    "TaskParams",
+    "TaskSpec",
+    "TunnelInfo",
+    "WindTunnel",
+    "info",
+    "make",
+    "names",
+    "register",
+]

@@ -22,9 +22,7 @@ def sample_rows(probs: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return idx.clamp_max(probs.shape[-1] - 1)
 
 
-def scatter_posterior(
-    probs: torch.Tensor, mask: torch.Tensor, shape: tuple[int, int, int]
-) -> Categorical:
+def scatter_posterior(probs: torch.Tensor, mask: torch.Tensor, shape: tuple[int, int, int]) -> Categorical:
     """Categorical with batch shape (B,T) over K classes: `probs` (N,K) at the True entries of `mask`
     (B,T), uniform elsewhere; computed in float64 by the caller, returned as float32."""
     B, T, K = shape

@@ -171,8 +171,13 @@ class WindTunnel(Protocol):
     @property
     def spec(self) -> TaskSpec: ...
 
-    def sample(self, batch_size: int, seed: int | None = None, generator: torch.Generator | None = None,
-               device: torch.device | str | None = None) -> Batch: ...
+    def sample(
+        self,
+        batch_size: int,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+    ) -> Batch: ...
 
 
 class Task:
@@ -212,8 +217,10 @@ class Task:
         """Sample `batch_size` fresh sequences, vectorised over the batch; deterministic for a seed."""
         if int(batch_size) < 1:
             raise ValueError(f"{self.name}.batch_size: must be >= 1 (got {batch_size})")
-        dev = torch.device(device) if device is not None else (
-            generator.device if generator is not None else torch.device("cpu")
+        dev = (
+            torch.device(device)
+            if device is not None
+            else (generator.device if generator is not None else torch.device("cpu"))
         )
         g = make_generator(seed, generator, dev)
         return self._sample(int(batch_size), g, dev)

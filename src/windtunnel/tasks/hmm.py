@@ -83,9 +83,7 @@ def _normalise(log_a: torch.Tensor) -> torch.Tensor:
     return log_a - log_a.logsumexp(-1, keepdim=True)
 
 
-def forward_filter(
-    log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor
-) -> torch.Tensor:
+def forward_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
     """Filtering posteriors p(s_t | o_1..t), uniform initial state; log-space forward algorithm.
 
     log_T: (B,S,S), log_E: (B,S,O) float64; obs: (B,K) long. Returns (B,K,S) float64 probabilities.
@@ -137,9 +135,11 @@ class HMM(Task):
     description = "belief transport: filter the hidden state of a random HMM given in the prompt"
     primitive = "belief transport"
     title = "HMM"
-    approximations_note = ("HMM: filters that forget everything before the last w observations (restarted from one "
-                           "transition after a uniform state; windowed filters are exact at the first w positions); a "
-                           "model that has not learnt to carry its belief through T sits at 'last 1 obs'.")
+    approximations_note = (
+        "HMM: filters that forget everything before the last w observations (restarted from one "
+        "transition after a uniform state; windowed filters are exact at the first w positions); a "
+        "model that has not learnt to carry its belief through T sits at 'last 1 obs'."
+    )
     default_loss = "soft_ce"  # the authors' soft targets: cross-entropy against the exact filter
 
     @property
@@ -179,8 +179,13 @@ class HMM(Task):
         H = self.header_len
         marker = torch.tensor([TRANS, EMIT, SEP], device=device).expand(B, 3)  # (B,3)
         header = torch.cat(
-            [marker[:, :1], t_cents.reshape(B, -1) - MIN_CENTS, marker[:, 1:2], e_cents.reshape(B, -1) - MIN_CENTS,
-             marker[:, 2:]],
+            [
+                marker[:, :1],
+                t_cents.reshape(B, -1) - MIN_CENTS,
+                marker[:, 1:2],
+                e_cents.reshape(B, -1) - MIN_CENTS,
+                marker[:, 2:],
+            ],
             dim=1,
         )  # (B,H)
         body = torch.stack([torch.full_like(obs_t, OBS), obs_t + OBS_OFFSET], dim=2).reshape(B, 2 * K)  # (B,2K)

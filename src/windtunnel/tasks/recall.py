@@ -67,11 +67,19 @@ class Recall(Task):
         """Where the answer is scored, and chance among the N stored values: the floor of a model that has learnt
         at least that the answer is one of them."""
         p = self.params
-        where = {"key": "the queried key (the authors score the answer slot after it)",
-                 "slot": "the answer slot after the queried key, as the authors do"}
-        return [Reference(f"scored at {where[p.score_at]}"),
-                Reference(f"chance among the {p.N} stored values", 1 / p.N, floor=True,
-                          note="a model below it has not even learnt that the answer is a stored value")]
+        where = {
+            "key": "the queried key (the authors score the answer slot after it)",
+            "slot": "the answer slot after the queried key, as the authors do",
+        }
+        return [
+            Reference(f"scored at {where[p.score_at]}"),
+            Reference(
+                f"chance among the {p.N} stored values",
+                1 / p.N,
+                floor=True,
+                note="a model below it has not even learnt that the answer is a stored value",
+            ),
+        ]
 
     @property
     def value_offset(self) -> int:
@@ -104,8 +112,9 @@ class Recall(Task):
             return torch.full((B, *shape), v, dtype=torch.long, device=device)
 
         store = torch.stack([const(STORE, N), keys + KEY_OFFSET, const(SEP, N), values + self.value_offset], 2)
-        ask = torch.cat([const(QUERY, M, 1), queries[..., None] + KEY_OFFSET, const(ANS, M, 1), const(FILLER, M, gap)],
-                        dim=2)  # (B,M,3+gap)
+        ask = torch.cat(
+            [const(QUERY, M, 1), queries[..., None] + KEY_OFFSET, const(ANS, M, 1), const(FILLER, M, gap)], dim=2
+        )  # (B,M,3+gap)
         ask = ask.reshape(B, -1)[:, : M * (3 + gap) - gap]  # no filler after the last query
         inputs = torch.cat([store.reshape(B, 4 * N), const(FILLER, F), ask], dim=1)  # (B,T)
         mask = torch.zeros_like(inputs, dtype=torch.bool)

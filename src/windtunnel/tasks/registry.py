@@ -44,6 +44,10 @@ def info(name: str) -> TunnelInfo:
         raise ValueError(f"{name}.headline_metric: must be one of {', '.join(HEADLINE_METRICS)} (got {metric!r})")
     if loss not in DEFAULT_LOSSES:
         raise ValueError(f"{name}.default_loss: must be one of {', '.join(DEFAULT_LOSSES)} (got {loss!r})")
-    return TunnelInfo(name=name, primitive=str(getattr(factory, "primitive", "") or ""),
-                      title=str(getattr(factory, "title", "") or name.capitalize()),
-                      headline_metric=metric, default_loss=loss)
+    return TunnelInfo(
+        name=name,
+        primitive=str(getattr(factory, "primitive", "") or ""),
+        title=str(getattr(factory, "title", "") or name.capitalize()),
+        headline_metric=metric,
+        default_loss=loss,
+    )
