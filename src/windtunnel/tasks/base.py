@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -50,7 +50,10 @@ class TaskSpec:
     @property
     def output_dim(self) -> int:
         """Width of a model's head: K logits, or (mean, log-variance) for a Gaussian answer."""
-        return int(self.n_classes) if self.answer_kind == "classes" else 2
+        if self.answer_kind != "classes":
+            return 2
+        assert self.n_classes is not None  # __post_init__: class answers have n_classes
+        return int(self.n_classes)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -180,11 +183,17 @@ class WindTunnel(Protocol):
     ) -> Batch: ...
 
 
-class Task:
+P = TypeVar("P", bound=TaskParams)
+T = TypeVar("T", bound="Task[Any]")
+
+
+class Task(Generic[P]):
     """Base class: holds validated `params`, exposes `spec`, and samples batches (a `WindTunnel`).
 
     Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`; they set the
     metadata of `WindTunnel` (primitive, title, headline_metric, default_loss) where the defaults do not fit.
+    A subclass names its Params class as the type argument too (`class Coin(Task[CoinParams])`), so a type checker
+    knows the fields of `self.params`; a plain `class Coin(Task)` runs the same.
     """
 
     name: ClassVar[str] = "task"
@@ -196,10 +205,12 @@ class Task:
     default_loss: ClassVar[str] = "ce"
     capacity: ClassVar[tuple[str, str] | None] = None
     approximations_note: ClassVar[str] = ""
+    params: P
 
     def __init__(self, **params: Any) -> None:
         try:
-            self.params = self.Params(**params)
+            # `Params` is the class of P by the subclass contract; a ClassVar cannot name a type variable.
+            self.params = cast(P, self.Params(**params))
         except ValidationError as err:
             raise ValueError(validation_message(err, self.name)) from None
 
@@ -228,7 +239,7 @@ class Task:
     def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
         raise NotImplementedError
 
-    def with_params(self, **overrides: Any) -> Task:
+    def with_params(self: T, **overrides: Any) -> T:
         """A copy of this task with some parameters changed (e.g. a longer K for length generalisation)."""
         return type(self)(**{**self.params.model_dump(), **overrides})
 

@@ -80,7 +80,7 @@ def evidence_positions(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.
     return seen & mask, evidence
 
 
-class Bijection(Task):
+class Bijection(Task[BijectionParams]):
     """Bijection elimination: predict each key's value under a fresh uniform permutation per sequence."""
 
     name = "bijection"

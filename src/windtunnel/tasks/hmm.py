@@ -127,7 +127,7 @@ def log10_rows(n_cols: int) -> float:
     return math.log10(math.comb(100 - MIN_CENTS * n_cols + n_cols - 1, n_cols - 1))
 
 
-class HMM(Task):
+class HMM(Task[HMMParams]):
     """HMM filtering: predict the hidden state's filtering posterior for a fresh HMM per sequence."""
 
     name = "hmm"

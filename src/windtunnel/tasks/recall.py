@@ -52,7 +52,7 @@ class RecallParams(TaskParams):
         return self
 
 
-class Recall(Task):
+class Recall(Task[RecallParams]):
     """Associative recall: retrieve the value bound to a queried key after a gap."""
 
     name = "recall"

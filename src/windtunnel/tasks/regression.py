@@ -56,7 +56,7 @@ def regression_predictive(
     return mean, var
 
 
-class Regression(Task):
+class Regression(Task[RegressionParams]):
     """Bayesian linear regression: the predictive for y at each new x given the earlier (x, y) pairs."""
 
     name = "regression"
