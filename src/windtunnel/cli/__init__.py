@@ -27,5 +27,5 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
 def main() -> None:
     import warnings
 
-    warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
+    warnings.formatwarning = _one_line_warning
     app()

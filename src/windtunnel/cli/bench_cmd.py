@@ -14,7 +14,7 @@ from windtunnel.cli.common import fail, guarded
 @app.command("time-to-bayes")
 @guarded
 def time_to_bayes(
-    cell: list[str] = typer.Option(
+    cell: list[str] | None = typer.Option(
         None,
         help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
         "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
@@ -22,8 +22,10 @@ def time_to_bayes(
     ),
     out: Path = typer.Option(Path("runs/time-to-bayes"), help="output directory (runs/, JSON, Markdown, plot)"),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
-    threads: int = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),
-    merge: list[Path] = typer.Option(None, help="instead of training: combine earlier result directories into --out"),
+    threads: int | None = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),
+    merge: list[Path] | None = typer.Option(
+        None, help="instead of training: combine earlier result directories into --out"
+    ),
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
     from windtunnel.time_to_bayes import merge as merge_results
@@ -48,7 +50,9 @@ def time_to_bayes(
 
 @app.command()
 @guarded
-def recipes(name: str = typer.Argument(None, help="show one recipe (a registered name or a YAML/JSON file)")) -> None:
+def recipes(
+    name: str | None = typer.Argument(None, help="show one recipe (a registered name or a YAML/JSON file)"),
+) -> None:
     """List the registered training recipes, or show one."""
     from windtunnel.recipes import RECIPES, get_recipe
 

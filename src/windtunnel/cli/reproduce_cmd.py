@@ -25,7 +25,7 @@ def reproduce(
         "transformer and Mamba cell and 1 for the controls)",
     ),
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
-    only: list[str] = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
+    only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
     probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""

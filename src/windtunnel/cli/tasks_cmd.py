@@ -42,7 +42,7 @@ def list_tasks(ctx: typer.Context) -> None:
 @guarded
 def show(
     name: str = typer.Argument(..., help="task name (see `windtunnel tasks`)"),
-    param: list[str] = typer.Option(None, "--param", "-p", help="task parameter k=v (repeatable)"),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="task parameter k=v (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
 ) -> None:
     """Print one sampled sequence: each token, and at scored positions the posterior entropy and the truth."""

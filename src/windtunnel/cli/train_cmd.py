@@ -48,7 +48,7 @@ def train_command(
     arch: str | None = typer.Option(None, "--arch", help="architecture, or 'oracle' / 'uniform'"),
     preset: str | None = typer.Option(None, "--preset", help="size preset: smoke, quick or paper"),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON RunConfig file"),
-    set_: list[str] = typer.Option(None, "--set", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"),
+    set_: list[str] | None = typer.Option(None, "--set", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"),
     seed: int | None = typer.Option(None, "--seed", help="run seed"),
     steps: int | None = typer.Option(None, "--steps", help="training steps"),
     resume: bool = typer.Option(False, "--resume", help="continue from the run's latest checkpoint"),
@@ -72,7 +72,7 @@ def train_command(
 @guarded
 def eval_command(
     run_dir: Path = typer.Argument(..., help="run directory"),
-    set_: list[str] = typer.Option(None, "--set", help="task override for this evaluation, e.g. task.K=50"),
+    set_: list[str] | None = typer.Option(None, "--set", help="task override for this evaluation, e.g. task.K=50"),
     n: int | None = typer.Option(None, "--n", help="number of held-out sequences (default: the run's eval.n)"),
     batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
