@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch.distributions import Categorical, Distribution, Normal
@@ -62,8 +63,8 @@ def kl_divergence_bits(p: Distribution, q: Distribution) -> torch.Tensor:
     return (torch.log(s2 / s1) + (s1**2 + (m1 - m2) ** 2) / (2 * s2**2) - 0.5) / LN2
 
 
-def _argmax(dist: Distribution) -> torch.Tensor:
-    return dist.logits.argmax(-1) if isinstance(dist, Categorical) else dist.probs.argmax(-1)
+def _argmax(dist: Categorical) -> torch.Tensor:
+    return dist.logits.argmax(-1)
 
 
 @dataclass
@@ -96,7 +97,7 @@ class ScoreTable:
         def pad(x: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.pad(x, (0, S - x.shape[1]), value=float("nan"))
 
-        out = {}
+        out: dict[str, Any] = {}  # field name -> (N,S) tensor, or None for an Optional field
         for f in fields(ScoreTable):
             vals = [getattr(t, f.name) for t in tables]
             out[f.name] = None if any(v is None for v in vals) else torch.cat([pad(v) for v in vals])
@@ -122,8 +123,12 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         raise ValueError(f"metrics: predictive batch shape {tuple(pred.batch_shape)} != mask {tuple(mask.shape)}")
     h_model = entropy_bits(pred)
     h_bayes = entropy_bits(post)
-    kl = kl_divergence_bits(post, pred)
+    kl = kl_divergence_bits(post, pred)  # TypeError unless both are Categorical or both Normal
+    correct: torch.Tensor | None
+    bayes_correct: torch.Tensor | None
+    impossible: torch.Tensor | None
     if isinstance(pred, Categorical):
+        assert isinstance(post, Categorical)
         logq = _params(pred)[1][0]
         tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).long()
         nll = -logq.gather(-1, tgt[..., None])[..., 0] / LN2
@@ -131,6 +136,7 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         bayes_correct = (_argmax(post) == tgt).double()
         impossible = (logq.exp() * (post.probs == 0)).sum(-1)  # (B,T)
     else:
+        assert isinstance(pred, Normal)
         tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).double()
         nll = -Normal(pred.loc.double(), pred.scale.double(), validate_args=False).log_prob(tgt) / LN2
         correct = bayes_correct = impossible = None
