@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -21,6 +22,9 @@ from torch import nn
 
 from windtunnel.errors import CheckpointError
 from windtunnel.rundir import CKPT_DIR, atomic_write, read_json_object, write_json
+
+if TYPE_CHECKING:
+    from windtunnel.optim import MultiOptimizer
 
 
 def _ckpt_name(step: int) -> str:
@@ -43,11 +47,17 @@ def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, 
         raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
 
 
+def _checksums(meta: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's {"weights": sha256, "state": sha256} from its state json ({} when it has none)."""
+    sha = meta.get("sha256")
+    return sha if isinstance(sha, dict) else {}
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     extra: dict | None = None,
 ) -> None:
     """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
@@ -110,7 +120,7 @@ def verify_checkpoint(run_dir: str | Path, step: int) -> None:
     """Check that checkpoint `step` is complete and matches its checksums (without building a model)."""
     d = Path(run_dir) / CKPT_DIR
     meta = read_json_object(d / f"{_ckpt_name(step)}.state.json")
-    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    sha = _checksums(meta)
     _read_safetensors(d / f"{_ckpt_name(step)}.safetensors", sha.get("weights"))
     _read_safetensors(d / f"{_ckpt_name(step)}.state.safetensors", sha.get("state"))
 
@@ -155,7 +165,7 @@ def load_checkpoint(
     run_dir: str | Path,
     step: int,
     model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     restore_rng: bool = False,
 ) -> dict:
     """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
@@ -165,7 +175,7 @@ def load_checkpoint(
     if not meta_path.exists():
         raise CheckpointError(f"{meta_path} is missing (available steps: {list_checkpoints(run_dir)})")
     meta = read_json_object(meta_path)
-    sha = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    sha = _checksums(meta)
     weights = _read_safetensors(d / f"{name}.safetensors", sha.get("weights"))
     try:
         model.load_state_dict(weights, strict=True)

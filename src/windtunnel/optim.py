@@ -99,7 +99,9 @@ def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | 
     t = cfg.train
     no_decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     muon = _hidden_matrices(model) if t.optimizer == "muon" else set()
-    decay, rest, ortho = [], [], []
+    decay: list[nn.Parameter] = []
+    rest: list[nn.Parameter] = []
+    ortho: list[nn.Parameter] = []
     for p in model.parameters():
         if not p.requires_grad:
             continue
@@ -108,7 +110,7 @@ def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | 
         else:
             (decay if p.ndim >= 2 and id(p) not in no_decay else rest).append(p)
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    adamw = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas))
+    adamw = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas)
     if not ortho:
         return adamw
     muon_opt = torch.optim.Muon(ortho, lr=t.lr, weight_decay=t.weight_decay, adjust_lr_fn="match_rms_adamw")

@@ -14,11 +14,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributions import Categorical
 
 from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import RunConfig, resolve_config, resolve_loss
@@ -49,7 +50,8 @@ def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> 
     if kind == "ce":
         return F.cross_entropy(out[mask].float(), batch.targets[mask].long())
     if kind == "soft_ce":
-        probs = batch.posterior.probs[mask].float()  # (N,K)
+        # soft_ce is for class answers, whose posterior is a Categorical
+        probs = cast(Categorical, batch.posterior).probs[mask].float()  # (N,K)
         return -(probs * torch.log_softmax(out[mask].float(), -1)).sum(-1).mean()
     if kind == "gaussian_nll":
         if spec.answer_kind != "real":
@@ -65,7 +67,7 @@ def closest_posterior(result: dict[str, Any]) -> dict[str, Any]:
     if not approx:
         return {}
     kl = {"exact": result["metrics_point"]["kl_bits"], **{k: v["kl_from_model_bits"] for k, v in approx.items()}}
-    return {"closest": min(kl, key=kl.get)}
+    return {"closest": min(kl, key=kl.__getitem__)}
 
 
 def checkpoint_steps(cfg: RunConfig) -> set[int]:

@@ -87,7 +87,7 @@ def closest_approximation(records: list[RunRecord]) -> dict[str, Any] | None:
     if not kls:
         return None
     kl = {name: mean(v) for name, v in kls.items()}
-    return {"closest": min(kl, key=kl.get), "kl_bits": kl}
+    return {"closest": min(kl, key=kl.__getitem__), "kl_bits": kl}
 
 
 def _level_given_closest(metric: str, worst: float, approx: dict[str, Any] | None) -> str:
