@@ -141,7 +141,7 @@ def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[
     """Per mark, over seeds' `crossings`: how many reached it, median and range of training seconds, median step."""
     marks: dict[str, Any] = {}
     for mark in per_seed[0]:
-        hits = [c[mark] for c in per_seed if c.get(mark) is not None]
+        hits = [h for c in per_seed if (h := c.get(mark)) is not None]
         marks[mark] = {"reached": len(hits), "of": len(per_seed)}
         if hits:
             secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]

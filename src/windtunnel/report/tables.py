@@ -106,8 +106,8 @@ def seed_interval(values: list[float], level_: float = 0.95) -> tuple[float, flo
 def cell_value(runs: list[RunRecord], metric: str) -> dict[str, Any] | None:
     """One Table 1 cell from its runs (one per training seed): mean, seed spread, interval, per-seed and cell
     levels, closest approximation; None where no run has the metric."""
-    scored = [(r, r.metric(metric)) for r in runs]
-    scored = sorted([(r, m) for r, m in scored if m is not None], key=lambda x: x[0].seed)
+    metrics = [(r, r.metric(metric)) for r in runs]
+    scored = sorted([(r, m) for r, m in metrics if m is not None], key=lambda x: x[0].seed)
     if not scored:
         return None
     higher = metric == "accuracy"
@@ -179,7 +179,8 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
         if task in with_approx:
             header.append(f"{tasks.info(task).title}: closest posterior")
     header += ["Exact (✓) / approximate (◐)"]
-    rows, data = [], {}
+    rows: list[list[str]] = []
+    data: dict[str, Any] = {}
     for arch in archs:
         row, counts, tested = [arch], dict.fromkeys(LEVELS, 0), 0
         for task, metric, _ in cols:
