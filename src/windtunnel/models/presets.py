@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from windtunnel.config import SizeTier
 from windtunnel.models.base import ModelSize
 from windtunnel.models.common import check_choice, count_params, match_params
 from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
 from windtunnel.models.registry import size_class
-from windtunnel.models.transformer import Transformer
+from windtunnel.models.transformer import Transformer, TransformerSize
 from windtunnel.tasks.base import TaskSpec
 
 _TIERS: tuple[str, ...] = get_args(SizeTier)
@@ -113,9 +113,11 @@ def _default_spec(task_name: str) -> TaskSpec:
 
 @functools.cache
 def _matched_mlp(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
-    size = preset(task_name, "transformer", tier)
+    # the "transformer" preset is a TransformerSize (count_params builds a Transformer from it)
+    size = cast(TransformerSize, preset(task_name, "transformer", tier))
     target = count_params(Transformer, spec, size)
     depth = size.n_layers
+    depths: tuple[int, ...]
     if arch == "mlp-pointwise":  # 8 d^2 per block against the transformer's 12 d^2: 1.5x the depth
         depths = (math.ceil(1.5 * depth), depth, 2 * depth)
         return match_params(PointwiseMLP, spec, target, "d_model", depths)

@@ -13,13 +13,15 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from windtunnel.errors import UntrustedCodeError
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
+
+if TYPE_CHECKING:
+    from windtunnel.models.base import ModelSize
 
 _REGISTRY = Registry("arch")
 
@@ -29,7 +31,15 @@ names = _REGISTRY.names
 _IMPORT_STRING = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def _check_sized(arch: str, factory: Any) -> Any:
+class ArchFactory(Protocol):
+    """What `resolve` returns: an architecture class (or factory) that declares its typed `Size`."""
+
+    Size: type[ModelSize]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _check_sized(arch: str, factory: Any) -> ArchFactory:
     """An architecture must declare its typed size: `factory.Size`, a ModelSize subclass."""
     from windtunnel.models.base import ModelSize
 
@@ -78,13 +88,13 @@ def _import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
         sys.path[:] = saved
 
 
-def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()) -> Callable[..., Any]:
+def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()) -> ArchFactory:
     """The factory for a registered name, or, with `trust_code=True`, for a `module:attr` import string.
 
     exclude: directories (a run directory) that, like the current directory, an import may not come from.
     """
     if arch in _REGISTRY:
-        return _REGISTRY.get(arch)
+        return cast(ArchFactory, _REGISTRY.get(arch))  # `register` admits only factories _check_sized passed
     check(arch)
     if not trust_code:
         raise UntrustedCodeError(
