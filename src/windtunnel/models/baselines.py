@@ -4,7 +4,7 @@ way: `oracle` (the exact posterior; every error metric reads 0) and `uniform` (t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -53,6 +53,7 @@ class Uniform(_Baseline):
     def predict(self, batch: Batch) -> Distribution:
         B, T = batch.target_mask.shape
         if self.spec.answer_kind == "classes":
+            assert self.spec.n_classes is not None  # TaskSpec: class answers have n_classes
             logits = torch.zeros(B, T, int(self.spec.n_classes), device=batch.device)  # (B,T,K)
             return Categorical(logits=logits, validate_args=False)
         prior = getattr(self.task, "prior_predictive", None)
@@ -64,6 +65,12 @@ class Uniform(_Baseline):
         return Normal(mean.expand(shape).float(), std.expand(shape).float(), validate_args=False)
 
 
+class _PredictsBatches(Protocol):
+    """What a baseline (`is_baseline`) offers in place of a forward pass."""
+
+    def predict(self, batch: Batch) -> Distribution: ...
+
+
 def is_baseline(model: Any) -> bool:
     """Whether a model (or architecture class) is a never-trained baseline that predicts whole batches."""
     return bool(getattr(model, "baseline", False))
@@ -72,7 +79,7 @@ def is_baseline(model: Any) -> bool:
 def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
     """Predictive distribution (batch shape (B,T)) of a model or baseline on a batch, in one forward pass."""
     if is_baseline(model):
-        return model.predict(batch)
+        return cast(_PredictsBatches, model).predict(batch)  # duck-typed: any module with `baseline = True`
     return predictive(spec, model(batch.inputs))
 
 

@@ -42,8 +42,9 @@ def init_weights(module: nn.Module, std: float = INIT_STD) -> None:
     """N(0, std) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`)."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+        bias = getattr(module, "bias", None)  # Embedding has none
+        if bias is not None:
+            nn.init.zeros_(bias)
 
 
 def scale_residual_projections(
@@ -67,9 +68,12 @@ class InputEmbedding(nn.Module):
         self.spec = spec
         self.max_len = check_int("max_len", spec.seq_len if max_len is None else max_len, 1)
         self.pos_kind = check_choice("pos", pos, POSITIONS)
+        self.tok: nn.Embedding | nn.Linear
         if spec.input_kind == "tokens":
-            self.tok: nn.Module = nn.Embedding(int(spec.vocab_size), d_model)
+            assert spec.vocab_size is not None  # TaskSpec: token inputs have a vocab_size
+            self.tok = nn.Embedding(int(spec.vocab_size), d_model)
         else:
+            assert spec.input_dim is not None  # TaskSpec: real inputs have an input_dim
             self.tok = nn.Linear(int(spec.input_dim), d_model)
         self.pos = nn.Embedding(self.max_len, d_model) if pos == "learned" else None
 
@@ -144,12 +148,14 @@ class OutputHead(nn.Module):
             and embedding.token_weight.shape[1] == d_model
         )
         if tied:
+            # answers are the input tokens offset.. of a token task with class answers (TaskSpec)
+            assert spec.answer_token_offset is not None and spec.n_classes is not None and spec.vocab_size is not None
             lo, k = int(spec.answer_token_offset), int(spec.n_classes)
             if lo + k > int(spec.vocab_size):
                 raise ValueError(f"answer_token_offset: {lo}+n_classes {k} exceeds vocab_size {spec.vocab_size}")
             self.answer_rows = (lo, lo + k)
         # Held in a tuple, not as a submodule: the shared weight appears once in state_dict (safetensors-safe).
-        self._tied_to = (embedding,) if tied else ()
+        self._tied_to: tuple[InputEmbedding, ...] = (embedding,) if tied and embedding is not None else ()
         self.proj = None if tied else nn.Linear(d_model, spec.output_dim)
 
     @property
@@ -164,8 +170,11 @@ class OutputHead(nn.Module):
             x = x.to(torch.promote_types(x.dtype, torch.float32))  # float64 models stay float64
             if self._tied_to:
                 lo, hi = self.answer_rows
-                out = x @ self._tied_to[0].token_weight[lo:hi].t()  # (B,T,K)
+                weight = self._tied_to[0].token_weight
+                assert weight is not None  # tied only to a token embedding
+                out = x @ weight[lo:hi].t()  # (B,T,K)
             else:
+                assert self.proj is not None  # untied heads have their own projection
                 out = self.proj(x)  # (B,T,K) or (B,T,2)
             return out if self.log_scale is None else out * self.log_scale.exp()
 

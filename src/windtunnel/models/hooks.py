@@ -31,6 +31,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -62,6 +63,10 @@ class HookedModel:
     n_heads: int = 0  # attention heads per layer (0: no attention)
     layer_hooks: tuple[str, ...] = ()  # names inside blocks.{l}. beyond resid_pre / resid_post
     _active: _Active | None = None
+
+    if TYPE_CHECKING:  # the mixin is always combined with an nn.Module, whose __call__ runs forward
+
+        def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
 
     # ------------------------------------------------------------------ the points
 

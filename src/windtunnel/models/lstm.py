@@ -8,7 +8,7 @@ that records the hidden and cell state at every step.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from pydantic import Field
@@ -22,12 +22,15 @@ from windtunnel.tasks.base import TaskSpec
 
 def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Run a single-layer batch-first `nn.LSTM` step by step; returns h, c for every step, each (B,T,d)."""
-    gx = x @ layer.weight_ih_l0.t() + layer.bias_ih_l0 + layer.bias_hh_l0  # (B,T,4d), input part of all gates
+    # nn.LSTM registers its weights by name at runtime, so torch's stubs type them as `Tensor | Module`
+    w_ih, w_hh = cast(torch.Tensor, layer.weight_ih_l0), cast(torch.Tensor, layer.weight_hh_l0)
+    b_ih, b_hh = cast(torch.Tensor, layer.bias_ih_l0), cast(torch.Tensor, layer.bias_hh_l0)
+    gx = x @ w_ih.t() + b_ih + b_hh  # (B,T,4d), input part of all gates
     B, T, d = x.shape[0], x.shape[1], layer.hidden_size
     h, c = x.new_zeros(B, d), x.new_zeros(B, d)
     hs, cs = [], []
     for t in range(T):
-        i, f, g, o = (gx[:, t] + h @ layer.weight_hh_l0.t()).chunk(4, dim=-1)  # (B,d) each
+        i, f, g, o = (gx[:, t] + h @ w_hh.t()).chunk(4, dim=-1)  # (B,d) each
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         hs.append(h)
@@ -70,7 +73,7 @@ class LSTM(ResidualModel):
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
         """Layer l replaces the stream with its hidden states: resid_post = lstm.h."""
-        hook, lstm = self.layer_hook(l), self.layers[l]
+        hook, lstm = self.layer_hook(l), cast(nn.LSTM, self.layers[l])  # ModuleList items are typed Module
         if l > 0:
             x = self.dropout(x)
         if self.wants(f"blocks.{l}.lstm.c"):  # the fused nn.LSTM returns only h: run the cell loop for c

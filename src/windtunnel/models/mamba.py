@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -151,7 +151,7 @@ class _SelectiveScan(torch.autograd.Function):
         A2 = At * _LOG2E  # (N,Di): exp(delta A) = exp2(delta A2)
         y = u.new_empty(T, u.shape[0], 1, A.shape[0])  # (T,B,1,Di)
         dA = u.new_empty(u.shape[0], A.shape[1], A.shape[0])  # (B,N,Di) work buffer
-        H = []  # T states h_t (B,N,Di), one tensor each (see the class docstring)
+        H: list[torch.Tensor] = []  # T states h_t (B,N,Di), one tensor each (see the class docstring)
         for t in range(T):
             if t == 0:
                 h = torch.mul(Bt[0, :, :, None], du[0, :, None, :])  # (B,N,Di)
@@ -295,7 +295,7 @@ class MambaSize(ModelSize):
     d_state: int = size_int(16)
     expand: int = size_int(2)
     d_conv: int = size_int(4)
-    dt_rank: int | str = "auto"
+    dt_rank: int | Literal["auto"] = "auto"
     variant: Literal["reference", "paper"] = "reference"
     scan: Literal["auto", "fused", "parallel", "sequential"] = "auto"
     pos: Literal["none", "learned"] | None = None
@@ -305,7 +305,7 @@ class MambaSize(ModelSize):
 
     @field_validator("dt_rank", mode="before")
     @classmethod
-    def _dt_rank(cls, v: Any) -> int | str:
+    def _dt_rank(cls, v: Any) -> int | Literal["auto"]:
         if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
         raise ValueError("must be 'auto' or an integer >= 1")
@@ -340,7 +340,7 @@ class Mamba(ResidualModel):
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         self.apply(init_weights)
         for block in self.blocks:
-            block.reset_ssm_parameters()
+            cast(MambaBlock, block).reset_ssm_parameters()  # ModuleList items are typed Module
         self.d_model, self.d_state, self.d_inner = s.d_model, s.d_state, s.expand * s.d_model
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
