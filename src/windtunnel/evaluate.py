@@ -161,11 +161,11 @@ def evaluate(
     import-string architecture (see `runs.load_run`).
     """
     run: runs.Run | None = None
-    if isinstance(run_or_config, runs.Run):
-        run = run_or_config
-    elif isinstance(run_or_config, (str, Path)):
-        run = runs.load_run(run_or_config, trust_code=trust_code)
-    if run is not None:
+    if isinstance(run_or_config, (runs.Run, str, Path)):
+        if isinstance(run_or_config, runs.Run):
+            run = run_or_config
+        else:
+            run = runs.load_run(run_or_config, trust_code=trust_code)
         cfg, task = run.config, run.task
         step = checkpoints.latest_step(run.path)
         model = model if model is not None else run.model

@@ -159,7 +159,8 @@ def preset_tier(tier: str) -> str:
 
 def dense_schedule(steps: int) -> list[int]:
     """Checkpoint steps dense early and sparse late (x1.5 apart), for the frame-precision dissociation probe."""
-    out, s = [], 10
+    out: list[int] = []
+    s: float = 10
     while s < steps:
         out.append(int(s))
         s = max(s + 1, s * 1.5)
