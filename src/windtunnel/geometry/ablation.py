@@ -8,11 +8,12 @@ The "hypothesis-frame head" is the layer-0 head whose removal raises the entropy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
 from windtunnel.geometry.data import entropy_error_bits, not_applicable
+from windtunnel.models.hooks import HookedModel
 from windtunnel.tasks.base import Batch
 
 PAPER = {
@@ -26,14 +27,15 @@ def ablations(model: nn.Module, batch: Batch, all_heads: bool = True) -> dict[st
     """Entropy-error change for every head (layer 0 only if not `all_heads`) and every layer part."""
     if not hasattr(model, "ablate"):
         return not_applicable("the model has no ablation hook (model.ablate)")
+    hooked = cast(HookedModel, model)  # duck-typed: any model with `ablate` (the HookedModel contract above)
     model.eval()
     base = entropy_error_bits(model, batch)
 
     def delta(**what: Any) -> float:
-        with model.ablate(**what):
+        with hooked.ablate(**what):
             return entropy_error_bits(model, batch) - base
 
-    n_layers, n_heads = int(model.n_layers), int(getattr(model, "n_heads", 0))
+    n_layers, n_heads = int(hooked.n_layers), int(getattr(model, "n_heads", 0))
     out: dict[str, Any] = {"baseline_entropy_error_bits": base}
     out["layers"] = {
         part: [delta(layers={l}, parts=part) for l in range(n_layers)]

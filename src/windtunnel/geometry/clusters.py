@@ -7,7 +7,9 @@ of the MAP labels, and the held-out linear-probe R^2 for posterior entropy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+from torch.distributions import Categorical
 
 from windtunnel.geometry.data import ProbeData, not_applicable
 from windtunnel.geometry.manifold import scored_points
@@ -39,13 +41,13 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
             f"the posterior's MAP class is tied at {tied:.0%} of scored positions "
             "(no state to recover, e.g. uniform over remaining values)"
         )
-    k = int(data.batch.posterior.probs.shape[-1])
+    k = int(cast(Categorical, data.batch.posterior).probs.shape[-1])  # map_labels found class probabilities
     x, h, idx = scored_points(data, data.final, max_points, seed)
     y = lab[data.mask][idx.to(lab.device)]
     if x.shape[0] < max(10, k + 1):
         return not_applicable("too few scored positions to cluster")
     ratios, _ = pca(x)
-    out = cluster_stats(x, y.cpu().numpy(), k=k, seed=seed)
+    out: dict[str, Any] = cluster_stats(x, y.cpu().numpy(), k=k, seed=seed)
     out.update(
         {
             "k": k,

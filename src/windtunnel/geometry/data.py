@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
+from windtunnel.models.hooks import HookedModel
 from windtunnel.seeds import test_seed
-from windtunnel.tasks.base import Batch
+from windtunnel.tasks.base import Batch, TaskSpec
 
 PROBE_OFFSET = 2**29  # test-stream index of the first probe batch
 
@@ -26,6 +27,12 @@ PROBE_OFFSET = 2**29  # test-stream index of the first probe batch
 def not_applicable(reason: str) -> dict[str, str]:
     """The one shape of a probe result that does not apply to this architecture or task."""
     return {"not_applicable": reason}
+
+
+def model_spec(model: torch.nn.Module) -> TaskSpec:
+    """The task spec a predictor holds (`SequenceModel.spec`, and the baselines' too): nn.Module's stubs type an
+    attribute they do not know as `Tensor | Module`."""
+    return cast(TaskSpec, model.spec)
 
 
 def probe_hook_names(model: torch.nn.Module) -> list[str]:
@@ -57,7 +64,7 @@ class ProbeData:
 
     def per_layer(self, point: str) -> list[torch.Tensor] | None:
         """`blocks.{l}.<point>` for every layer l = 0, 1, ... in the cache, or None when layer 0 has none."""
-        out = []
+        out: list[torch.Tensor] = []
         while (x := self.cache.get(f"blocks.{len(out)}.{point}")) is not None:
             out.append(x)
         return out or None
@@ -83,7 +90,7 @@ def entropy_error_bits(model: torch.nn.Module, batch: Batch) -> float:
     """Mean |H_model - H_posterior| (bits) over the scored positions of `batch` (used by ablations, dynamics)."""
     with torch.no_grad():
         out = model(batch.inputs)
-    return entropy_mae_bits(predictive(model.spec, out), batch)
+    return entropy_mae_bits(predictive(model_spec(model), out), batch)
 
 
 def heldout_batch(task: Any, n: int, offset: int = 0, device: torch.device | str = "cpu") -> Batch:
@@ -100,7 +107,8 @@ def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) ->
     model.eval()
     with torch.no_grad():
         if hasattr(model, "run_with_cache"):
-            out, cache = model.run_with_cache(batch.inputs, names=probe_hook_names(model))
+            hooked = cast(HookedModel, model)  # duck-typed: any model with hook points
+            out, cache = hooked.run_with_cache(batch.inputs, names=probe_hook_names(model))
         else:  # a model without hook points: the probes that need activations say "not applicable"
             out, cache = model(batch.inputs), {}
     return ProbeData(
@@ -109,7 +117,7 @@ def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) ->
         cache=cache,
         mask=batch.target_mask.bool(),
         post_entropy=dist_entropy_bits(batch.posterior).double(),
-        model_entropy=dist_entropy_bits(predictive(model.spec, out)).double(),
+        model_entropy=dist_entropy_bits(predictive(model_spec(model), out)).double(),
     )
 
 

@@ -63,11 +63,14 @@ def frame_precision(
         "checkpoints": rows,
         "precision_step_2x": first_step_where(steps, [e <= 2 * errors[-1] for e in errors]),
     }
-    if maps[-1] is None:
+    final = maps[-1]
+    if final is None:
         out["frame"] = not_applicable("the architecture has no attention weights in its cache")
         return out
+    assert mask is not None  # set by the loop over the >= 2 steps
     for r, a in zip(rows, maps, strict=True):
-        r["frame_cosine"], r["frame_1mjs"] = frame_similarity(a, maps[-1], mask.cpu())
+        assert a is not None  # every checkpoint has the architecture of the last, which has attention maps
+        r["frame_cosine"], r["frame_1mjs"] = frame_similarity(a, final, mask.cpu())
     cos = [r["frame_cosine"] for r in rows]
     span = 1.0 - cos[0]
     out["frame_step_90"] = first_step_where(steps, [c >= 0.9 for c in cos])

@@ -69,7 +69,9 @@ def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Pat
 
 def cluster_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path:
     """PC1-PC2 of the final-layer representation coloured by the posterior's MAP state."""
-    lab, _ = map_labels(data)
+    labels = map_labels(data)
+    assert labels is not None  # drawn only where state_clusters applied: a class posterior
+    lab, _ = labels
     x, _, idx = scored_points(data, data.final, max_points)
     y = lab[data.mask][idx.to(lab.device)].cpu().numpy()
     _, scores = pca(x)
@@ -107,7 +109,7 @@ def ablation_bars(result: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("ablated layer")
     ax.set_ylabel("entropy error change (bits)")
     ax.legend(fontsize=7)
-    if has_heads:
+    if isinstance(heads, list):  # has_heads
         ax = axes[0][1]
         ax.bar(range(len(heads[0])), heads[0], color="tab:red")
         ax.set_xticks(range(len(heads[0])))

@@ -21,7 +21,8 @@ Model contract relied on (models/transformer.py): `model.embed.token_weight` (V,
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -36,6 +37,10 @@ from windtunnel.geometry.stats import (
     mean_abs_offdiag_cosine,
     signed_offdiag_cosine,
 )
+
+if TYPE_CHECKING:
+    from windtunnel.models.common import InputEmbedding
+    from windtunnel.models.transformer import Block
 
 PAPER = {"layer0_mean_abs_cos": 0.052, "random_baseline": 0.082, "source": "v3 (MC); official checklist: < 0.1"}
 
@@ -72,9 +77,13 @@ def probe_tokens(spec: Any) -> torch.Tensor:
 def token_keys(model: nn.Module, norm: bool = True) -> list[torch.Tensor]:
     """Per layer (H, n_tokens, d_head) weight-only keys of the probe tokens (see module docstring); norm=False: of
     the RAW embeddings, no norm and no positions even for l > 0 (the authors' cmd_orthogonality)."""
-    emb = model.embed.token_weight[probe_tokens(model.spec).to(model.embed.token_weight.device)]  # (n,d)
+    # the contract above (nn.Module's stubs type the attributes it does not know as `Tensor | Module`)
+    embed, blocks = cast("InputEmbedding", model.embed), cast("Iterable[Block]", model.blocks)
+    weight = embed.token_weight
+    assert weight is not None  # token inputs (_frame_parts)
+    emb = weight[probe_tokens(model.spec).to(weight.device)]  # (n,d)
     out = []
-    for block in model.blocks:
+    for block in blocks:
         attn = block.attn
         k = (block.norm1(emb) if norm else emb) @ attn.w_k.T  # (n,d)
         out.append(k.view(k.shape[0], attn.n_heads, -1).transpose(0, 1).float().cpu())  # (H,n,dh)

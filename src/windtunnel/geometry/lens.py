@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from windtunnel.geometry.data import ProbeData, not_applicable
+from windtunnel.geometry.data import ProbeData, model_spec, not_applicable
 from windtunnel.metrics import kl_divergence_bits
 from windtunnel.models.base import predictive
 
@@ -55,13 +55,14 @@ def logit_lens(model: nn.Module, data: ProbeData) -> dict[str, Any]:
     post_floor = floored(post)
     kl, kl_rev, impossible = [], [], []
     for h in resid:
-        q = predictive(model.spec, head(norm(h)))
+        q = predictive(model_spec(model), head(norm(h)))
         kl.append(float(kl_divergence_bits(post, q)[data.mask].mean()))  # (B,T) bits -> mean
         kl_rev.append(float(kl_divergence_bits(q, post_floor)[data.mask].mean()))
         if isinstance(post, Categorical):
+            assert isinstance(q, Categorical)  # kl_divergence_bits raised for a q of another family
             mass = (q.probs.double() * (post.probs == 0)).sum(-1)  # (B,T) lens mass on ruled-out answers
             impossible.append(float(mass[data.mask].mean()))
-    out = {
+    out: dict[str, Any] = {
         "kl_bits_per_layer": kl,
         "kl_lens_to_posterior_bits_per_layer": kl_rev,
         "direction": DIRECTION,
