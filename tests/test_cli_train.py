@@ -7,26 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from cli_args import SMOKE
 from windtunnel.cli import app
 
 runner = CliRunner()
-SMOKE = [
-    "--preset",
-    "smoke",
-    "--steps",
-    "2",
-    "--no-progress",
-    "--set",
-    "task.V=5",
-    "--set",
-    "task.L=4",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.n=8",
-    "--set",
-    "train.device=cpu",
-]
 
 
 def test_train_then_eval(tmp_path):

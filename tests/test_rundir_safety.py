@@ -17,6 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from cli_args import SMOKE
 from windtunnel import rundir, runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError, RunInUseError, UntrustedCodeError
@@ -24,23 +25,6 @@ from windtunnel.lock import OWNER_FILE, DirLock, is_locked
 from windtunnel.train import train
 
 runner = CliRunner()
-SMOKE = [
-    "--preset",
-    "smoke",
-    "--steps",
-    "2",
-    "--no-progress",
-    "--set",
-    "task.V=5",
-    "--set",
-    "task.L=4",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.n=8",
-    "--set",
-    "train.device=cpu",
-]
 SMOKE_CFG = {
     "task": {"name": "bijection", "params": {"V": 5, "L": 4}},
     "model": {"arch": "transformer", "preset": "smoke"},
