@@ -1,19 +1,16 @@
 """Command-line arguments shared by the CLI tests: a tiny smoke training run on the CPU."""
 
-SMOKE = [
-    "--preset",
-    "smoke",
-    "--steps",
-    "2",
-    "--no-progress",
-    "--set",
-    "task.V=5",
-    "--set",
-    "task.L=4",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.n=8",
-    "--set",
-    "train.device=cpu",
+from __future__ import annotations
+
+from pathlib import Path
+
+# The smoke preset on a 5-symbol bijection, tiny batches, no progress bar, the CPU.
+TINY = ["--preset", "smoke", "--no-progress"] + [
+    a for kv in ("task.V=5", "task.L=4", "train.batch_size=4", "eval.n=8", "train.device=cpu") for a in ("--set", kv)
 ]
+SMOKE = [*TINY, "--steps", "2"]  # two steps: a finished run in about a second
+
+
+def train_args(out: str | Path, *extra: str) -> list[str]:
+    """`windtunnel train` of the smoke bijection transformer into `out`, plus `extra` options."""
+    return ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE, *extra]

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli_args import SMOKE
+from cli_args import SMOKE, train_args
 from windtunnel.cli import app
 
 runner = CliRunner()
@@ -15,7 +15,7 @@ runner = CliRunner()
 
 def test_train_then_eval(tmp_path):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE])
+    r = runner.invoke(app, train_args(out))
     assert r.exit_code == 0, r.output
     assert "entropy_mae_bits" in r.output and (out / "eval.json").exists()
     cfg = json.loads((out / "config.json").read_text())
@@ -26,9 +26,7 @@ def test_train_then_eval(tmp_path):
     r = runner.invoke(app, ["eval", str(out), "--set", "task.L=3", "--n", "4"])
     assert r.exit_code == 0, r.output
     assert "L=3" in r.output and "L=3" in json.loads((out / "eval.json").read_text())
-    r = runner.invoke(
-        app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE, "--resume"]
-    )
+    r = runner.invoke(app, train_args(out, "--resume"))
     assert r.exit_code == 0, r.output
 
 

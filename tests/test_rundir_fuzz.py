@@ -13,33 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from cli_args import TINY
 from windtunnel.cli import app
 
 runner = CliRunner()
-TRAIN = [
-    "train",
-    "--task",
-    "bijection",
-    "--arch",
-    "transformer",
-    "--preset",
-    "smoke",
-    "--no-progress",
-    "--set",
-    "task.V=5",
-    "--set",
-    "task.L=4",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.n=8",
-    "--set",
-    "train.device=cpu",
-    "--set",
-    "train.eval_every=1",
-    "--set",
-    "train.checkpoint_every=1",
-]
+TRAIN = ["train", "--task", "bijection", "--arch", "transformer", *TINY]
+TRAIN += ["--set", "train.eval_every=1", "--set", "train.checkpoint_every=1"]
 FILES = [
     "config.json",
     "metrics.jsonl",

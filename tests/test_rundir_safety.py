@@ -17,7 +17,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from cli_args import SMOKE
+from cli_args import train_args
 from windtunnel import rundir, runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError, RunInUseError, UntrustedCodeError
@@ -46,7 +46,7 @@ def _one_line_error(r, code: int) -> str:
 @pytest.fixture
 def trained(tmp_path):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE])
+    r = runner.invoke(app, train_args(out))
     assert r.exit_code == 0, r.output
     return out
 
@@ -162,9 +162,7 @@ def test_a_second_writer_fails_at_once_naming_the_holder(trained, holder):
     proc = holder(trained)
     assert is_locked(trained)
     for extra in (["--resume"], ["--overwrite"]):
-        r = runner.invoke(
-            app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE, *extra]
-        )
+        r = runner.invoke(app, train_args(trained, *extra))
         line = _one_line_error(r, 1)
         assert f"in use by pid {proc.pid} on {socket.gethostname()}" in line
     after = {p: p.read_bytes() for p in trained.rglob("*") if p.is_file() and p.name != OWNER_FILE}
@@ -183,9 +181,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(trained, holder):
     assert lock.took_over["pid"] == proc.pid
     lock.release()
     assert not is_locked(trained)
-    r = runner.invoke(
-        app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(trained), *SMOKE, "--resume"]
-    )
+    r = runner.invoke(app, train_args(trained, "--resume"))
     assert r.exit_code == 0, r.output
 
 
@@ -213,7 +209,7 @@ def test_two_reproduce_into_one_out_cannot_both_train(tmp_path, holder):
 )
 def test_a_refused_train_leaves_nothing_behind(tmp_path, args, field):
     out = tmp_path / "deep" / "run"
-    r = runner.invoke(app, ["train", "--task", "bijection", "--arch", "transformer", "--out", str(out), *SMOKE, *args])
+    r = runner.invoke(app, train_args(out, *args))
     assert field in _one_line_error(r, 2)
     assert not (tmp_path / "deep").exists()
 
@@ -299,19 +295,7 @@ def test_bad_metrics_line_in_the_middle_is_an_error_naming_it(trained, tmp_path,
         rundir.read_metrics(trained)
     r = runner.invoke(
         app,
-        [
-            "train",
-            "--task",
-            "bijection",
-            "--arch",
-            "transformer",
-            "--out",
-            str(trained),
-            *SMOKE,
-            "--resume",
-            "--steps",
-            "3",
-        ],
+        train_args(trained, "--resume", "--steps", "3"),
     )
     assert "line 2" in _one_line_error(r, 1)
     assert p.read_text().splitlines()[1] == line  # nothing rewritten, nothing lost
@@ -331,19 +315,7 @@ def test_corrupt_latest_json(trained, content):
     with pytest.warns(RuntimeWarning, match="resuming from step 2, the newest good checkpoint.*latest.json"):
         r = runner.invoke(
             app,
-            [
-                "train",
-                "--task",
-                "bijection",
-                "--arch",
-                "transformer",
-                "--out",
-                str(trained),
-                *SMOKE,
-                "--resume",
-                "--steps",
-                "3",
-            ],
+            train_args(trained, "--resume", "--steps", "3"),
         )
     assert r.exit_code == 0, r.output
 
