@@ -1,7 +1,7 @@
 """The errors a user can meet, by what they mean and the exit code the CLI gives them.
 
-bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`), FileNotFoundError, ...: the command
-                        was wrong; fix it and run again
+bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `StorageError`), FileNotFoundError, ...:
+                        the command (or the cluster's storage) was wrong; fix it and run again
 corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
                         match its config; `RunInUseError`: another live process is writing the run directory;
                         `TrainingDiverged`: the loss or gradients became non-finite
@@ -17,6 +17,11 @@ class CheckpointError(RuntimeError):
 
 class RunInUseError(RuntimeError):
     """Another live process holds the run directory's write lock."""
+
+
+class StorageError(ValueError):
+    """A worker (a process or a cluster node) does not see the driver's output directory: run directories must live
+    on storage every node sees."""
 
 
 class UntrustedCodeError(ValueError):
@@ -36,4 +41,4 @@ class TrainingDiverged(RuntimeError):
         self.step, self.what, self.kept = step, what, kept
 
 
-__all__ = ["CheckpointError", "RunInUseError", "TrainingDiverged", "UntrustedCodeError"]
+__all__ = ["CheckpointError", "RunInUseError", "StorageError", "TrainingDiverged", "UntrustedCodeError"]

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from windtunnel import rundir
+from windtunnel.executors import Job, default_threads, make_executor, write_storage_token
+from windtunnel.executors.driver import execute
 from windtunnel.recipes import get_recipe
 from windtunnel.report.tables import headline_metric
 
@@ -105,17 +106,14 @@ def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, f
     return out
 
 
-def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
-    """Train one seed of a cell (resuming an interrupted run; a finished one is read back) and read its curve."""
-    import torch
+def seed_job(cell: Cell, seed: int, out: Path, threads: int, storage: tuple[str, str] | None = None) -> Job:
+    """The job that trains one seed of a cell into `out/runs/<slug>-s<seed>` (no probes)."""
+    return Job(f"{cell.slug}-s{seed}", cell_config(cell, seed), str(out / "runs"), threads=threads, storage=storage)
 
-    from windtunnel.train import train
 
-    torch.set_num_threads(max(1, threads))
-    run_dir = out / "runs" / f"{cell.slug}-s{seed}"
-    config = cell_config(cell, seed)
-    if not (run_dir / "eval.json").exists():
-        train(config, run_dir, resume=run_dir.exists(), progress=False)
+def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
+    """One trained seed of a cell: its validation curve, the marks it crossed, and its final test numbers."""
+    run_dir = job.run_dir
     final = rundir.read_json(run_dir / "eval.json")["default"]["metrics"]  # the test stream, written by train()
     lines = rundir.read_metrics(run_dir)
     evals = [r for r in lines if r.get("split") == "eval"]
@@ -132,8 +130,8 @@ def run_seed(cell: Cell, seed: int, out: Path, threads: int) -> dict[str, Any]:
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps[1:]) if len(steps) > 1 else None,
         "final_validation": {k: evals[-1].get(k) for k in keep if k in evals[-1]} if evals else None,
         "test": {k: (v["mean"] if v else None) for k, v in final.items()},
-        "dtype": config["train"].get("dtype", "float32"),
-        "threads": threads,
+        "dtype": job.config["train"].get("dtype", "float32"),
+        "threads": job.threads,
     }
 
 
@@ -166,39 +164,40 @@ def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _job(args: tuple[Cell, int, Path, int]) -> dict[str, Any]:
-    return run_seed(*args)
-
-
 def run(
-    cells: list[Cell], out: str | Path, jobs: int = 1, echo: Any = print, threads: int | None = None
+    cells: list[Cell],
+    out: str | Path,
+    jobs: int = 1,
+    echo: Any = print,
+    threads: int | None = None,
+    *,
+    executor: str = "local",
+    ray_address: str | None = None,
+    max_retries: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Run every seed of every cell (`jobs` in parallel, each with `threads` CPU threads; default: the cores split
-    between the jobs); write JSON, Markdown and the plot into `out`; returns the results dict."""
-    import os
-
+    """Run every seed of every cell on `executor` (locally `jobs` in parallel, each with `threads` CPU threads;
+    default: the cores split between the jobs locally, 1 on Ray); write JSON, Markdown and the plot into `out`;
+    returns the results dict. A seed already trained (its eval.json exists) is read back, not trained again."""
     from windtunnel.config import resolve_config
     from windtunnel.reproduce import machine_description
 
+    runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     for c in cells:  # fail on a bad recipe or config before any training or any directory is made
         resolve_config(cell_config(c, 0))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = threads or max(1, (os.cpu_count() or 1) // max(1, jobs))
-    work = [(c, s, out, threads) for c in cells for s in range(c.seeds)]
-    echo(f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {jobs} job(s) x {threads} thread(s) -> {out}")
+    threads = threads or (default_threads(jobs) if executor == "local" else 1)
+    storage = write_storage_token(out)
+    work = [(c, s, seed_job(c, s, out, threads, storage)) for c in cells for s in range(c.seeds)]
+    where = f"{jobs} job(s)" if runner.name == "local" else "Ray"
+    echo(f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {where} x {threads} thread(s) -> {out}")
     t0 = time.time()
-    if jobs <= 1:
-        done = [_job(w) for w in work]
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = list(pool.map(_job, work))
-    results = []
-    for c in cells:
-        mine = [d for (cc, _, _, _), d in zip(work, done, strict=True) if cc is c]
-        results.append(summarize_cell(c, mine))
+    todo = [job for _, _, job in work if not (job.run_dir / "eval.json").exists()]
+    execute(todo, runner, echo, progress=progress)
+    results = [summarize_cell(c, [read_seed(job, cc, s) for cc, s, job in work if cc is c]) for c in cells]
     data = {
-        "machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs},
+        "machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs, "executor": runner.name},
         "wall_s": round(time.time() - t0, 1),
         "cells": results,
     }

@@ -16,7 +16,7 @@ app = typer.Typer(
 )
 
 # Command modules attach their commands to `app` on import.
-from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd  # noqa: E402, F401, I001
+from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd, sweep_cmd  # noqa: E402, F401, I001
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:

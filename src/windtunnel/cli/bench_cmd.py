@@ -26,6 +26,10 @@ def time_to_bayes(
     merge: list[Path] | None = typer.Option(
         None, help="instead of training: combine earlier result directories into --out"
     ),
+    executor: str = typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)"),
+    ray_address: str | None = typer.Option(None, help="with --executor ray: auto or HOST:PORT of the cluster's head"),
+    max_retries: int | None = typer.Option(None, help="with --executor ray: retries of a run whose worker died"),
+    progress: bool = typer.Option(True, help="live progress on stderr"),
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
     from windtunnel.time_to_bayes import merge as merge_results
@@ -44,7 +48,17 @@ def time_to_bayes(
         fail(f"--jobs: must be >= 1 (got {jobs})")
     if threads is not None and threads < 1:
         fail(f"--threads: must be >= 1 (got {threads})")
-    run([parse_cell(c) for c in cell], out, jobs=jobs, echo=typer.echo, threads=threads)
+    run(
+        [parse_cell(c) for c in cell],
+        out,
+        jobs=jobs,
+        echo=typer.echo,
+        threads=threads,
+        executor=executor,
+        ray_address=ray_address,
+        max_retries=max_retries,
+        progress=progress,
+    )
     typer.echo(f"results: {out / 'time_to_bayes.json'}, {out / 'time_to_bayes.md'}, {out / 'time_to_bayes.png'}")
 
 

@@ -27,6 +27,17 @@ def reproduce(
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
     only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
     probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
+    executor: str = typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)"),
+    ray_address: str | None = typer.Option(
+        None, help="with --executor ray: auto (an existing cluster) or HOST:PORT of its head (default: Ray's own)"
+    ),
+    threads: int | None = typer.Option(
+        None, help="CPU threads per run (default: the cores split between --jobs locally, 1 on Ray)"
+    ),
+    max_retries: int | None = typer.Option(
+        None, help="with --executor ray: retries of a run whose worker or node died (default 3)"
+    ),
+    progress: bool = typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)"),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
     from windtunnel.reproduce import reproduce as run
@@ -34,7 +45,20 @@ def reproduce(
 
     if tier not in TIERS:
         fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
-    meta = run(tier, out, seeds=seeds, jobs=jobs, only=parse_kv(only, "--only") or None, probe=probe, echo=typer.echo)
+    meta = run(
+        tier,
+        out,
+        seeds=seeds,
+        jobs=jobs,
+        only=parse_kv(only, "--only") or None,
+        probe=probe,
+        echo=typer.echo,
+        executor=executor,
+        threads=threads,
+        ray_address=ray_address,
+        max_retries=max_retries,
+        progress=progress,
+    )
     typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
 
 
@@ -59,4 +83,16 @@ def demo(
     jobs: int = typer.Option(2, help="runs trained in parallel"),
 ) -> None:
     """The main job: reproduce the paper's table at the quick tier on this machine and print where the report is."""
-    reproduce(tier="quick", out=out, seeds=None, jobs=jobs, only=None, probe=True)
+    reproduce(
+        tier="quick",
+        out=out,
+        seeds=None,
+        jobs=jobs,
+        only=None,
+        probe=True,
+        executor="local",
+        ray_address=None,
+        threads=None,
+        max_retries=None,
+        progress=True,
+    )

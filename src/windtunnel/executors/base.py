@@ -1,0 +1,124 @@
+"""What every executor runs: a `Job` (one run directory to train, evaluate and probe) and `run_job`, the one function
+that does it, on whichever process, node or device the executor chose.
+
+A job is plain data (its config as a dict, its run directory as a path), so it travels to a worker process or a Ray
+node unchanged. `run_job` is idempotent: a run with `done.json` is read back, an interrupted one resumes from its last
+checkpoint (the trainer is kill-equal: the resumed run ends with the numbers of an uninterrupted one), so a retried
+job costs only the steps since that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from windtunnel.config import BASELINES
+from windtunnel.errors import StorageError
+from windtunnel.rundir import DONE, atomic_write, write_json
+
+STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: `name` (its directory under `runs_dir`), its raw `config`, whether to probe its geometry, CPU
+    `threads` for torch, and the storage token the driver wrote under --out (None: no check)."""
+
+    name: str
+    config: dict[str, Any]
+    runs_dir: str
+    probe: bool = False
+    threads: int = 1
+    storage: tuple[str, str] | None = None  # (path of the token file, its content)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+    @property
+    def steps(self) -> int:
+        return int(self.config.get("train", {}).get("steps", 0) or 0)
+
+
+OnResult = Callable[[dict[str, Any]], None]
+
+
+class Executor(Protocol):
+    """Runs jobs somewhere and hands each result to `on_result` as it arrives; returns all results (any order)."""
+
+    name: str
+
+    def run(self, jobs: Sequence[Job], on_result: OnResult | None = None) -> list[dict[str, Any]]: ...
+
+
+def write_storage_token(out: Path) -> tuple[str, str]:
+    """Write a fresh token under `out` (the directory every node must see); returns (path, token) for the jobs."""
+    token = uuid.uuid4().hex
+    path = out / STORAGE_TOKEN
+    atomic_write(path, token + "\n")
+    return str(path), token
+
+
+def check_storage(storage: tuple[str, str] | None) -> None:
+    """Fail at once, before any training, when this node does not see the driver's --out (StorageError)."""
+    if storage is None:
+        return
+    path, token = storage
+    try:
+        seen = Path(path).read_text().strip()
+    except OSError:
+        seen = None
+    if seen != token:
+        what = "does not exist" if seen is None else "holds another driver's token"
+        raise StorageError(
+            f"--out: {str(Path(path).parent)!r} is not the driver's output directory on node {socket.gethostname()} "
+            f"({STORAGE_TOKEN} {what}); run directories must live on storage every node sees, e.g. a shared "
+            "filesystem mounted at the same path on every node (docs/scale-out.md)"
+        )
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train (or resume) one run, evaluate it at every length and, if asked, probe it, all on the run's training
+    device; mark it done. A finished run is skipped. Returns {"name", "skipped", "wall_s", ...} (done.json's fields).
+    """
+    import torch
+
+    from windtunnel import checkpoints
+    from windtunnel import train as training
+    from windtunnel.config import validate
+
+    check_storage(job.storage)
+    run_dir = job.run_dir
+    if (run_dir / DONE).exists():
+        return {"name": job.name, "skipped": True, **json.loads((run_dir / DONE).read_text())}
+    torch.set_num_threads(max(1, job.threads))
+    start = time.time()
+    config = validate(job.config)
+    resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
+    training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
+    device = training.resolve_device(config.train.device)
+    probed = job.probe and config.model.arch not in BASELINES
+    if probed:
+        from windtunnel.geometry.run import probe_run
+
+        probe_run(run_dir, device=device)
+    info = {
+        "wall_s": round(time.time() - start, 1),
+        "probe": "done" if probed else "skipped",
+        "device": str(device),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "resumed_from": resumed,
+    }
+    write_json(run_dir / DONE, info)
+    return {"name": job.name, "skipped": False, **info}
+
+
+__all__ = ["STORAGE_TOKEN", "Executor", "Job", "OnResult", "check_storage", "run_job", "write_storage_token"]

@@ -1,0 +1,74 @@
+"""The driver's side of every executor: order jobs longest first, watch them with live progress, report each finished
+run as it arrives. `reproduce`, `sweep` and `time-to-bayes` all run their jobs through `execute`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from windtunnel.config import BASELINES
+from windtunnel.executors.base import Executor, Job
+
+# Relative float32 training cost per token and per parameter of each architecture on a CPU (measured at the quick
+# presets: ~1.4e-7 ms per token-parameter for the transformer; docs/reproduce.md).
+ARCH_COST = {"transformer": 1.0, "mamba": 3.4, "lstm": 0.55, "mlp": 0.6, "mlp-pointwise": 0.55}
+
+
+def config_cost(cfg: dict[str, Any]) -> float:
+    """Training tokens x parameters of a raw run config, weighted by architecture (0 for baselines): orders runs so
+    the longest start first, and weights the suite's ETA."""
+    from windtunnel import tasks
+    from windtunnel.models.common import count_params
+    from windtunnel.models.presets import preset
+    from windtunnel.models.registry import resolve
+
+    model, train = cfg.get("model", {}), cfg.get("train", {})
+    arch = model.get("arch", "transformer")
+    if arch in BASELINES or not train.get("steps"):
+        return 0.0
+    task = cfg.get("task", {})
+    spec = tasks.make(task.get("name", "bijection"), **task.get("params", {})).spec
+    base = preset(task.get("name", "bijection"), arch, model["preset"], spec) if model.get("preset") else None
+    n_params = count_params(resolve(arch), spec, base, **model.get("size", {}))
+    return train["steps"] * train.get("batch_size", 64) * spec.seq_len * n_params * ARCH_COST.get(arch, 1.0)
+
+
+def headline(cfg: dict[str, Any]) -> str:
+    """The validation number progress shows for a run: its task's headline metric."""
+    from windtunnel import tasks
+
+    return tasks.info(cfg.get("task", {}).get("name", "bijection")).headline_metric
+
+
+def finished_line(result: dict[str, Any]) -> str:
+    """`name: finished in 12.3 s` (or `skipped (done)`, or `resumed from step 400`)."""
+    if result.get("skipped"):
+        return f"  {result['name']}: skipped (done)"
+    resumed = f" (resumed from step {result['resumed_from']})" if result.get("resumed_from") else ""
+    return f"  {result['name']}: finished in {result.get('wall_s', '?')} s{resumed}"
+
+
+def execute(
+    jobs: Sequence[Job],
+    executor: Executor,
+    echo: Callable[[str], None] = lambda _: None,
+    progress: bool = True,
+    stream: TextIO | None = None,
+) -> list[dict[str, Any]]:
+    """Run `jobs` on `executor`, longest first; with `progress`, live progress on `stream` (default stderr) from the
+    first second, and each finished run's line above it; returns the results in the jobs' order."""
+    costs = {job.name: config_cost(job.config) for job in jobs}
+    ordered = sorted(jobs, key=lambda j: costs[j.name], reverse=True)  # parallel runs finish close together
+    if not progress:
+        results = executor.run(ordered, lambda r: echo(finished_line(r)))
+    else:
+        from windtunnel.progress import Progress, Tracked
+
+        tracked = [Tracked(j.name, j.run_dir, j.steps, costs[j.name] or 1e-9, headline(j.config)) for j in ordered]
+        with Progress(tracked, stream=stream, title=f"{len(jobs)} runs on {executor.name}") as bar:
+            results = executor.run(ordered, lambda r: bar.log(finished_line(r)))
+    by_name = {r["name"]: r for r in results}
+    return [by_name[j.name] for j in jobs if j.name in by_name]
+
+
+__all__ = ["ARCH_COST", "config_cost", "execute", "finished_line", "headline"]

@@ -1,0 +1,134 @@
+"""The Ray executor on a real multi-node cluster on this machine: a head and a worker node, each a `ray start --block`
+subprocess, stopped by their PIDs (never `ray stop`, which would end every Ray process on the machine).
+
+Same seeds and threads => the same eval.json on Ray as on the local executor; a worker killed mid-training is retried
+and resumes from its checkpoint to the numbers of an uninterrupted run; a node that cannot see --out fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from windtunnel import checkpoints, rundir
+from windtunnel.errors import StorageError
+from windtunnel.executors import Job, LocalExecutor, make_executor, run_job, write_storage_token
+from windtunnel.executors.ray_local import LocalCluster
+from windtunnel.lock import read_owner
+from windtunnel.reproduce import reproduce
+from windtunnel.suites import suite
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`HOST:PORT` of a two-node Ray cluster (head + one worker node, one CPU each) on this machine."""
+    saved = os.environ.get("RAY_DISABLE_USAGE_STATS")
+    os.environ["RAY_DISABLE_USAGE_STATS"] = "1"
+    try:
+        with LocalCluster(nodes=2, cpus=1, log_dir=tmp_path_factory.mktemp("ray-logs")) as c:
+            yield c.address
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_DISABLE_USAGE_STATS", None)
+        else:
+            os.environ["RAY_DISABLE_USAGE_STATS"] = saved
+
+
+def _evals(out: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/eval.json"))}
+
+
+def test_smoke_suite_on_ray_equals_local(cluster, tmp_path):
+    local = reproduce("smoke", tmp_path / "local", threads=1, probe=False)
+    on_ray = reproduce("smoke", tmp_path / "ray", executor="ray", ray_address=cluster, threads=1, probe=False)
+    assert local["executor"] == "local" and on_ray["executor"] == "ray"
+    a, b = _evals(tmp_path / "local"), _evals(tmp_path / "ray")
+    assert set(a) == set(b) == {r.name for r in suite("smoke")}
+    assert a == b  # same seeds, same threads: the same numbers wherever the runs were made
+    done = [rundir.read_json(p) for p in (tmp_path / "ray" / "runs").glob("*/done.json")]
+    assert len(done) == len(a) and all(d["device"] == "cpu" for d in done)
+    assert len({d["pid"] for d in done}) >= 2  # Ray workers, not this process, trained them
+    assert os.getpid() not in {d["pid"] for d in done}
+    results = json.loads((tmp_path / "ray" / "results.json").read_text())
+    assert results["table1"]["oracle"]["bijection"]["mean"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_runs_are_placed_on_both_nodes(cluster, tmp_path):
+    storage = write_storage_token(tmp_path)
+    jobs = [
+        Job(e.name, e.config, str(tmp_path / "runs"), storage=storage) for e in suite("smoke", only={"arch": "lstm"})
+    ]
+    results = make_executor("ray", ray_address=cluster).run(jobs)
+    assert {r["name"] for r in results} == {j.name for j in jobs}
+    assert len({r["node"] for r in results}) == 2
+
+
+def _long_smoke_config() -> dict:
+    """The smoke bijection transformer trained long enough to be killed in the middle, checkpointing often."""
+    cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "transformer"}))
+    cfg = json.loads(json.dumps(cfg))
+    cfg["train"].update(steps=600, checkpoint_every=50, log_every=10, eval_every=200, device="cpu")
+    return cfg
+
+
+def test_killed_worker_is_retried_and_resumes_to_the_same_numbers(cluster, tmp_path):
+    cfg = _long_smoke_config()
+    fresh = run_job(Job("fresh", cfg, str(tmp_path / "local"), threads=1))
+    assert fresh["resumed_from"] == 0
+
+    job = Job("killed", cfg, str(tmp_path / "ray"), threads=1, storage=write_storage_token(tmp_path))
+    outcome: dict = {}
+
+    def drive() -> None:
+        try:
+            outcome["results"] = make_executor("ray", ray_address=cluster, max_retries=2).run([job])
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = err
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    deadline, victim = time.time() + 120, None
+    while time.time() < deadline and victim is None:
+        owner = read_owner(job.run_dir)
+        steps = checkpoints.list_checkpoints(job.run_dir) if job.run_dir.exists() else []
+        if owner and steps and 0 < max(steps) < cfg["train"]["steps"]:
+            victim = owner["pid"]
+        else:
+            assert driver.is_alive(), f"the run ended before it could be killed: {outcome}"
+            time.sleep(0.01)
+    assert victim is not None and victim != os.getpid()
+    os.kill(victim, signal.SIGKILL)  # the Ray worker process training the run
+    driver.join(timeout=300)
+    assert not driver.is_alive() and "error" not in outcome, outcome.get("error")
+    (result,) = outcome["results"]
+    assert result["pid"] != victim and 0 < result["resumed_from"] < cfg["train"]["steps"]
+
+    a = rundir.read_json(job.run_dir / rundir.EVAL)
+    b = rundir.read_json(tmp_path / "local" / "fresh" / rundir.EVAL)
+    assert a == b  # the retried, resumed run ends with the uninterrupted run's numbers
+
+    def key_lines(path: Path) -> list:
+        return [
+            (r["step"], r.get("split"), r.get("loss"), r.get("entropy_mae_bits")) for r in rundir.read_metrics(path)
+        ]
+
+    assert key_lines(job.run_dir) == key_lines(tmp_path / "local" / "fresh")
+
+
+def test_a_node_that_cannot_see_out_fails_at_once(cluster, tmp_path):
+    write_storage_token(tmp_path)  # the token a driver wrote on its own disk ...
+    elsewhere = (str(tmp_path / "not-shared" / ".windtunnel-storage"), "0123")  # ... is not where this job looks
+    cfg = _long_smoke_config()
+    job = Job("bijection", cfg, str(tmp_path / "runs"), storage=elsewhere)
+    t0 = time.time()
+    with pytest.raises(StorageError, match="storage every node sees"):
+        make_executor("ray", ray_address=cluster).run([job])
+    assert time.time() - t0 < 60 and not job.run_dir.exists()  # before any training, not retried
+    with pytest.raises(StorageError, match="not-shared"):
+        LocalExecutor().run([job])
