@@ -1,0 +1,544 @@
+"""`sweep`: one base run config, a grid of dotted overrides, every combination trained and tabulated.
+
+    windtunnel sweep base.yaml --grid train.lr=1e-3,3e-4 --grid seed=0,1,2 --out runs/lr-sweep
+
+Every point of the grid is a run directory `out/runs/<name>` (a readable name built from its grid values, e.g.
+`lr=0.001-seed=0`), trained by any executor (`windtunnel.executors`: local processes or a Ray cluster) with the same
+`run_job` as `reproduce`, so a point's numbers do not depend on where it ran. Every point is validated before
+anything is created, the longest runs start first, and a re-run trains only what is missing (a finished run has
+`done.json`). The table -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- has one row per point: its grid values, the
+final entropy error, KL and accuracy with their 95% intervals, wall time and training throughput, best first by the
+task's headline metric.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from windtunnel.config import RunConfig, apply_overrides, eval_name, read_file, resolve_config
+from windtunnel.lock import DirLock
+from windtunnel.rundir import (
+    DONE,
+    EVAL,
+    atomic_write,
+    check_writable,
+    read_config,
+    read_json_object,
+    read_metrics,
+)
+
+if TYPE_CHECKING:
+    from windtunnel.executors import Executor
+
+SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
+TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
+METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
+METRIC_TITLES = {"entropy_mae_bits": "entropy error (bits)", "kl_bits": "KL (bits)", "accuracy": "accuracy"}
+BEST = "★"
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-directory name may not contain ("=" only joins key and value)
+_MAX_NAME = 200  # below every filesystem's 255-byte limit on a name
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One combination of grid values: its run-directory `name`, the grid `values` (dotted key -> value), the raw
+    `config` (base + overrides) it trains, and that config `resolved` (validated, everything explicit)."""
+
+    name: str
+    values: dict[str, Any]
+    config: dict[str, Any]
+    resolved: RunConfig = field(repr=False, compare=False)
+
+
+# --- the grid ----------------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as `yaml.safe_load` reads it, plus exponent floats without a dot (`1e-3`, `3E4`), which YAML 1.1
+    (unlike 1.2 and JSON) would leave as strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def parse_value(text: str) -> Any:
+    """A value as a YAML scalar or list (`3`, `1e-3` -> 0.001, `true`, `[20,30]`), else the string (the CLI's
+    `--set` rule, with `1e-3` read as a number; YAML's dates stay strings)."""
+    try:
+        value = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
+        json.dumps(value)  # a date or a set is no config value: keep what was written
+    except (yaml.YAMLError, TypeError, ValueError):
+        return text
+    return value
+
+
+def _split_values(text: str, item: str) -> list[str]:
+    """`a,[1,2],'x,y'` -> ["a", "[1,2]", "'x,y'"]: commas inside brackets, braces or quotes belong to one value."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"--grid: unbalanced {ch!r} in {item!r}")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth or quote:
+        raise ValueError(f"--grid: unclosed {'quote' if quote else 'bracket'} in {item!r}")
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def _check_key(key: str, item: str) -> None:
+    if not key or not all(p.strip() for p in key.split(".")):
+        raise ValueError(f"--grid: malformed key in {item!r}; expected a dotted config key like train.lr")
+
+
+def _check_values(key: str, values: Sequence[Any], item: str) -> None:
+    if not values:
+        raise ValueError(f"--grid: no values in {item!r}; expected {key}=v1,v2,...")
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise ValueError(f"--grid: {item!r} repeats the value {_text(v)}")
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """`["train.lr=1e-3,3e-4", "seed=0,1"]` -> `{"train.lr": [0.001, 0.0003], "seed": [0, 1]}`, keys in order.
+
+    Each value is parsed as a YAML scalar or list; `task.params.K=[20,30],[40]` gives two list values. A malformed
+    item, an empty value, a value given twice or a key given twice is a ValueError naming `--grid` and the item."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"--grid: expected key=v1,v2,... (got {item!r})")
+        _check_key(key, item)
+        if key in grid:
+            raise ValueError(f"--grid: {key} is given twice (second: {item!r}); list all its values in one --grid")
+        raw = _split_values(text, item) if text.strip() else []
+        if any(not v for v in raw):
+            raise ValueError(f"--grid: empty value in {item!r}")
+        values = [parse_value(v) for v in raw]
+        _check_values(key, values, item)
+        grid[key] = values
+    return grid
+
+
+def grid_text(grid: dict[str, list[Any]]) -> list[str]:
+    """The grid as `--grid` items: `["train.lr=0.001,0.0003", "seed=0,1"]`."""
+    return [f"{k}={','.join(_text(v) for v in vs)}" for k, vs in grid.items()]
+
+
+def _text(value: Any) -> str:
+    """A value as a user writes it: strings as they are, everything else as JSON (`true`, `0.001`, `[20, 30]`)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# --- points ------------------------------------------------------------------------------------------------
+
+
+def _label(text: str) -> str:
+    """Filesystem-safe text: runs of other characters (and "=") become "_"."""
+    return _UNSAFE.sub("_", text.replace("=", "_")) or "_"
+
+
+def _value_label(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "+".join(_value_label(v) for v in value) or "_"
+    return _label(_text(value).replace(", ", ","))
+
+
+def key_labels(keys: Sequence[str]) -> dict[str, str]:
+    """The name part of each grid key: its last component, or the full dotted key where two keys share it."""
+    last = [k.split(".")[-1] for k in keys]
+    return {k: _label(k if last.count(s) > 1 else s) for k, s in zip(keys, last, strict=True)}
+
+
+def _point_name(values: dict[str, Any], labels: dict[str, str], taken: set[str]) -> str:
+    name = "-".join(f"{labels[k]}={_value_label(v)}" for k, v in values.items())
+    if len(name) > _MAX_NAME:  # keep it readable at the front, unique by a hash of the whole
+        name = name[: _MAX_NAME - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    unique, n = name, 1
+    while unique in taken:  # different values with the same safe text (e.g. "a/b" and "a_b")
+        n += 1
+        unique = f"{name}-{n}"
+    taken.add(unique)
+    return unique
+
+
+def _resolve(cfg: dict[str, Any], where: str) -> RunConfig:
+    try:
+        return resolve_config(cfg)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _base_error(base: dict[str, Any]) -> str | None:
+    try:
+        resolve_config(base)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def expand(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[SweepPoint]:
+    """The cross product of `grid` over `base`: keys in the order given, each key's values in order (the last key
+    varies fastest). Every point is validated here, before anything is created: a bad value is a ValueError naming
+    the grid item and the field (`--grid train.lr=-1: train.lr: Input should be greater than 0 (got -1)`), a bad
+    combination names all of the point's values, and two points that are the same run are refused."""
+    if not grid:
+        raise ValueError("--grid: give at least one key=v1,v2,...")
+    for key, options in grid.items():
+        _check_key(key, key)
+        _check_values(key, options, f"{key}={','.join(map(_text, options))}")
+    base_error = _base_error(base)
+    if base_error is None:  # blame a bad value on its own grid item, not on the point it first appears in
+        for key, options in grid.items():
+            for v in options:
+                _resolve(apply_overrides(base, {key: v}), f"--grid {key}={_text(v)}")
+    labels = key_labels(list(grid))
+    taken: set[str] = set()
+    points: list[SweepPoint] = []
+    seen: dict[str, str] = {}
+    for combo in itertools.product(*grid.values()):
+        values = dict(zip(grid, combo, strict=True))
+        config = apply_overrides(base, values)
+        where = "--grid " + " ".join(f"{k}={_text(v)}" for k, v in values.items())
+        try:
+            resolved = resolve_config(config)
+        except ValueError as err:
+            raise ValueError(f"config: {err}" if str(err) == base_error else f"{where}: {err}") from None
+        name = _point_name(values, labels, taken)
+        same = seen.setdefault(resolved.model_dump_json(), name)
+        if same != name:
+            raise ValueError(f"--grid: points {same} and {name} are the same run (two keys or values set one field)")
+        points.append(SweepPoint(name, values, config, resolved))
+    return points
+
+
+# --- the sweep ---------------------------------------------------------------------------------------------
+
+
+def sweep(
+    config: str | Path | dict[str, Any],
+    grid: dict[str, list[Any]],
+    out: str | Path,
+    executor: str = "local",
+    jobs: int = 1,
+    threads: int | None = None,
+    ray_address: str | None = None,
+    max_retries: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    echo: Callable[[str], None] = lambda _: None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train every point of `grid` over the base `config` (a YAML/JSON file or a dict; `overrides`: dotted keys set
+    on every point) into `out/runs/`, on `executor` ("local": `jobs` processes; "ray": the cluster at
+    `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per run (default: the
+    cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on stderr if `progress`;
+    then write the table. Holds `out`'s lock; returns what sweep.json holds."""
+    from windtunnel.executors import default_threads, make_executor
+
+    overrides = dict(overrides or {})
+    for key in overrides:
+        if key in grid:
+            raise ValueError(f"--set {key}: also swept by --grid; give it in one place")
+    base = apply_overrides(read_file(config) if not isinstance(config, dict) else config, overrides)
+    points = expand(base, grid)
+    for p in points:
+        _check_builtin(p.resolved)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads: must be >= 1 (got {threads})")
+    runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
+    out = Path(out)
+    check_writable(out)
+    record = {
+        "config": None if isinstance(config, dict) else str(config),
+        "overrides": overrides,
+        "base": base,
+        "grid": grid,
+    }
+    meta = {
+        "executor": executor,
+        "jobs": jobs,
+        "threads": threads or (default_threads(jobs) if executor == "local" else 1),
+        "command": _command(record, out, executor, jobs, threads, ray_address, max_retries),
+    }
+    with DirLock(out, "output directory"):  # one sweep per output directory; each run also locks itself
+        points = _claim(out, record, points)
+        return _sweep_locked(out, points, record, runner, meta, echo, progress)
+
+
+def _check_builtin(cfg: RunConfig) -> None:
+    from windtunnel.models import is_import_string
+
+    if is_import_string(cfg.model.arch):
+        raise ValueError(
+            f"model.arch: {cfg.model.arch!r} is an import string; a sweep runs registered architectures only "
+            "(train it with windtunnel train --trust-code)"
+        )
+
+
+def _write_ordered_json(path: Path, obj: Any) -> None:
+    """`write_json`, keeping key order: the grid's keys and each row's values stay in the order the grid gave."""
+    atomic_write(path, json.dumps(obj, indent=2) + "\n")
+
+
+def _plain(obj: Any) -> Any:
+    """`obj` as JSON data (tuples become lists), to compare with what a JSON file holds."""
+    return json.loads(json.dumps(obj))
+
+
+def _claim(out: Path, record: dict[str, Any], points: list[SweepPoint]) -> list[SweepPoint]:
+    """Make `out` this sweep's: refuse a directory of another sweep (another base config or other grid keys) or of
+    other runs, and a finished run whose config is not its point's; record the sweep. Returns the points, in the
+    key order the directory's sweep first used (same keys, same run names)."""
+    path, grid = out / SWEEP_CONFIG, record["grid"]
+    if path.exists():
+        old = read_json_object(path)
+        if _plain(old.get("base")) != _plain(record["base"]):
+            raise ValueError(
+                f"--out: {str(out)!r} holds a sweep of another base config ({old.get('config') or 'a dict'}, "
+                f"--set {old.get('overrides') or {}}); use a new --out for this one"
+            )
+        keys = list(old.get("grid") or {})
+        if set(keys) != set(grid):
+            raise ValueError(
+                f"--out: {str(out)!r} holds a sweep over {', '.join(keys)}, not {', '.join(grid)}; "
+                "use a new --out for this one"
+            )
+        if keys != list(grid):
+            record["grid"] = {k: grid[k] for k in keys}
+            points = expand(record["base"], record["grid"])
+    elif (out / "runs").exists():
+        raise ValueError(f"--out: {str(out)!r} holds runs/ of something other than a sweep; use a new --out")
+    for p in points:
+        run_dir = out / "runs" / p.name
+        if (run_dir / DONE).exists() and read_config(run_dir).model_dump() != p.resolved.model_dump():
+            raise ValueError(f"--out: {str(run_dir)!r} is a finished run of another config; use a new --out")
+    _write_ordered_json(path, _plain(record))
+    return points
+
+
+def _sweep_locked(
+    out: Path,
+    points: list[SweepPoint],
+    record: dict[str, Any],
+    runner: Executor,
+    meta: dict[str, Any],
+    echo: Callable[[str], None],
+    progress: bool,
+) -> dict[str, Any]:
+    from windtunnel.executors import Job, write_storage_token
+    from windtunnel.executors.driver import execute
+
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    storage = write_storage_token(out)  # every node checks it sees --out before it trains
+    jobs = [Job(p.name, p.config, str(runs_dir), probe=False, threads=meta["threads"], storage=storage) for p in points]
+    todo = sum(not (runs_dir / p.name / DONE).exists() for p in points)
+    where = f"{meta['jobs']} job(s)" if runner.name == "local" else "Ray"
+    echo(f"{len(points)} runs ({todo} to train), {where} x {meta['threads']} thread(s) -> {out}")
+    start = time.time()
+    try:
+        results = execute(jobs, runner, echo, progress=progress)  # longest first
+    except BaseException:  # keep the table of what did finish, then report the failure
+        with contextlib.suppress(Exception):
+            write_table(out, points, record, {**meta, "total_wall_s": round(time.time() - start, 1)})
+        raise
+    return write_table(out, points, record, {**meta, "total_wall_s": round(time.time() - start, 1)}, results)
+
+
+def _command(
+    record: dict[str, Any],
+    out: Path,
+    executor: str,
+    jobs: int,
+    threads: int | None,
+    ray_address: str | None,
+    max_retries: int | None,
+) -> str:
+    """The `windtunnel sweep` command line of a sweep (for a dict config: `CONFIG`)."""
+    parts = ["windtunnel sweep", record["config"] or "CONFIG"]
+    parts += [f"--grid {g}" for g in grid_text(record["grid"])]
+    parts += [f"--set {k}={_text(v)}" for k, v in record["overrides"].items()]
+    parts += [f"--out {out}", f"--executor {executor}"]
+    options = {"--jobs": jobs if jobs != 1 else None, "--threads": threads, "--ray-address": ray_address}
+    options["--max-retries"] = max_retries
+    parts += [f"{k} {v}" for k, v in options.items() if v is not None]
+    return " ".join(parts)
+
+
+# --- the table ---------------------------------------------------------------------------------------------
+
+
+def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
+    """One table row from a finished run directory: grid values, each metric of the default evaluation setting
+    ({"mean", "lo", "hi"}, or None where the task has none), wall time (done.json) and the median training
+    throughput (tokens/s of metrics.jsonl's training lines; None for a baseline, which does not train)."""
+    evaluation = read_json_object(run_dir / EVAL)[eval_name({})]["metrics"]
+    done = read_json_object(run_dir / DONE)
+    speeds = [r["tokens_per_s"] for r in read_metrics(run_dir) if "split" not in r and "tokens_per_s" in r]
+    return {
+        "run": point.name,
+        "values": point.values,
+        "task": point.resolved.task.name,
+        "metrics": {
+            m: {k: float(evaluation[m][k]) for k in ("mean", "lo", "hi")} if m in evaluation else None for m in METRICS
+        },
+        "wall_s": done.get("wall_s"),
+        "tokens_per_s": round(median(speeds), 1) if speeds else None,
+    }
+
+
+def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows best first by the task's headline metric (entropy error ascending, accuracy descending), ties and
+    missing values in grid order; with more than one task, each task's rows together. Marks each task's best."""
+    from windtunnel.report.tables import headline_metric
+
+    tasks_seen = list(dict.fromkeys(r["task"] for r in rows))
+    headline = {t: headline_metric(t) for t in tasks_seen}
+
+    def key(row: dict[str, Any]) -> tuple[int, int, float]:
+        metric = headline[row["task"]]
+        m = row["metrics"].get(metric)
+        if m is None:
+            return tasks_seen.index(row["task"]), 1, 0.0
+        return tasks_seen.index(row["task"]), 0, -m["mean"] if metric == "accuracy" else m["mean"]
+
+    ranked = sorted(rows, key=key)
+    for i, row in enumerate(ranked):
+        first = i == 0 or ranked[i - 1]["task"] != row["task"]
+        row["best"] = first and row["metrics"].get(headline[row["task"]]) is not None
+    return ranked
+
+
+def write_table(
+    out: Path,
+    points: list[SweepPoint],
+    record: dict[str, Any],
+    meta: dict[str, Any],
+    results: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """sweep.json, sweep.csv and sweep.md in `out`, one row per finished point (a point not finished is listed
+    under "missing"); returns what sweep.json holds."""
+    from windtunnel.report.tables import headline_metric
+    from windtunnel.reproduce import machine_description
+
+    done = [p for p in points if (out / "runs" / p.name / DONE).exists()]
+    rows = rank([run_row(p, out / "runs" / p.name) for p in done])
+    data = {
+        "base": record["base"],
+        "config": record["config"],
+        "overrides": record["overrides"],
+        "grid": record["grid"],
+        **meta,
+        **machine_description(),
+        "headline": {t: headline_metric(t) for t in dict.fromkeys(r["task"] for r in rows)},
+        "rows": rows,
+        "missing": [p.name for p in points if not (out / "runs" / p.name / DONE).exists()],
+        "trained": sorted(r["name"] for r in results or [] if not r.get("skipped")),
+        "skipped": sorted(r["name"] for r in results or [] if r.get("skipped")),
+    }
+    _write_ordered_json(out / TABLE_JSON, _plain(data))
+    atomic_write(out / TABLE_CSV, _csv(rows, list(record["grid"])))
+    atomic_write(out / TABLE_MD, _markdown(data, out))
+    return data
+
+
+def _csv(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    header = [*keys, *(f"{m}{s}" for m in METRICS for s in ("", "_lo", "_hi")), "wall_s", "tokens_per_s", "run", "best"]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for r in rows:
+        cells = [_text(r["values"][k]) for k in keys]
+        for m in METRICS:
+            v = r["metrics"][m]
+            cells += [repr(v[s]) for s in ("mean", "lo", "hi")] if v else ["", "", ""]
+        cells += ["" if r[k] is None else repr(r[k]) for k in ("wall_s", "tokens_per_s")]
+        writer.writerow([*cells, r["run"], "1" if r["best"] else ""])
+    return buf.getvalue()
+
+
+def _markdown(data: dict[str, Any], out: Path) -> str:
+    from windtunnel.report.document import Document, Paragraph, Table
+    from windtunnel.report.tables import fmt
+
+    keys = list(data["grid"])
+    base = data["config"] or "a config dict"
+    if data["overrides"]:
+        base += " with " + ", ".join(f"{k}={_text(v)}" for k, v in data["overrides"].items())
+    doc = Document(f"Sweep of {base} over {' × '.join(grid_text(data['grid']))}")
+    doc.add(Paragraph(f"Command: `{data['command']}`"))
+    headline = ", ".join(f"{t}: {METRIC_TITLES[m]}" for t, m in data["headline"].items())
+    doc.add(
+        Paragraph(
+            f"{len(data['rows'])} runs, best first by the headline metric ({headline}); {BEST} marks the best. "
+            f"Intervals are each run's 95% bootstrap interval over its test sequences. Executor {data['executor']}, "
+            f"{data['threads']} thread(s) per run, {data['machine']}, device {data['device']}; "
+            f"{data['total_wall_s']:.0f} s in all."
+        )
+    )
+
+    def cell(r: dict[str, Any], m: str) -> str:
+        v = r["metrics"][m]
+        return "" if v is None else f"{fmt(v['mean'], m)} [{fmt(v['lo'], m)}, {fmt(v['hi'], m)}]"
+
+    header = ["", *keys, *(f"{METRIC_TITLES[m]} [95% CI]" for m in METRICS), "wall (s)", "tokens/s", "run"]
+    rows = [
+        [
+            BEST if r["best"] else "",
+            *(_text(r["values"][k]) for k in keys),
+            *(cell(r, m) for m in METRICS),
+            "" if r["wall_s"] is None else f"{r['wall_s']:.1f}",
+            "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
+            r["run"],
+        ]
+        for r in data["rows"]
+    ]
+    doc.add(Table(header, rows))
+    if data["missing"]:
+        doc.add(Paragraph(f"Not finished: {', '.join(data['missing'])}."))
+    return doc.markdown(out)
+
+
+__all__ = [
+    "BEST",
+    "METRICS",
+    "SWEEP_CONFIG",
+    "SweepPoint",
+    "expand",
+    "grid_text",
+    "key_labels",
+    "parse_grid",
+    "parse_value",
+    "rank",
+    "run_row",
+    "sweep",
+    "write_table",
+]
