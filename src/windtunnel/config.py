@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,6 +182,27 @@ def validate(data: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(error_message(err)) from None
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 as `yaml.safe_load` reads it, plus exponent floats without a dot (`1e-3`, `3E4`), which YAML 1.1
+    (unlike 1.2 and JSON) would leave as strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value (`--set`, `--grid`, `--only`) as a YAML scalar or list (`3`, `1e-3` -> 0.001, `true`,
+    `[20,30]`), else the string as written (YAML's dates and sets stay strings)."""
+    try:
+        value = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
+        json.dumps(value)  # a date or a set is no config value: keep what was written
+    except (yaml.YAMLError, TypeError, ValueError):
+        return text
+    return value
 
 
 def read_file(path: str | Path) -> dict[str, Any]:

@@ -27,9 +27,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from windtunnel.config import RunConfig, apply_overrides, eval_name, read_file, resolve_config
+from windtunnel.config import RunConfig, apply_overrides, eval_name, parse_value, read_file, resolve_config
 from windtunnel.lock import DirLock
 from windtunnel.rundir import (
     DONE,
@@ -66,27 +64,6 @@ class SweepPoint:
 
 
 # --- the grid ----------------------------------------------------------------------------------------------
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 as `yaml.safe_load` reads it, plus exponent floats without a dot (`1e-3`, `3E4`), which YAML 1.1
-    (unlike 1.2 and JSON) would leave as strings."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789")
-)
-
-
-def parse_value(text: str) -> Any:
-    """A value as a YAML scalar or list (`3`, `1e-3` -> 0.001, `true`, `[20,30]`), else the string (the CLI's
-    `--set` rule, with `1e-3` read as a number; YAML's dates stay strings)."""
-    try:
-        value = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
-        json.dumps(value)  # a date or a set is no config value: keep what was written
-    except (yaml.YAMLError, TypeError, ValueError):
-        return text
-    return value
 
 
 def _split_values(text: str, item: str) -> list[str]:
@@ -536,7 +513,6 @@ __all__ = [
     "grid_text",
     "key_labels",
     "parse_grid",
-    "parse_value",
     "rank",
     "run_row",
     "sweep",

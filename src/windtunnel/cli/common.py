@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import typer
-import yaml
 from pydantic import ValidationError
+
+from windtunnel.config import parse_value
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,14 +81,6 @@ def _unexpected(err: Exception) -> NoReturn:
         err=True,
     )
     raise typer.Exit(EXIT_DATA)
-
-
-def parse_value(text: str) -> Any:
-    """Parse a command-line value as YAML scalar/list (`3`, `1e-3`, `true`, `[20,30]`), else keep the string."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 def parse_kv(items: list[str] | None, option: str) -> dict[str, Any]:
