@@ -66,8 +66,17 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         """Start the head, then the worker nodes; return once every node has joined."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
-            head = ["--head", "--port", str(self.port), "--include-dashboard", "false"]
+            head = [
+                "--head",
+                "--port",
+                str(self.port),
+                "--include-dashboard",
+                "false",
+                "--dashboard-port",
+                str(free_port()),
+            ]
             self._start_node("head", *head, "--ray-client-server-port", str(free_port()))
             for i in range(1, self.nodes):
                 self._start_node(f"worker{i}", "--address", self.address)
