@@ -8,7 +8,14 @@ from pathlib import Path
 import typer
 
 from windtunnel.cli import app
-from windtunnel.cli.common import fail, guarded
+from windtunnel.cli.common import (
+    executor_option,
+    fail,
+    guarded,
+    max_retries_option,
+    progress_option,
+    ray_address_option,
+)
 
 
 @app.command("time-to-bayes")
@@ -26,10 +33,10 @@ def time_to_bayes(
     merge: list[Path] | None = typer.Option(
         None, help="instead of training: combine earlier result directories into --out"
     ),
-    executor: str = typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)"),
-    ray_address: str | None = typer.Option(None, help="with --executor ray: auto or HOST:PORT of the cluster's head"),
-    max_retries: int | None = typer.Option(None, help="with --executor ray: retries of a run whose worker died"),
-    progress: bool = typer.Option(True, help="live progress on stderr"),
+    executor: str = executor_option(),
+    ray_address: str | None = ray_address_option(),
+    max_retries: int | None = max_retries_option(),
+    progress: bool = progress_option(),
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
     from windtunnel.time_to_bayes import merge as merge_results

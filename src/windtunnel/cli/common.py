@@ -92,3 +92,31 @@ def parse_kv(items: list[str] | None, option: str) -> dict[str, Any]:
             fail(f"{option}: expected key=value, got {item!r}")
         out[key.strip()] = parse_value(value.strip())
     return out
+
+
+# The options of every command that runs a set of runs on an executor (reproduce, sweep, time-to-bayes): one
+# definition each, so their names, defaults and help read the same everywhere.
+def executor_option() -> Any:
+    return typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)")
+
+
+def jobs_option() -> Any:
+    return typer.Option(1, help="with --executor local: runs trained in parallel (threads are split between them)")
+
+
+def threads_option() -> Any:
+    return typer.Option(None, help="CPU threads per run (default: the cores split between --jobs locally, 1 on Ray)")
+
+
+def ray_address_option() -> Any:
+    return typer.Option(
+        None, help="with --executor ray: auto (an existing cluster) or HOST:PORT of its head (default: Ray's own)"
+    )
+
+
+def max_retries_option() -> Any:
+    return typer.Option(None, help="with --executor ray: retries of a run whose worker or node died (default 3)")
+
+
+def progress_option() -> Any:
+    return typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)")

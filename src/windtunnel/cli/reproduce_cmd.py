@@ -7,7 +7,17 @@ from pathlib import Path
 import typer
 
 from windtunnel.cli import app
-from windtunnel.cli.common import fail, guarded, parse_kv
+from windtunnel.cli.common import (
+    executor_option,
+    fail,
+    guarded,
+    jobs_option,
+    max_retries_option,
+    parse_kv,
+    progress_option,
+    ray_address_option,
+    threads_option,
+)
 
 
 @app.command()
@@ -24,20 +34,14 @@ def reproduce(
         help="seeds per trained cell (default: the tier's, 3 for every "
         "transformer and Mamba cell and 1 for the controls)",
     ),
-    jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
+    jobs: int = jobs_option(),
     only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
     probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
-    executor: str = typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)"),
-    ray_address: str | None = typer.Option(
-        None, help="with --executor ray: auto (an existing cluster) or HOST:PORT of its head (default: Ray's own)"
-    ),
-    threads: int | None = typer.Option(
-        None, help="CPU threads per run (default: the cores split between --jobs locally, 1 on Ray)"
-    ),
-    max_retries: int | None = typer.Option(
-        None, help="with --executor ray: retries of a run whose worker or node died (default 3)"
-    ),
-    progress: bool = typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)"),
+    executor: str = executor_option(),
+    ray_address: str | None = ray_address_option(),
+    threads: int | None = threads_option(),
+    max_retries: int | None = max_retries_option(),
+    progress: bool = progress_option(),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
     from windtunnel.reproduce import reproduce as run

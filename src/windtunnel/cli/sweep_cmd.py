@@ -8,7 +8,16 @@ from pathlib import Path
 import typer
 
 from windtunnel.cli import app
-from windtunnel.cli.common import guarded, parse_kv
+from windtunnel.cli.common import (
+    executor_option,
+    guarded,
+    jobs_option,
+    max_retries_option,
+    parse_kv,
+    progress_option,
+    ray_address_option,
+    threads_option,
+)
 
 
 @app.command()
@@ -20,18 +29,12 @@ def sweep(
     ),
     set_: list[str] | None = typer.Option(None, "--set", help="dotted override k=v applied to every point"),
     out: Path = typer.Option(..., "--out", "-o", help="output directory (runs/ and sweep.md/.csv/.json)"),
-    executor: str = typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)"),
-    jobs: int = typer.Option(1, help="with --executor local: runs trained in parallel (threads are split)"),
-    threads: int | None = typer.Option(
-        None, help="CPU threads per run (default: the cores split between --jobs locally, 1 on Ray)"
-    ),
-    ray_address: str | None = typer.Option(
-        None, help="with --executor ray: auto (an existing cluster) or HOST:PORT of its head (default: Ray's own)"
-    ),
-    max_retries: int | None = typer.Option(
-        None, help="with --executor ray: retries of a run whose worker or node died (default 3)"
-    ),
-    progress: bool = typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)"),
+    executor: str = executor_option(),
+    jobs: int = jobs_option(),
+    threads: int | None = threads_option(),
+    ray_address: str | None = ray_address_option(),
+    max_retries: int | None = max_retries_option(),
+    progress: bool = progress_option(),
 ) -> None:
     """Train every combination of the --grid values over CONFIG (what is missing only) and tabulate them, best first."""
     from windtunnel.sweep import TABLE_CSV, TABLE_JSON, TABLE_MD, parse_grid
