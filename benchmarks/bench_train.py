@@ -1,13 +1,23 @@
 """Training and evaluation throughput at the paper presets, beside the authors' code (measured, not asserted).
 
     python benchmarks/bench_train.py [--steps 8] [--dtype float32 bf16] [--quick] [--tasks bijection hmm]
+        [--archs transformer] [--device auto] [--paper-cells] [--mamba-scan SCAN]
         [--authors-repo DIR] [--authors-steps N] [--peak-n 2048] [--eval-n 2000] [--json PATH]
+
+    # on a GPU (scripts/gpu-check.sh): every paper cell as the paper tier trains it, on CUDA
+    python benchmarks/bench_train.py --device cuda --paper-cells --tasks bijection hmm recall regression \
+        --archs transformer mamba lstm mlp mlp-pointwise --steps 20 --eval-n 0 --json bench_train.json
 
 In one process, with torch's current thread count (set OMP_NUM_THREADS to choose it), for each task and dtype:
 
 * ours: runs the real training loop (`windtunnel.train.train`) for `--steps` steps and reads tokens/s from
   metrics.jsonl (the first two logged steps are warm-up and excluded, as long as one step remains). The timed step
-  includes sampling the batch and gradient clipping.
+  includes sampling the batch and gradient clipping. By default: the transformer (`--archs`) at the `--tier`
+  preset on the task's default parameters, batch CASES[task], on `--device` (default auto: CUDA when present, as
+  `train.device`). With `--paper-cells` each (task, arch) is instead the paper tier's own cell config
+  (`suites.paper.run_config(task, arch, "paper")`: its task parameters, batch size, optimiser and schedule), with
+  only the steps, logging, evaluation, checkpoints, device and dtype replaced. `--mamba-scan` sets Mamba's
+  `model.size.scan` (e.g. "parallel", to compare with mamba-ssm's kernel that "auto" picks on CUDA).
 * theirs (only with `--authors-repo`): imports the authors' model classes from a work tree of their repository
   (vishalmisra/bayesian-wind-tunnel, MIT licence; nothing of it is copied here) and times a plain training step on
   one fixed batch of random tokens: forward, cross-entropy, backward, grad-norm clip 1.0 and AdamW, as their scripts
@@ -28,8 +38,10 @@ In one process, with torch's current thread count (set OMP_NUM_THREADS to choose
 
   (6 N per token for forward + backward through the weights, including the embedding tables, so a slight
   overestimate; plus q.k^T and attention.v, 2 * 2 T^2 d forward per layer and sequence, x3 with the backward,
-  causal mask not discounted). Achieved GFLOP/s = FLOPs/step / (s/step), printed with its percentage of the float32
-  peak, or of the bf16 peak when the step really ran in bf16 (our bf16 falls back to float32 without native bf16).
+  causal mask not discounted; the attention term for the transformer only). Achieved GFLOP/s = FLOPs/step /
+  (s/step), printed with its percentage of the float32 peak, or of the bf16 peak when the step really ran in bf16
+  (on the CPU our bf16 falls back to float32 without native bf16; CUDA runs bf16 autocast). The peak is measured
+  on `--device`.
 
 Then `evaluate` is timed on `--eval-n` bijection sequences (0 skips it). `--json PATH` writes every number.
 
@@ -69,30 +81,84 @@ import torch
 import torch.nn.functional as F
 
 from windtunnel import rundir, runs
-from windtunnel.config import build_config
+from windtunnel.config import RunConfig, build_config
 from windtunnel.evaluate import evaluate
 from windtunnel.precision import cpu_has_native_bf16
 from windtunnel.reproduce import machine_description
-from windtunnel.train import train
+from windtunnel.suites import paper
+from windtunnel.train import resolve_device, train
 
-CASES = {"bijection": {"batch": 128}, "hmm": {"batch": 64}}
+# batch per task when not --paper-cells (bijection, HMM: the authors' transformer scripts; recall, regression:
+# the paper tier's transformer cells)
+CASES = {"bijection": {"batch": 128}, "hmm": {"batch": 64}, "recall": {"batch": 64}, "regression": {"batch": 128}}
+DEFAULT_TASKS = ["bijection", "hmm"]
 WARMUP_LOGGED = 2  # logged steps of our run dropped as warm-up
 AUTHORS_WARMUP = 2  # untimed steps before the authors' timed ones
 
 
-def train_flops(n_params: int, n_layers: int, d_model: int, T: int, batch: int) -> float:
+def train_flops(n_params: int, n_layers: int, d_model: int, T: int, batch: int, attention: bool = True) -> float:
     """Estimated FLOPs of one training step (forward + backward): see the module docstring."""
-    return 6.0 * n_params * batch * T + 12.0 * n_layers * T**2 * d_model * batch
+    return 6.0 * n_params * batch * T + (12.0 * n_layers * T**2 * d_model * batch if attention else 0.0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def effective_dtype(dtype: str, device: torch.device) -> str:
+    """What a `train.dtype` really runs as: bf16 autocast on CUDA, on the CPU only with native bf16."""
+    if dtype != "bf16":
+        return "float32"
+    return "bf16" if device.type == "cuda" or cpu_has_native_bf16() else "float32"
 
 
 # --- ours ---------------------------------------------------------------------------------------------------------
 
 
-def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dict:
-    cfg = build_config(
-        overrides={
+def mamba_scan_used(model: torch.nn.Module, device: torch.device) -> str:
+    """The scan a Mamba model's layers run on `device` (what scan="auto" resolves to: models/mamba.py)."""
+    if getattr(model, "variant", None) == "paper":
+        return "sequential (paper variant)"
+    scan = str(getattr(model, "scan", "auto"))
+    if scan != "auto":
+        return scan
+    if device.type == "cpu":
+        return "fused"
+    from windtunnel.models.mamba import kernel_available
+
+    return "kernel" if kernel_available(device) else "parallel"
+
+
+def bench_config(
+    task: str,
+    arch: str,
+    batch: int,
+    steps: int,
+    dtype: str,
+    tier: str,
+    device: str = "auto",
+    paper_cell: bool = False,
+    mamba_scan: str | None = None,
+) -> RunConfig | dict:
+    """The config of one benchmark run (see the module docstring): a RunConfig, or the paper cell's plain dict."""
+    if paper_cell:
+        cfg = paper.run_config(task, arch, "paper")
+        cfg["train"] = {
+            **cfg["train"],
+            "steps": steps,
+            "log_every": 1,
+            "eval_every": 0,
+            "checkpoint_every": 0,
+            "checkpoint_schedule": None,
+            "dtype": dtype,
+            "device": device,
+        }
+        cfg["eval"] = {"n": 8}
+    else:
+        overrides = {
             "task.name": task,
-            "model.arch": "transformer",
+            "model.arch": arch,
             "model.preset": tier,
             "train.steps": steps,
             "train.batch_size": batch,
@@ -103,7 +169,29 @@ def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dic
             "train.warmup_steps": 1,
             "eval.n": 8,
         }
-    )
+        if device != "auto":  # auto is the config's default: leave the config as it was before --device existed
+            overrides["train.device"] = device
+        if mamba_scan is not None and arch == "mamba":
+            overrides["model.size.scan"] = mamba_scan
+        return build_config(overrides=overrides)
+    if mamba_scan is not None and arch == "mamba":
+        cfg["model"]["size"] = {**cfg["model"].get("size", {}), "scan": mamba_scan}
+    return cfg
+
+
+def bench_train(
+    task: str,
+    batch: int,
+    steps: int,
+    dtype: str,
+    tier: str,
+    arch: str = "transformer",
+    device: str = "auto",
+    paper_cell: bool = False,
+    mamba_scan: str | None = None,
+) -> dict:
+    cfg = bench_config(task, arch, batch, steps, dtype, tier, device, paper_cell, mamba_scan)
+    dev = resolve_device(device)
     with tempfile.TemporaryDirectory() as d:
         with warnings.catch_warnings():  # the no-native-bf16 fallback warning; reported as effective_dtype instead
             warnings.filterwarnings("ignore", message="dtype: this CPU has no native bf16")
@@ -111,31 +199,46 @@ def bench_train(task: str, batch: int, steps: int, dtype: str, tier: str) -> dic
         logged = [r for r in rundir.read_metrics(Path(d) / "run") if "loss" in r]
         lines = logged[min(WARMUP_LOGGED, len(logged) - 1) :]  # skip warm-up steps, keep at least one
         run = runs.load_run(Path(d) / "run")
-        params = run.model.n_params()
+        model = run.model
+        params = model.n_params()
         size, T = run.config.model.size, run.task.spec.seq_len
+        batch = run.config.train.batch_size
+        n_layers = int(size.get("n_layers", getattr(model, "n_layers", 0)))
+        d_model = int(size.get("d_model", getattr(model, "d_model", 0)))
+        scan = mamba_scan_used(model, dev) if arch == "mamba" else None
     s_per_step = sum(r["time_s"] for r in lines) / len(lines)
     tokens = sum(r["tokens_per_s"] for r in lines) / len(lines)
-    flops = train_flops(params, size["n_layers"], size["d_model"], T, batch)
-    return {
+    flops = train_flops(params, n_layers, d_model, T, batch, attention=arch == "transformer")
+    out = {
+        "arch": arch,
+        "device": str(dev),
+        "batch": batch,
         "s_per_step": s_per_step,
         "steps_per_s": 1 / s_per_step,
         "tokens_per_s": tokens,
         "params": params,
         "timed_steps": len(lines),
-        "n_layers": size["n_layers"],
-        "d_model": size["d_model"],
+        "n_layers": n_layers,
+        "d_model": d_model,
         "seq_len": T,
         "flops_per_step": flops,
         "gflops": flops / s_per_step / 1e9,
-        "effective_dtype": "bf16" if dtype == "bf16" and cpu_has_native_bf16() else "float32",
+        "effective_dtype": effective_dtype(dtype, dev),
     }
+    if scan is not None:
+        out["mamba_scan"] = scan
+    return out
 
 
-def bench_eval(n: int, tier: str, dtype: str) -> float:
+def bench_eval(n: int, tier: str, dtype: str, device: str = "auto") -> float:
     cfg = build_config(overrides={"model.arch": "transformer", "model.preset": tier, "eval.dtype": dtype})
-    evaluate(cfg, n=50)  # warm-up
+    dev = resolve_device(device)
+    where = {"device": dev} if dev.type != "cpu" else {}  # the CPU: evaluate's default, as before --device
+    evaluate(cfg, n=50, **where)  # warm-up
+    _sync(dev)
     t = time.perf_counter()
-    evaluate(cfg, n=n)
+    evaluate(cfg, n=n, **where)
+    _sync(dev)
     return time.perf_counter() - t
 
 
@@ -251,14 +354,17 @@ def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str) -> 
 # --- peak ---------------------------------------------------------------------------------------------------------
 
 
-def matmul_peak(n: int, dtype: torch.dtype, repeats: int = 5) -> float:
-    """GFLOP/s of the fastest of `repeats` n x n matmuls (2 n^3 FLOPs each) after one warm-up."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+def matmul_peak(n: int, dtype: torch.dtype, repeats: int = 5, device: torch.device | None = None) -> float:
+    """GFLOP/s of the fastest of `repeats` n x n matmuls (2 n^3 FLOPs each) after one warm-up, on `device`."""
+    dev = device or torch.device("cpu")
+    a, b = torch.randn(n, n).to(dev, dtype), torch.randn(n, n).to(dev, dtype)
     torch.mm(a, b)
+    _sync(dev)
     best = math.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
         torch.mm(a, b)
+        _sync(dev)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n**3 / best / 1e9
 
@@ -285,7 +391,17 @@ def main() -> None:
     ap.add_argument("--dtype", nargs="+", default=["float32", "bf16"])
     ap.add_argument("--tier", default="paper")
     ap.add_argument("--quick", action="store_true", help="bijection only, 5 steps")
-    ap.add_argument("--tasks", nargs="+", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--tasks", nargs="+", choices=list(CASES), default=DEFAULT_TASKS)
+    ap.add_argument("--archs", nargs="+", choices=list(paper.ARCHS), default=["transformer"])
+    ap.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="auto", help="train.device (auto: CUDA when present)"
+    )
+    ap.add_argument(
+        "--paper-cells",
+        action="store_true",
+        help="each (task, arch) as the paper tier's cell config (batch, optimiser, task parameters); needs tier paper",
+    )
+    ap.add_argument("--mamba-scan", default=None, help="model.size.scan of the Mamba runs (default: the preset's)")
     ap.add_argument(
         "--authors-repo",
         type=Path,
@@ -302,21 +418,26 @@ def main() -> None:
     ap.add_argument("--eval-n", type=int, default=2000, help="bijection sequences to time `evaluate` on (0 skips)")
     ap.add_argument("--json", type=Path, default=None, help="write every number to this JSON file")
     args = ap.parse_args()
+    if args.paper_cells and args.tier != "paper":
+        ap.error("--paper-cells: the paper tier's cells (leave --tier at paper)")
     tasks = ["bijection"] if args.quick else args.tasks
     steps = 5 if args.quick else args.steps
     authors_steps = args.authors_steps or max(1, steps - WARMUP_LOGGED)
     native_bf16 = cpu_has_native_bf16()
     threads = torch.get_num_threads()
     machine = machine_description()
+    dev = resolve_device(args.device)
     print(f"torch {torch.__version__}, threads {threads}, tier {args.tier}, native bf16 {native_bf16}")
     print(f"machine: {machine['machine']}")
+    if dev.type != "cpu":
+        print(f"device: {dev} ({machine['device']})")
 
     peaks: dict[str, float] = {}
     if args.peak_n:
         peak_dtypes = {"float32": torch.float32, **({"bf16": torch.bfloat16} if "bf16" in args.dtype else {})}
         for name, dt in peak_dtypes.items():
-            peaks[name] = matmul_peak(args.peak_n, dt)
-            note = "" if name == "float32" or native_bf16 else " (emulated: no native bf16)"
+            peaks[name] = matmul_peak(args.peak_n, dt, device=dev)
+            note = "" if name == "float32" or native_bf16 or dev.type == "cuda" else " (emulated: no native bf16)"
             print(f"peak  {name:<7} {args.peak_n}x{args.peak_n} matmul: {peaks[name]:.1f} GFLOP/s{note}")
 
     repo = args.authors_repo.resolve() if args.authors_repo is not None else None
@@ -324,17 +445,29 @@ def main() -> None:
         print("authors' code: skipped (no --authors-repo; see the docstring for how to make a work tree)")
 
     cases = []
-    for task in tasks:
-        batch = CASES[task]["batch"]
+    for task, arch in [(t, a) for t in tasks for a in args.archs]:
         for dtype in args.dtype:
-            ours = bench_train(task, batch, steps, dtype, args.tier)
+            ours = bench_train(
+                task,
+                CASES[task]["batch"],
+                steps,
+                dtype,
+                args.tier,
+                arch=arch,
+                device=args.device,
+                paper_cell=args.paper_cells,
+                mamba_scan=args.mamba_scan,
+            )
+            batch = ours["batch"]
             ours["pct_peak"] = _pct(ours["gflops"], peaks, ours["effective_dtype"])
             fallback = " (ran float32: no native bf16)" if ours["effective_dtype"] != dtype else ""
-            print(f"train {task:<9} batch {batch:>3} {dtype:<7} ours   {_fmt(ours, peaks)}{fallback}")
+            name = "" if args.archs == ["transformer"] else f"{arch:<13} "  # the arch column only when asked for
+            print(f"train {task:<9} {name}batch {batch:>3} {dtype:<7} ours   {_fmt(ours, peaks)}{fallback}")
             theirs, ratio = None, None
-            if repo is not None and dtype == "bf16" and not native_bf16:
+            compare = repo is not None and arch == "transformer" and task in AUTHORS_MODELS  # their transformers
+            if compare and dtype == "bf16" and not native_bf16:
                 print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs skipped: no native bf16 on this CPU")
-            elif repo is not None:
+            elif compare:
                 theirs = bench_authors(repo, task, batch, authors_steps, dtype)
                 theirs["pct_peak"] = _pct(theirs["gflops"], peaks, theirs["effective_dtype"])
                 ratio = ours["tokens_per_s"] / theirs["tokens_per_s"]
@@ -343,6 +476,7 @@ def main() -> None:
             cases.append(
                 {
                     "task": task,
+                    "arch": arch,
                     "batch": batch,
                     "dtype": dtype,
                     "ours": ours,
@@ -353,7 +487,7 @@ def main() -> None:
 
     evals = []
     for dtype in args.dtype if args.eval_n else []:
-        dt = bench_eval(args.eval_n, args.tier, dtype)
+        dt = bench_eval(args.eval_n, args.tier, dtype, args.device)
         evals.append({"dtype": dtype, "n": args.eval_n, "seconds": dt, "sequences_per_s": args.eval_n / dt})
         print(f"eval  bijection {args.eval_n} sequences {dtype:<7}: {dt:.2f} s  ({args.eval_n / dt:,.0f} sequences/s)")
 
@@ -363,6 +497,10 @@ def main() -> None:
             "torch_threads": threads,
             "native_bf16": native_bf16,
             "tier": args.tier,
+            "device": str(dev),
+            "paper_cells": args.paper_cells,
+            "archs": args.archs,
+            "mamba_scan": args.mamba_scan,
             "steps": steps,
             "authors_steps": authors_steps if repo is not None else None,
             "authors_repo": str(repo) if repo is not None else None,

@@ -298,3 +298,56 @@ def test_report_geometry_cells_show_both_statistics_and_directions():
     assert cells["lens KL(Bayes‖lens) first→last"] == "1.500 → 0.010"
     assert cells["lens KL(lens‖Bayes) first→last"] == "12.000 → 0.400"
     assert _geometry_cell({}, ("keys", "layer0_direction")) == "—"
+
+
+def test_probe_run_on_the_cpu_device_equals_the_default(run_dir, tmp_path):
+    """device=None (the CPU, as before the option existed), 'cpu' and torch.device('cpu') give the same numbers."""
+    from windtunnel.geometry.run import probe_run
+
+    def probed(name: str, **kw) -> str:
+        r = probe_run(run_dir, out=tmp_path / name, n=16, figures=False, **kw)
+        return json.dumps(r, default=float, sort_keys=True)
+
+    default = probed("default")
+    assert probed("cpu", device="cpu") == default
+    assert probed("torch-cpu", device=torch.device("cpu")) == default
+    if not torch.cuda.is_available():
+        assert probed("auto", device="auto") == default  # auto without CUDA: the CPU
+        with pytest.raises(ValueError, match="device: 'cuda'"):
+            probe_run(run_dir, out=tmp_path / "cuda", n=16, figures=False, device="cuda")
+    with pytest.raises(ValueError, match="device:"):
+        probe_run(run_dir, out=tmp_path / "bad", n=16, figures=False, device="tpu")
+
+
+def test_probe_cli_device_option(run_dir, tmp_path):
+    out = tmp_path / "cli-cpu"
+    res = CliRunner().invoke(
+        app, ["probe", str(run_dir), "--n", "16", "--no-figures", "--device", "cpu", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "geometry.json").read_text())["step"] == 8
+    res = CliRunner().invoke(app, ["probe", str(run_dir), "--device", "tpu", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "--device" in res.output
+    if not torch.cuda.is_available():
+        res = CliRunner().invoke(app, ["probe", str(run_dir), "--device", "cuda", "--out", str(tmp_path)])
+        assert res.exit_code == 2 and "--device" in res.output and "CUDA" in res.output
+
+
+@pytest.mark.parametrize("task_name", ["bijection", "regression"])
+def test_heldout_batch_is_drawn_on_the_cpu_and_moved_whole(task_name):
+    """Probe data is the CPU generator's sequences wherever the model is; moving copies every tensor (the 'meta'
+    device stands in for CUDA here: tests/test_gpu.py moves to CUDA for real)."""
+    from windtunnel.geometry.data import heldout_batch, to_device
+
+    task = tasks.make(task_name)
+    cpu = heldout_batch(task, 4, offset=1)
+    assert to_device(cpu, "cpu") is cpu  # nothing moved on the CPU
+    moved = to_device(cpu, "meta")
+    tensors = [moved.inputs, moved.target_mask, moved.targets, *moved.latent.values()]
+    tensors += [v for v in vars(moved.posterior).values() if isinstance(v, torch.Tensor)]
+    assert tensors and all(t.device.type == "meta" for t in tensors)
+    assert type(moved.posterior) is type(cpu.posterior) and moved.posterior.batch_shape == cpu.posterior.batch_shape
+    assert cpu.inputs.device.type == "cpu"  # the original is untouched
+    assert all(v.device.type == "cpu" for v in vars(cpu.posterior).values() if isinstance(v, torch.Tensor))
+    again = heldout_batch(task, 4, offset=1, device="meta")
+    assert again.inputs.device.type == "meta" and again.inputs.shape == cpu.inputs.shape

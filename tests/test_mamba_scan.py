@@ -179,3 +179,80 @@ def test_fused_scan_promotes_low_precision_to_float32():
         y = selective_scan(*xs)
     assert y.dtype == torch.float32
     torch.testing.assert_close(y.double(), reference(*(x.double() for x in xs)), atol=1e-5, rtol=1e-4)
+
+
+def kernel_layout_reference(u, delta, A, B, C, D=None, z=None, delta_softplus=False):
+    """A CPU stand-in for mamba-ssm's `selective_scan_fn` in ITS layouts (u, delta (B,Di,T); A (Di,N); B, C (B,N,T);
+    returns (B,Di,T)), written from its documented contract, to test the layouts `kernel_selective_scan` passes."""
+    assert D is None and z is None and delta_softplus is False
+    assert u.shape == delta.shape and B.shape == C.shape and A.shape == (u.shape[1], B.shape[1])
+    dA = torch.einsum("bdl,dn->bldn", delta, A)  # (B,T,Di,N)
+    dBu = torch.einsum("bdl,bnl,bdl->bldn", delta, B, u)  # (B,T,Di,N)
+    return torch.einsum("bldn,bnl->bdl", sequential_scan(dA.exp(), dBu), C)  # (B,Di,T)
+
+
+def test_kernel_layouts_match_the_fused_scan():
+    """`call_in_kernel_layout` transposes (B,T,.) to the kernel's (B,.,T) and back: with a reference in the kernel's
+    layouts it equals the fused scan, forward and backward (the CUDA kernel itself: tests/test_gpu.py)."""
+    xs = make_inputs(2, 7, 5, 3, torch.float64, seed=8)
+    w = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+
+    def via_kernel_layout(*args):
+        return mamba.call_in_kernel_layout(kernel_layout_reference, *args)
+
+    torch.testing.assert_close(via_kernel_layout(*xs), selective_scan(*xs))
+    names = ["u", "delta", "A", "B", "C"]
+    for name, a, b in zip(names, grads(via_kernel_layout, xs, w), grads(selective_scan, xs, w), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_kernel_scan_off_cuda_is_a_clear_error(monkeypatch):
+    """scan="kernel" on the CPU: a ValueError naming model.size.scan, with or without mamba_ssm installed."""
+    m = models.make("mamba", SPEC, n_layers=1, d_model=16, scan="kernel")
+    x = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel'.*CUDA only"):
+        m(x)
+    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_layout_reference)  # as if mamba-ssm imported
+    with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel'.*CUDA only"):
+        m(x)
+    assert not mamba.kernel_available("cpu")
+    xs = make_inputs(1, 3, 2, 2, torch.float32)
+    with pytest.raises(ValueError, match=r"model\.size\.scan"):
+        mamba.kernel_selective_scan(*xs)
+    # asking for a layer's state h never reaches the kernel: that layer scans in parallel, on any device
+    out, cache = m.run_with_cache(x, names=["blocks.0.ssm.h"])
+    assert cache["blocks.0.ssm.h"].shape == (2, 5, 32, 16)
+
+
+def test_kernel_scan_without_mamba_ssm_is_a_clear_error(monkeypatch):
+    """Where mamba_ssm does not import, the kernel says so. The device check comes first, so the input claims to be
+    on CUDA (a tensor subclass: only its .device is read before the import check)."""
+    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: None)
+    assert not mamba.kernel_available("cuda")
+
+    class FakeCuda(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device("cuda")
+
+    u = torch.zeros(1, 2, 3).as_subclass(FakeCuda)
+    with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel' needs the mamba-ssm package"):
+        mamba.kernel_selective_scan(u, u, torch.zeros(3, 2), torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+
+
+def test_auto_scan_stays_fused_on_cpu_even_with_mamba_ssm(monkeypatch):
+    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_layout_reference)
+    calls = []
+
+    def spy(*args):
+        calls.append("fused")
+        return selective_scan(*args)
+
+    monkeypatch.setattr(mamba, "selective_scan", spy)
+    models.make("mamba", SPEC, n_layers=2, d_model=16)(torch.zeros(2, 5, dtype=torch.long))
+    assert calls == ["fused", "fused"]
+
+
+def test_kernel_is_a_valid_scan_choice():
+    assert models.make("mamba", SPEC, n_layers=1, d_model=16, scan="kernel").scan == "kernel"
+    assert "kernel" in str(mamba.MambaSize.model_fields["scan"].annotation)

@@ -11,6 +11,8 @@ from windtunnel.cli import app
 from windtunnel.cli.common import guarded
 from windtunnel.cli.train_cmd import TRUST_HELP
 
+DEVICES = ("auto", "cpu", "cuda")
+
 
 def _fmt(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
@@ -61,13 +63,24 @@ def probe(
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    device: str = typer.Option(
+        "cpu", "--device", help="auto (CUDA when present), cpu or cuda: where the model and the probe data go"
+    ),
 ) -> None:
     """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
     frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
+    import torch
+
     from windtunnel.geometry.run import probe_run
     from windtunnel.rundir import GEOMETRY
+    from windtunnel.train import resolve_device
 
-    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code)
+    if device not in DEVICES:
+        raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {device!r})")
+    if device == "cuda" and not torch.cuda.is_available():  # said here: resolve_device's message names train.device
+        raise ValueError("--device: 'cuda' requested but no CUDA device is available (use auto or cpu)")
+    dev = resolve_device(device)
+    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev)
     for line in _summary(result):
         typer.echo(line)
     typer.echo(f"wrote {(out or run_dir) / GEOMETRY}")

@@ -4,15 +4,23 @@ sequences the model never trained on.
 Probes read the test stream (`seeds.test_seed`) from index `PROBE_OFFSET` upward: never a training or validation
 sequence (the official analysis scripts rebuilt the training dataset with the same seed), and never the chunks
 the evaluation scores (indices below PROBE_OFFSET).
+
+Device: the probes run where the model's parameters are. The held-out sequences are always drawn by the CPU
+generator of their seed and then moved there (`to_device`), so a model probed on CUDA reads the very sequences it
+reads on the CPU (a CUDA generator draws other numbers from the same seed) and the two agree to float tolerance
+(tests/test_gpu.py); on the CPU nothing is moved. Every number leaves as a Python float, and every array goes
+through `.cpu()` before numpy / scikit-learn (geometry/stats.py).
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import torch
+from torch.distributions import Distribution
 
 from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
@@ -93,16 +101,51 @@ def entropy_error_bits(model: torch.nn.Module, batch: Batch) -> float:
     return entropy_mae_bits(predictive(model_spec(model), out), batch)
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's parameters (CPU for a model without any)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def _distribution_to(dist: Distribution, device: torch.device) -> Distribution:
+    """A copy of `dist` whose tensors (parameters, and any already-computed lazy ones) live on `device`.
+
+    Copied attribute by attribute, not rebuilt from a parameter: `Categorical(probs=p)` renormalises p, which could
+    change the last bit of a probability."""
+    out = copy.copy(dist)
+    out.__dict__.update({k: v.to(device) for k, v in vars(dist).items() if isinstance(v, torch.Tensor)})
+    return out
+
+
+def to_device(batch: Batch, device: torch.device | str) -> Batch:
+    """`batch` with every tensor (inputs, mask, targets, posterior, latent) on `device`; the batch itself when it
+    is there already."""
+    dev = torch.device(device)
+    if batch.inputs.device == dev:
+        return batch
+    return replace(
+        batch,
+        inputs=batch.inputs.to(dev),
+        target_mask=batch.target_mask.to(dev),
+        targets=batch.targets.to(dev),
+        posterior=_distribution_to(batch.posterior, dev),
+        latent={k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.latent.items()},
+    )
+
+
 def heldout_batch(task: Any, n: int, offset: int = 0, device: torch.device | str = "cpu") -> Batch:
-    """`n` held-out sequences of `task` from the test stream, index PROBE_OFFSET + offset."""
+    """`n` held-out sequences of `task` from the test stream, index PROBE_OFFSET + offset, on `device`.
+
+    Drawn on the CPU (the same sequences whatever `device`), then moved to `device` (see the module docstring)."""
     if int(n) < 1:
         raise ValueError(f"n: must be >= 1 (got {n})")
-    return task.sample(int(n), seed=test_seed(PROBE_OFFSET + int(offset)), device=device)
+    batch = task.sample(int(n), seed=test_seed(PROBE_OFFSET + int(offset)), device="cpu")
+    return to_device(batch, device)
 
 
 def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) -> ProbeData:
-    """Run `model` on `n` held-out sequences of `task`, caching `probe_hook_names(model)`."""
-    device = next(model.parameters()).device
+    """Run `model` on `n` held-out sequences of `task` on the model's device, caching `probe_hook_names(model)`."""
+    device = model_device(model)
     batch = heldout_batch(task, n, offset, device)
     model.eval()
     with torch.no_grad():

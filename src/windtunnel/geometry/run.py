@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 from windtunnel.geometry.data import not_applicable
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.figures import write_figures
@@ -13,6 +16,19 @@ from windtunnel.geometry.probes import probe_model
 from windtunnel.models.baselines import is_baseline
 from windtunnel.rundir import GEOMETRY, check_writable, write_json
 from windtunnel.runs import build_model, load_run
+
+
+def probe_device(device: torch.device | str | None) -> torch.device:
+    """None -> the CPU; otherwise as a run's `train.device` ("auto": CUDA when present; CUDA without one is a
+    ValueError), or any torch device string."""
+    from windtunnel.train import resolve_device
+
+    if device is None:
+        return torch.device("cpu")
+    try:
+        return resolve_device(str(device))
+    except RuntimeError as err:  # torch.device("nonsense")
+        raise ValueError(f"device: {str(device)!r} is not a device (use auto, cpu or cuda)") from err
 
 
 def probe_run(
@@ -24,11 +40,16 @@ def probe_run(
     dynamics_n: int = 64,
     *,
     trust_code: bool = False,
+    device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`.
 
     The frame-precision probe uses every checkpoint up to the probed one (train with a dense
-    `checkpoint_schedule` to get a useful curve). trust_code: see `runs.load_run`.
+    `checkpoint_schedule` to get a useful curve). trust_code: see `runs.load_run`. device: where the probes run
+    (the trained model, its init copy, every earlier checkpoint and the held-out data go there); None = the CPU,
+    "auto" = CUDA when present (`probe_device`).
+    The held-out sequences are the same on every device (geometry/data.py) and every result is a plain float, so
+    a CUDA probe agrees with the CPU one to float tolerance; on the CPU the numbers are those of device=None.
     """
     if int(n) < 2:
         raise ValueError(f"n: must be >= 2 (got {n})")
@@ -41,6 +62,7 @@ def probe_run(
     step = steps[-1] if checkpoint is None else int(checkpoint)
     if step not in steps:
         raise ValueError(f"checkpoint: {step} is not in this run; choose one of {steps}")
+    dev = probe_device(device)
     model = run.load_checkpoint(step)
     if is_baseline(model):
         raise ValueError(f"run_dir: {run.config.model.arch!r} is a baseline predictor with no internals to probe")
@@ -52,10 +74,15 @@ def probe_run(
         trust_code=trust_code,  # same seed, step 0 weights
         exclude=(run.path, run.path.parent),
     ).eval()
+    model, init_model = model.to(dev), init_model.to(dev)
+
+    def load_on_device(s: int) -> nn.Module:
+        return run.load_checkpoint(s).to(dev)
+
     results, data = probe_model(model, task, n=n, init_model=init_model, seed=run.config.seed)
     earlier = [s for s in steps if s <= step]
     results["dynamics"] = (
-        frame_precision(run.load_checkpoint, earlier, task, n=dynamics_n)
+        frame_precision(load_on_device, earlier, task, n=dynamics_n)
         if len(earlier) >= 2
         else not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)")
     )

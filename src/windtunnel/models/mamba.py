@@ -1,4 +1,5 @@
-"""Mamba (selective state-space model) in pure PyTorch, with fused, parallel and sequential scans.
+"""Mamba (selective state-space model) in PyTorch, with fused, parallel and sequential scans, and mamba-ssm's CUDA
+kernel where it is installed.
 
 `variant="reference"` follows the Mamba paper / state-spaces reference block (mamba-minimal's structure):
     [u, z] = in_proj(x);  u = SiLU(causal depthwise conv_k(u));  [dt, B, C] = x_proj(u)
@@ -9,8 +10,12 @@ builds a per-step autograd graph. `scan="auto"` (default) picks, by the input's 
   * CPU: `scan="fused"`, `selective_scan`: one loop over t computing exp(delta A), h and y = h C from (B,N,Di) slabs,
     with a hand-written reverse-loop backward. It never materialises the (B,T,Di,N) dA / dBu tensors (CPU training
     is memory- and allocation-bound): ~5x faster model steps than "parallel" at batch 64, d 128 (1 thread).
+  * CUDA with `mamba_ssm` importable (the `cuda` extra, `pip install -e '.[cuda]'`): `scan="kernel"`,
+    `kernel_selective_scan`, the same recurrence (no D, no gate, no softplus inside) by mamba-ssm's fused CUDA kernel
+    `selective_scan_fn`, forward and backward; tested equal to the fused CPU scan (tests/test_gpu.py).
   * elsewhere: `scan="parallel"`, a custom autograd function on the materialised dA, dBu whose backward is itself a
     reverse scan, with a log-depth Hillis-Steele kernel (GPU) or a single in-place pass (CPU; see `parallel_scan`).
+An explicit `scan="kernel"` off CUDA, or where `mamba_ssm` does not import, is a ValueError naming model.size.scan.
 `scan="sequential"` runs the plain autograd loop over t -- the reference the fast paths are tested against. The states
 h_t are materialised (hook point `blocks.{l}.ssm.h`, models/hooks.py) only in a layer whose h a probe asks for.
 
@@ -22,8 +27,10 @@ every block, final LayerNorm. Its state clamp makes the recurrence non-linear, s
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 import torch
@@ -212,6 +219,85 @@ def selective_scan(
         return _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)))
 
 
+KERNEL_HINT = "use scan='auto' (the kernel on CUDA when mamba-ssm imports, else the parallel scan; fused on CPU)"
+
+
+@functools.cache
+def mamba_ssm_scan() -> Callable[..., torch.Tensor] | None:
+    """mamba-ssm's `selective_scan_fn` (mamba_ssm.ops.selective_scan_interface), or None where it does not import.
+
+    Any import failure counts as absent (not installed, or a build that does not load against this torch / CUDA:
+    ImportError, OSError on a missing shared library, RuntimeError from a CUDA extension). Looked up once.
+    """
+    try:
+        module = importlib.import_module("mamba_ssm.ops.selective_scan_interface")
+    except (ImportError, OSError, RuntimeError):
+        return None
+    fn = getattr(module, "selective_scan_fn", None)
+    return fn if callable(fn) else None
+
+
+def kernel_available(device: torch.device | str) -> bool:
+    """Whether `scan="kernel"` can run on `device`: CUDA, with `mamba_ssm` importable."""
+    return torch.device(device).type == "cuda" and mamba_ssm_scan() is not None
+
+
+def kernel_selective_scan(
+    u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor
+) -> torch.Tensor:
+    """`selective_scan` by mamba-ssm's CUDA kernel: the same y (B,T,Di) from the same (B,T,...) layouts.
+
+    h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t,  y_t = C_t . h_t: `selective_scan_fn(u, delta, A, B, C)` with
+    u, delta as (B,Di,T), A (Di,N), B, C as (B,N,T), no D, no z, delta_softplus=False (delta is already the
+    softplus); it returns y (B,Di,T), transposed back here. Its backward is the kernel's too. Runs in float32 (the
+    inputs promoted as `selective_scan` does, autocast off); float64 is refused (the kernel has no float64 path).
+    Raises ValueError (naming model.size.scan) off CUDA, or where mamba_ssm does not import.
+    """
+    if u.device.type != "cuda":
+        raise ValueError(
+            f"model.size.scan: 'kernel' (mamba-ssm's selective scan) runs on CUDA only (got inputs on {u.device}); "
+            f"{KERNEL_HINT}"
+        )
+    fn = mamba_ssm_scan()
+    if fn is None:
+        raise ValueError(
+            "model.size.scan: 'kernel' needs the mamba-ssm package (pip install -e '.[cuda]'), and "
+            f"mamba_ssm.ops.selective_scan_interface does not import here; {KERNEL_HINT}"
+        )
+    dtype = torch.promote_types(torch.result_type(u, delta), torch.result_type(A, B))
+    dtype = torch.promote_types(torch.promote_types(dtype, C.dtype), torch.float32)
+    if dtype == torch.float64:
+        raise ValueError(
+            "model.size.scan: 'kernel' (mamba-ssm) has no float64 path; use scan='parallel' or 'sequential' for float64"
+        )
+    with torch.autocast(u.device.type, enabled=False):
+        return call_in_kernel_layout(fn, *(x.to(torch.float32) for x in (u, delta, A, B, C)))
+
+
+def call_in_kernel_layout(
+    fn: Callable[..., torch.Tensor],
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+) -> torch.Tensor:
+    """y (B,T,Di) = fn(u, delta, A, B, C) called in mamba-ssm's `selective_scan_fn` layouts and keywords (u, delta
+    (B,Di,T); A (Di,N); B, C (B,N,T); no D, no z, delta_softplus=False; it returns (B,Di,T)), from this module's
+    (B,T,Di), (Di,N), (B,T,N). Apart from `kernel_selective_scan` so the layouts are tested on the CPU too."""
+    y = fn(
+        u.transpose(1, 2),  # (B,Di,T)
+        delta.transpose(1, 2),  # (B,Di,T)
+        A.contiguous(),  # (Di,N)
+        B.transpose(1, 2),  # (B,N,T)
+        C.transpose(1, 2),  # (B,N,T)
+        D=None,
+        z=None,
+        delta_softplus=False,
+    )  # (B,Di,T)
+    return y.transpose(1, 2)  # (B,T,Di)
+
+
 # ---------------------------------------------------------------------------------------------- block
 
 
@@ -250,9 +336,9 @@ class MambaBlock(nn.Module):
         self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus: softplus(bias) = dt
 
     def forward(self, x: torch.Tensor, scan: str, hook: LayerHook) -> torch.Tensor:
-        """(B,T,d) -> (B,T,d). scan: "sequential" (autograd loop), "parallel" (`parallel_scan`) or "fused"
-        (`selective_scan`, which never materialises the states: `ssm.h` is not reached). The paper variant always
-        scans sequentially."""
+        """(B,T,d) -> (B,T,d). scan: "sequential" (autograd loop), "parallel" (`parallel_scan`), "fused"
+        (`selective_scan`) or "kernel" (`kernel_selective_scan`, mamba-ssm on CUDA); the last two never materialise
+        the states: `ssm.h` is not reached. The paper variant always scans sequentially."""
         T = x.shape[1]
         u, z = self.in_proj(x).chunk(2, dim=-1)  # (B,T,Di) each
         u = F.silu(self.conv(u.transpose(1, 2))[..., :T].transpose(1, 2))  # causal depthwise conv, (B,T,Di)
@@ -266,9 +352,10 @@ class MambaBlock(nn.Module):
             dA = (delta[..., None] * A).clamp(-20.0, 0.0)  # (B,T,Di,N)
             dBu = ((delta * u)[..., None] * Bm[:, :, None, :]).clamp(-10.0, 10.0)  # (B,T,Di,N)
             h = sequential_scan(dA.exp(), dBu, clamp=100.0)  # (B,T,Di,N)
-        elif scan == "fused":
+        elif scan in ("fused", "kernel"):
             h = None
-            y = selective_scan(u, delta, -torch.exp(self.A_log), Bm, Cm)  # (B,T,Di)
+            fused = selective_scan if scan == "fused" else kernel_selective_scan
+            y = fused(u, delta, -torch.exp(self.A_log), Bm, Cm)  # (B,T,Di)
         else:
             A = -torch.exp(self.A_log)  # (Di,N)
             dA = delta[..., None] * A  # (B,T,Di,N)
@@ -286,8 +373,10 @@ class MambaBlock(nn.Module):
 class MambaSize(ModelSize):
     """Size of a `Mamba`. `dt_rank` "auto": ceil(d_model/16). `variant`: "reference" (Mamba-1: pre-norm RMSNorm
     residual) or "paper" (the authors' block: no pre-norm, LayerNorm on y, scalar dt). `pos` None: "learned" for
-    the paper variant, "none" for the reference one. `scan`: "auto" = fused on CPU, parallel elsewhere; a layer whose
-    state `ssm.h` is hooked or cached materialises it with the parallel scan, or the sequential one when
+    the paper variant, "none" for the reference one. `scan` (reference variant; the paper variant always scans
+    sequentially): "auto" = fused on CPU, on CUDA "kernel" (mamba-ssm's `selective_scan_fn`) when `mamba_ssm`
+    imports, else parallel; "kernel" explicitly, off CUDA or without mamba_ssm, is a ValueError at the forward. A
+    layer whose state `ssm.h` is hooked or cached materialises it with the parallel scan, or the sequential one when
     scan="sequential"."""
 
     n_layers: int = size_int(6)
@@ -297,7 +386,7 @@ class MambaSize(ModelSize):
     d_conv: int = size_int(4)
     dt_rank: int | Literal["auto"] = "auto"
     variant: Literal["reference", "paper"] = "reference"
-    scan: Literal["auto", "fused", "parallel", "sequential"] = "auto"
+    scan: Literal["auto", "fused", "parallel", "sequential", "kernel"] = "auto"
     pos: Literal["none", "learned"] | None = None
     tie: bool = True
     eps: float = Field(default=1e-5, gt=0)
@@ -347,8 +436,11 @@ class Mamba(ResidualModel):
         scan = self.scan
         if self.wants(f"blocks.{l}.ssm.h"):  # the fused scan never holds the states: materialise them here only
             scan = "sequential" if scan == "sequential" else "parallel"
-        elif scan == "auto":  # the fused loop on CPU (memory-bound), the log-depth parallel scan elsewhere
-            scan = "fused" if h.device.type == "cpu" else "parallel"
+        elif scan == "auto":  # the fused loop on CPU (memory-bound); mamba-ssm's kernel on CUDA, else parallel
+            if h.device.type == "cpu":
+                scan = "fused"
+            else:
+                scan = "kernel" if kernel_available(h.device) and h.dtype != torch.float64 else "parallel"
         hook = self.layer_hook(l)
         h = h + hook("ssm.out", self.blocks[l](self.norms[l](h), scan, hook))  # (B,T,d)
         return torch.nan_to_num(h) if self.variant == "paper" else h
