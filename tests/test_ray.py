@@ -132,3 +132,19 @@ def test_a_node_that_cannot_see_out_fails_at_once(cluster, tmp_path):
     assert time.time() - t0 < 60 and not job.run_dir.exists()  # before any training, not retried
     with pytest.raises(StorageError, match="not-shared"):
         LocalExecutor().run([job])
+
+
+def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
+    from windtunnel.sweep import sweep
+
+    base = {
+        "task": {"name": "bijection", "params": {"V": 6, "L": 5}},
+        "model": {"arch": "transformer", "preset": "smoke"},
+        "train": {"steps": 6, "batch_size": 8, "device": "cpu"},
+        "eval": {"n": 64},
+    }
+    grid = {"train.lr": [1e-3, 3e-3], "seed": [0, 1]}
+    local = sweep(base, grid, tmp_path / "local", threads=1)
+    on_ray = sweep(base, grid, tmp_path / "ray", executor="ray", ray_address=cluster, threads=1)
+    assert on_ray["executor"] == "ray" and len(on_ray["rows"]) == 4
+    assert [(r["run"], r["metrics"]) for r in on_ray["rows"]] == [(r["run"], r["metrics"]) for r in local["rows"]]
