@@ -85,22 +85,27 @@ class RayExecutor:
             pending[remote.options(name=job.name, **options).remote(job)] = job
         results: list[dict[str, Any]] = []
         failures: list[BaseException] = []
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(ready[0])
-            try:
-                result = ray.get(ready[0])
-            except ray.exceptions.RayTaskError as err:  # the run itself failed: its own exception, not Ray's wrapper
-                failures.append(err.cause if isinstance(err.cause, BaseException) else err)
-                continue
-            except ray.exceptions.RayError as err:  # its worker or node died more often than max_retries
-                failures.append(
-                    RuntimeError(f"{job.name}: the Ray task failed after {self.max_retries} retries: {err}")
-                )
-                continue
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(ready[0])
+                try:
+                    result = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as err:  # the run itself failed: its own exception, not Ray's
+                    failures.append(err.cause if isinstance(err.cause, BaseException) else err)
+                    continue
+                except ray.exceptions.RayError as err:  # its worker or node died more often than max_retries
+                    failures.append(
+                        RuntimeError(f"{job.name}: the Ray task failed after {self.max_retries} retries: {err}")
+                    )
+                    continue
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        except BaseException:  # the driver stops (Ctrl-C): stop its runs too, so a re-run finds their locks free
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
         if failures:  # every other run went on to the end, as with the local executor
             raise failures[0]
         return results
