@@ -148,3 +148,17 @@ def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
     on_ray = sweep(base, grid, tmp_path / "ray", executor="ray", ray_address=cluster, threads=1)
     assert on_ray["executor"] == "ray" and len(on_ray["rows"]) == 4
     assert [(r["run"], r["metrics"]) for r in on_ray["rows"]] == [(r["run"], r["metrics"]) for r in local["rows"]]
+
+
+def test_reproduce_cli_on_ray(cluster, tmp_path):
+    from typer.testing import CliRunner
+
+    from windtunnel.cli import app
+
+    out = tmp_path / "cli"
+    args = ["reproduce", "--tier", "smoke", "--out", str(out), "--only", "arch=oracle", "--no-probe"]
+    r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster, "--no-progress"])
+    assert r.exit_code == 0, r.output
+    meta = rundir.read_json(out / "reproduce.json")
+    assert meta["executor"] == "ray" and "--executor ray" in meta["command"] and "--jobs" not in meta["command"]
+    assert (out / "report.md").is_file() and "bijection-oracle: finished in" in r.output
