@@ -116,3 +116,51 @@ def test_cli_rejects_a_bad_executor_before_any_work(tmp_path):
     assert r.exit_code == 2 and "--jobs" in r.output and not (tmp_path / "y").exists()
     r = runner.invoke(app, ["reproduce", "--tier", "smoke", "--out", str(tmp_path / "z"), "--threads", "0"])
     assert r.exit_code == 2 and "threads" in r.output
+
+
+INTERRUPTED = """
+import json, sys
+from windtunnel.executors import Job, LocalExecutor
+cfg, runs = json.loads(sys.argv[1]), sys.argv[2]
+LocalExecutor(2).run([Job(f"run{i}", {**cfg, "seed": i}, runs, threads=1) for i in range(4)])
+"""
+
+
+def test_ctrl_c_stops_the_local_pool_at_once_and_the_runs_resume(tmp_path):
+    """SIGINT to the driver's process group (Ctrl-C) ends the pool's workers now, not after every queued run; a
+    re-run resumes the interrupted runs from their checkpoints."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from windtunnel import checkpoints
+
+    cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "transformer"}))
+    cfg = json.loads(json.dumps(cfg))
+    cfg["train"].update(steps=300, checkpoint_every=20, log_every=10, eval_every=0, device="cpu")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED, json.dumps(cfg), str(runs)],
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.time() + 120
+    while not all(
+        (runs / f"run{i}" / "checkpoints").is_dir() and checkpoints.list_checkpoints(runs / f"run{i}") for i in range(2)
+    ):
+        assert proc.poll() is None and time.time() < deadline, "the runs never checkpointed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    start = time.time()
+    proc.wait(timeout=60)
+    assert time.time() - start < 30 and proc.returncode != 0
+    assert not any((runs / f"run{i}" / rundir.DONE).exists() for i in range(4))
+    with pytest.raises(ProcessLookupError):  # no worker of the pool is left behind
+        os.killpg(proc.pid, 0)
+    jobs = [Job(f"run{i}", {**cfg, "seed": i}, str(runs), threads=1) for i in range(4)]
+    results = {r["name"]: r for r in LocalExecutor(2).run(jobs)}  # the same command again
+    assert all((runs / j.name / rundir.DONE).exists() for j in jobs)
+    assert results["run0"]["resumed_from"] > 0 and results["run1"]["resumed_from"] > 0

@@ -273,3 +273,20 @@ def test_start_and_stop_idempotent(tmp_path: Path) -> None:
     assert out.getvalue() == after
     assert time.monotonic() - t0 < 5  # stop does not wait for the hour-long interval
     assert prog._thread is not None and not prog._thread.is_alive()
+
+
+def test_a_dead_writer_of_this_host_is_not_active(tmp_path):
+    """A killed run leaves its owner file: with its pid gone it reads as waiting, not active."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    d = tmp_path / "run"
+    d.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner = {"host": socket.gethostname(), "since": 0}
+    (d / OWNER_FILE).write_text(json.dumps({**owner, "pid": int(gone.stdout)}) + "\n")
+    assert read_progress(Tracked("r", d, 10)).state == "waiting"
+    (d / OWNER_FILE).write_text(json.dumps({**owner, "pid": os.getpid()}) + "\n")
+    assert read_progress(Tracked("r", d, 10)).state == "active"

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from windtunnel.lock import OWNER_FILE
+from windtunnel.lock import OWNER_FILE, read_owner
 from windtunnel.rundir import DONE, METRICS
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
@@ -104,12 +105,27 @@ def _tail_records(path: Path, nbytes: int) -> tuple[list[dict], bool]:
     return out, offset == 0
 
 
+def _dead_here(run_dir: Path) -> bool:
+    """Whether the recorded writer of `run_dir` is a process of this host that no longer runs (a killed run whose
+    owner file stayed; a writer on another node cannot be checked from here and counts as alive)."""
+    owner = read_owner(run_dir)
+    if not owner or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, but not ours to signal
+        return False
+    return False
+
+
 def read_progress(run: Tracked) -> RunProgress:
     """State and latest numbers of `run`, from its done.json, owner file and the tail of its metrics.jsonl."""
     run_dir = Path(run.run_dir)
     if (run_dir / DONE).exists():
         state = "done"
-    elif (run_dir / OWNER_FILE).exists():
+    elif (run_dir / OWNER_FILE).exists() and not _dead_here(run_dir):
         state = "active"
     else:
         state = "waiting"

@@ -32,7 +32,27 @@ class LocalExecutor:
             for job in jobs:
                 done(run_job(job))
             return results
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(jobs))) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(jobs)))
+        failures: list[BaseException] = []
+        try:
             for future in as_completed([pool.submit(run_job, job) for job in jobs]):
-                done(future.result())
+                try:
+                    done(future.result())
+                except Exception as err:  # noqa: BLE001 - the other runs go on; the first error is raised below
+                    failures.append(err)
+        except BaseException:  # Ctrl-C, or the pool broke: stop every run now (each resumes from its checkpoint)
+            stop_workers(pool)
+            raise
+        pool.shutdown()
+        if failures:
+            raise failures[0]
         return results
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the worker processes at once. `shutdown(wait=True)` would instead wait
+    for every queued run to train to its end; a killed run's directory stays resumable (its lock dies with it)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
