@@ -1,7 +1,8 @@
 """The Ray executor on a real multi-node cluster on this machine: a head and a worker node, each a `ray start --block`
 subprocess, stopped by their PIDs (never `ray stop`, which would end every Ray process on the machine).
 
-Same seeds and threads => the same eval.json on Ray as on the local executor; a worker killed mid-training is retried
+The nodes listen on 127.0.0.1 only (executors/ray_local.py). Same seeds and threads => the same eval.json on Ray as on
+the local executor; a worker killed mid-training is retried
 and resumes from its checkpoint to the numbers of an uninterrupted run; a node that cannot see --out fails at once.
 """
 
@@ -27,12 +28,12 @@ from windtunnel.suites import suite
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """`HOST:PORT` of a two-node Ray cluster (head + one worker node, one CPU each) on this machine."""
+    """A two-node Ray cluster (head + one worker node, one CPU each) on this machine."""
     saved = os.environ.get("RAY_DISABLE_USAGE_STATS")
     os.environ["RAY_DISABLE_USAGE_STATS"] = "1"
     try:
         with LocalCluster(nodes=2, cpus=1, log_dir=tmp_path_factory.mktemp("ray-logs")) as c:
-            yield c.address
+            yield c
     finally:
         if saved is None:
             os.environ.pop("RAY_DISABLE_USAGE_STATS", None)
@@ -46,7 +47,7 @@ def _evals(out: Path) -> dict[str, dict]:
 
 def test_smoke_suite_on_ray_equals_local(cluster, tmp_path):
     local = reproduce("smoke", tmp_path / "local", threads=1, probe=False)
-    on_ray = reproduce("smoke", tmp_path / "ray", executor="ray", ray_address=cluster, threads=1, probe=False)
+    on_ray = reproduce("smoke", tmp_path / "ray", executor="ray", ray_address=cluster.address, threads=1, probe=False)
     assert local["executor"] == "local" and on_ray["executor"] == "ray"
     a, b = _evals(tmp_path / "local"), _evals(tmp_path / "ray")
     assert set(a) == set(b) == {r.name for r in suite("smoke")}
@@ -64,7 +65,7 @@ def test_runs_are_placed_on_both_nodes(cluster, tmp_path):
     jobs = [
         Job(e.name, e.config, str(tmp_path / "runs"), storage=storage) for e in suite("smoke", only={"arch": "lstm"})
     ]
-    results = make_executor("ray", ray_address=cluster).run(jobs)
+    results = make_executor("ray", ray_address=cluster.address).run(jobs)
     assert {r["name"] for r in results} == {j.name for j in jobs}
     assert len({r["node"] for r in results}) == 2
 
@@ -87,7 +88,7 @@ def test_killed_worker_is_retried_and_resumes_to_the_same_numbers(cluster, tmp_p
 
     def drive() -> None:
         try:
-            outcome["results"] = make_executor("ray", ray_address=cluster, max_retries=2).run([job])
+            outcome["results"] = make_executor("ray", ray_address=cluster.address, max_retries=2).run([job])
         except BaseException as err:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = err
 
@@ -128,7 +129,7 @@ def test_a_node_that_cannot_see_out_fails_at_once(cluster, tmp_path):
     job = Job("bijection", cfg, str(tmp_path / "runs"), storage=elsewhere)
     t0 = time.time()
     with pytest.raises(StorageError, match="storage every node sees"):
-        make_executor("ray", ray_address=cluster).run([job])
+        make_executor("ray", ray_address=cluster.address).run([job])
     assert time.time() - t0 < 60 and not job.run_dir.exists()  # before any training, not retried
     with pytest.raises(StorageError, match="not-shared"):
         LocalExecutor().run([job])
@@ -145,7 +146,7 @@ def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
     }
     grid = {"train.lr": [1e-3, 3e-3], "seed": [0, 1]}
     local = sweep(base, grid, tmp_path / "local", threads=1)
-    on_ray = sweep(base, grid, tmp_path / "ray", executor="ray", ray_address=cluster, threads=1)
+    on_ray = sweep(base, grid, tmp_path / "ray", executor="ray", ray_address=cluster.address, threads=1)
     assert on_ray["executor"] == "ray" and len(on_ray["rows"]) == 4
     assert [(r["run"], r["metrics"]) for r in on_ray["rows"]] == [(r["run"], r["metrics"]) for r in local["rows"]]
 
@@ -157,8 +158,24 @@ def test_reproduce_cli_on_ray(cluster, tmp_path):
 
     out = tmp_path / "cli"
     args = ["reproduce", "--tier", "smoke", "--out", str(out), "--only", "arch=oracle", "--no-probe"]
-    r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster, "--no-progress"])
+    r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster.address, "--no-progress"])
     assert r.exit_code == 0, r.output
     meta = rundir.read_json(out / "reproduce.json")
     assert meta["executor"] == "ray" and "--executor ray" in meta["command"] and "--jobs" not in meta["command"]
     assert (out / "report.md").is_file() and "bijection-oracle: finished in" in r.output
+
+
+def test_the_cluster_listens_on_loopback_only(cluster):
+    """Every listening socket of every process of both nodes is on 127.0.0.1 (where this machine has a name that
+    resolves to 127.0.0.1 alone: executors/ray_local.py)."""
+    import psutil
+
+    if not cluster.loopback_only:
+        pytest.skip("no name of this machine resolves to 127.0.0.1 alone; the test cluster listens on every interface")
+    pids = set()
+    for proc in cluster.procs:
+        node = psutil.Process(proc.pid)
+        pids |= {node.pid, *(c.pid for c in node.children(recursive=True))}
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening, "found none of the cluster's listening sockets"
+    assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening

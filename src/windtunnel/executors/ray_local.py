@@ -2,9 +2,17 @@
 stopped by its PID (never `ray stop`, which ends every Ray process on the machine). For the tests, the executor
 benchmark, and trying `--executor ray` without a cluster.
 
-Each node is started with `--node-ip-address 127.0.0.1` and ports of its own. Ray 2.x on Linux replaces a loopback
-node address by the machine's own address (`ray._private.services.resolve_ip_for_localhost`) and its servers listen on
-every interface, so such a cluster is reachable from the machine's network while it runs (docs/scale-out.md).
+Every node listens on 127.0.0.1 only, where this machine allows it. Ray's servers listen on the loopback interface
+alone when the node's address is exactly 127.0.0.1, and on every interface otherwise. But `ray start` on Linux
+rewrites a loopback `--node-ip-address` or `--address` ("127.0.0.1", "localhost") to the machine's network address
+(`ray._private.services.resolve_ip_for_localhost`). So:
+  * the head is started with `--node-ip-address 127.0.0.1` and `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, under which
+    Ray keeps a loopback address as given (Ray's own single-machine rule);
+  * each worker node joins through a name of this machine that resolves to 127.0.0.1 alone (`loopback_name`, e.g.
+    the host name in /etc/hosts) and which Ray does not rewrite; Ray then takes 127.0.0.1, the address it reaches
+    the head from, as the node's address (a `--node-ip-address 127.0.0.1` would be rewritten).
+Where no such name exists, every node is started with `--node-ip-address 127.0.0.1`, which Ray rewrites as above, and
+the cluster listens on every interface while it runs (`loopback_only` is False; docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -32,8 +40,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def loopback_name() -> str | None:
+    """A name of this machine that resolves to 127.0.0.1 and nothing else, other than the ones Ray rewrites
+    ("localhost", "127.0.0.1"): the host name, or another name /etc/hosts gives 127.0.0.1; None if there is none."""
+    names = [socket.gethostname(), socket.getfqdn()]
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/hosts").read_text().splitlines():
+            fields = line.split("#", 1)[0].split()
+            if fields and fields[0] == LOOPBACK:
+                names += fields[1:]
+    for name in dict.fromkeys(names):
+        if name in ("localhost", LOOPBACK) or not name:
+            continue
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+        except (OSError, UnicodeError):
+            continue
+        if addresses == {LOOPBACK}:
+            return name
+    return None
+
+
 class LocalCluster:
-    """`nodes` Ray nodes (the first is the head) with `cpus` CPUs each; `address` is the head's HOST:PORT.
+    """`nodes` Ray nodes (the first is the head) with `cpus` CPUs each; `address` is the head's HOST:PORT, and
+    `loopback_only` whether the nodes listen on 127.0.0.1 alone (see the module docstring).
 
     Use as a context manager; logs go to `log_dir` (default: a new temporary folder)."""
 
@@ -43,16 +76,22 @@ class LocalCluster:
         self.nodes, self.cpus, self.timeout = nodes, cpus, timeout
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="windtunnel-ray-"))
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        name = loopback_name()
+        self.loopback_only = name is not None
+        self.address = f"{name or LOOPBACK}:{self.port}"
         self.procs: list[subprocess.Popen] = []
 
-    def _start_node(self, name: str, *args: str) -> None:
+    def _start_node(self, name: str, *args: str, head: bool = False) -> None:
         ray_cli = str(Path(sys.executable).parent / "ray")
-        cmd = [ray_cli, "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus)]
-        cmd += ["--num-gpus", "0", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
+        cmd = [ray_cli, "start", "--block", "--num-cpus", str(self.cpus), "--num-gpus", "0"]
+        if head or not self.loopback_only:
+            cmd += ["--node-ip-address", LOOPBACK]
+        cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
         cmd += ["--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()), *args]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
         env.update(RAY_DISABLE_USAGE_STATS="1", OMP_NUM_THREADS=str(self.cpus))
+        if head and self.loopback_only:
+            env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep the head's 127.0.0.1 as given
         log = self.log_dir / f"{name}.log"
         with log.open("w") as f:  # the child keeps its own descriptor
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -77,7 +116,7 @@ class LocalCluster:
                 "--dashboard-port",
                 str(free_port()),
             ]
-            self._start_node("head", *head, "--ray-client-server-port", str(free_port()))
+            self._start_node("head", *head, "--ray-client-server-port", str(free_port()), head=True)
             for i in range(1, self.nodes):
                 self._start_node(f"worker{i}", "--address", self.address)
             self._wait_for_nodes()
@@ -119,4 +158,4 @@ class LocalCluster:
         self.stop()
 
 
-__all__ = ["LocalCluster", "free_port"]
+__all__ = ["LOOPBACK", "LocalCluster", "free_port", "loopback_name"]
