@@ -179,3 +179,19 @@ def test_the_cluster_listens_on_loopback_only(cluster):
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
     assert listening, "found none of the cluster's listening sockets"
     assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
+def test_time_to_bayes_on_ray_gives_the_local_curves(cluster, tmp_path):
+    from windtunnel.time_to_bayes import parse_cell, run
+
+    cell = parse_cell("task=hmm,arch=transformer,tier=smoke,recipe=wsd,steps=6,batch_size=4,eval_every=2,seeds=2")
+    local = run([cell], tmp_path / "local", threads=1, echo=lambda _: None)
+    on_ray = run([cell], tmp_path / "ray", threads=1, echo=lambda _: None, executor="ray", ray_address=cluster.address)
+    assert on_ray["machine"]["executor"] == "ray"
+    drop = ("run_dir", "train_s", "tokens_per_s", "curve", "crossings", "final_validation")  # seconds, paths differ
+    for a, b in zip(local["cells"][0]["seeds"], on_ray["cells"][0]["seeds"], strict=True):
+        assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+        assert a["test"] == b["test"] and a["final_validation"]["kl_bits"] == b["final_validation"]["kl_bits"]
+        assert [(e["step"], e["entropy_mae_bits"]) for e in a["curve"]] == [
+            (e["step"], e["entropy_mae_bits"]) for e in b["curve"]
+        ]
