@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tiny_runs import train_checkpointed
 from windtunnel import models, tasks
 from windtunnel.cli import app
 from windtunnel.geometry.attention import sharpening
@@ -147,27 +148,8 @@ def test_frame_precision_identical_checkpoints():
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from windtunnel.train import train
-
     d = tmp_path_factory.mktemp("geo") / "run"
-    cfg = {
-        "task": {"name": "bijection", "params": {"V": 6, "L": 5}},
-        "model": {"arch": "transformer", "size": SIZES["transformer"]},
-        "train": {
-            "steps": 8,
-            "batch_size": 16,
-            "warmup_steps": 2,
-            "eval_every": 0,
-            "log_every": 4,
-            "checkpoint_every": 0,
-            "checkpoint_schedule": [2, 4],
-            "device": "cpu",
-        },
-        "eval": {"n": 16},
-        "seed": 0,
-    }
-    train(cfg, d, progress=False)
-    return d
+    return train_checkpointed(d, "bijection", {"V": 6, "L": 5}, "transformer", SIZES["transformer"])
 
 
 def test_probe_cli_writes_json_and_figures(run_dir, tmp_path):

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
+from tiny_runs import train_checkpointed
 from windtunnel import models, tasks
 from windtunnel.models import mamba, presets
 from windtunnel.models.mamba import kernel_selective_scan, selective_scan
@@ -200,28 +201,8 @@ RUNS = {
 @pytest.fixture(scope="module", params=list(RUNS))
 def trained_run(request, tmp_path_factory):
     """A tiny run trained on the CPU, with three checkpoints (so the frame-precision probe runs too)."""
-    from windtunnel.train import train
-
     arch, task, params, size = RUNS[request.param]
-    d = tmp_path_factory.mktemp(request.param) / "run"
-    cfg = {
-        "task": {"name": task, "params": params},
-        "model": {"arch": arch, "size": size},
-        "train": {
-            "steps": 8,
-            "batch_size": 16,
-            "warmup_steps": 2,
-            "eval_every": 0,
-            "log_every": 4,
-            "checkpoint_every": 0,
-            "checkpoint_schedule": [2, 4],
-            "device": "cpu",
-        },
-        "eval": {"n": 16},
-        "seed": 0,
-    }
-    train(cfg, d, progress=False)
-    return d
+    return train_checkpointed(tmp_path_factory.mktemp(request.param) / "run", task, params, arch, size)
 
 
 def test_probe_run_on_cuda_matches_the_cpu(trained_run, tmp_path):
