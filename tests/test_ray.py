@@ -56,6 +56,10 @@ def test_smoke_suite_on_ray_equals_local(cluster, tmp_path):
     assert len(done) == len(a) and all(d["device"] == "cpu" for d in done)
     assert len({d["pid"] for d in done}) >= 2  # Ray workers, not this process, trained them
     assert os.getpid() not in {d["pid"] for d in done}
+    assert (
+        on_ray["run_devices"] == f"cpu ({len(a)} runs)" and on_ray["run_hosts"]
+    )  # where the runs, not the driver, ran
+    assert "run_devices: cpu (28 runs)" in (tmp_path / "ray" / "report.md").read_text()
     results = json.loads((tmp_path / "ray" / "results.json").read_text())
     assert results["table1"]["oracle"]["bijection"]["mean"] == pytest.approx(0.0, abs=1e-6)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,20 @@ def machine_description() -> dict[str, Any]:
 def estimated_cost(entry: SuiteRun) -> float:
     """Training tokens x parameters, weighted by architecture: orders runs so the longest start first."""
     return config_cost(entry.config)
+
+
+def where_runs_ran(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The devices and hosts the runs trained on, from their done.json (`machine` and `device` describe the driver,
+    which on a cluster is not where the runs ran): {"run_devices": "cuda (40 runs), cpu (4 runs)", "run_hosts": [...]}.
+    """
+    devices = Counter(r["device"] for r in results if r.get("device"))
+    hosts = sorted({r["host"] for r in results if r.get("host")})
+    out: dict[str, Any] = {}
+    if devices:
+        out["run_devices"] = ", ".join(f"{d} ({n} run{'s' if n > 1 else ''})" for d, n in devices.most_common())
+    if hosts:
+        out["run_hosts"] = hosts
+    return out
 
 
 def suite_jobs(
@@ -125,6 +140,7 @@ def _reproduce_locked(
         },
         "jobs": jobs,
         "executor": runner.name,
+        **where_runs_ran(results),
         "threads": threads,
         "total_wall_s": round(time.time() - start, 1),
         "run_wall_s": {r["name"]: r.get("wall_s") for r in results},

@@ -252,7 +252,21 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         meta["sum_run_wall_s"] = round(sum(v or 0.0 for v in meta["run_wall_s"].values()), 1)
     info = [
         f"{k}: {meta[k]}"
-        for k in ("tier", "machine", "device", "torch", "seeds", "jobs", "total_wall_s", "sum_run_wall_s", "command")
+        for k in (
+            "tier",
+            "machine",
+            "device",
+            "torch",
+            "executor",
+            "run_devices",
+            "run_hosts",
+            "seeds",
+            "jobs",
+            "threads",
+            "total_wall_s",
+            "sum_run_wall_s",
+            "command",
+        )
         if k in meta
     ]
     doc.add(Bullets(info or ["run metadata not recorded"]))
