@@ -164,3 +164,20 @@ def test_ctrl_c_stops_the_local_pool_at_once_and_the_runs_resume(tmp_path):
     results = {r["name"]: r for r in LocalExecutor(2).run(jobs)}  # the same command again
     assert all((runs / j.name / rundir.DONE).exists() for j in jobs)
     assert results["run0"]["resumed_from"] > 0 and results["run1"]["resumed_from"] > 0
+
+
+def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
+    from windtunnel.executors.ray_cluster import check_reachable
+    from windtunnel.executors.ray_local import free_port
+
+    check_reachable(None)
+    check_reachable("auto")
+    with pytest.raises(ValueError, match="expected auto or HOST:PORT"):
+        check_reachable("nowhere")
+    address = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ValueError, match="no Ray cluster answers at"):
+        check_reachable(address)
+    out = tmp_path / "x"
+    args = ["reproduce", "--tier", "smoke", "--only", "arch=oracle", "--out", str(out), "--no-progress"]
+    r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", address])
+    assert r.exit_code == 2 and "no Ray cluster answers" in r.output and not out.exists()  # nothing made

@@ -10,6 +10,7 @@ Run directories live under the driver's --out, which every node must see (docs/s
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,23 @@ def run_on_node(job: Job) -> dict[str, Any]:
     return {**run_job(job), "node": ray.get_runtime_context().get_node_id()}
 
 
+def check_reachable(address: str | None, timeout: float = 10.0) -> None:
+    """Fail in seconds, not after Ray's own minutes of retries, when nothing listens at a HOST:PORT address (None,
+    "auto" and "local" are Ray's to resolve)."""
+    if address is None or address in ("auto", "local"):
+        return
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--ray-address: expected auto or HOST:PORT (got {address!r})")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ValueError(
+            f"--ray-address: no Ray cluster answers at {address!r} ({err.strerror or err}); start one with "
+            "`ray start --head` (docs/scale-out.md) or check the address"
+        ) from None
+
+
 class RayExecutor:
     """Runs jobs as Ray tasks on the cluster at `address` (None: `ray.init()`'s default -- RAY_ADDRESS, a cluster
     started on this machine, else a new local one; "auto": an existing cluster; "HOST:PORT": that cluster's head)."""
@@ -56,6 +74,8 @@ class RayExecutor:
         if max_retries < 0:
             raise ValueError(f"max_retries: must be >= 0 (got {max_retries})")
         self.address, self.max_retries = address, max_retries
+        import_ray()  # before anything is created: Ray is installed ...
+        check_reachable(address)  # ... and a cluster answers at the address given
 
     def run(self, jobs: Sequence[Job], on_result: OnResult | None = None) -> list[dict[str, Any]]:
         ray = import_ray()
@@ -111,4 +131,4 @@ class RayExecutor:
         return results
 
 
-__all__ = ["DEFAULT_RETRIES", "RayExecutor", "import_ray", "run_on_node", "task_resources"]
+__all__ = ["DEFAULT_RETRIES", "RayExecutor", "check_reachable", "import_ray", "run_on_node", "task_resources"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -75,6 +76,9 @@ class LocalCluster:
             raise ValueError(f"nodes and cpus: must be >= 1 (got {nodes}, {cpus})")
         self.nodes, self.cpus, self.timeout = nodes, cpus, timeout
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="windtunnel-ray-"))
+        # Ray's own folder for this cluster (sessions, sockets; short, for the socket paths), removed by stop(): the
+        # cluster leaves nothing in /tmp/ray, in particular no "current cluster" that `--ray-address auto` would find
+        self.temp_dir = tempfile.mkdtemp(prefix="wt-ray-")
         self.port = free_port()
         name = loopback_name()
         self.loopback_only = name is not None
@@ -86,7 +90,7 @@ class LocalCluster:
         cmd = [ray_cli, "start", "--block", "--num-cpus", str(self.cpus), "--num-gpus", "0"]
         if head or not self.loopback_only:
             cmd += ["--node-ip-address", LOOPBACK]
-        cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
+        cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats", "--temp-dir", self.temp_dir]
         cmd += ["--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()), *args]
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
         env.update(RAY_DISABLE_USAGE_STATS="1", OMP_NUM_THREADS=str(self.cpus))
@@ -148,6 +152,7 @@ class LocalCluster:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         self.procs = []
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
