@@ -3,6 +3,8 @@ run as it arrives. `reproduce`, `sweep` and `time-to-bayes` all run their jobs t
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -16,7 +18,14 @@ ARCH_COST = {"transformer": 1.0, "mamba": 3.4, "lstm": 0.55, "mlp": 0.6, "mlp-po
 
 def config_cost(cfg: dict[str, Any]) -> float:
     """Training tokens x parameters of a raw run config, weighted by architecture (0 for baselines): orders runs so
-    the longest start first, and weights the suite's ETA."""
+    the longest start first, and weights the suite's ETA. Seeds of one cell cost the same (computed once)."""
+    model, train, task = cfg.get("model", {}), cfg.get("train", {}), cfg.get("task", {})
+    return _cost(json.dumps({"model": model, "train": train, "task": task}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cost(key: str) -> float:
+    cfg = json.loads(key)
     from windtunnel import tasks
     from windtunnel.models.common import count_params
     from windtunnel.models.presets import preset
