@@ -172,14 +172,11 @@ def test_reproduce_cli_on_ray(cluster, tmp_path):
 def test_the_cluster_listens_on_loopback_only(cluster):
     """Every listening socket of every process of both nodes is on 127.0.0.1 (where this machine has a name that
     resolves to 127.0.0.1 alone: executors/ray_local.py)."""
-    import psutil
+    import psutil  # Ray ships it and puts it on the path (the cluster fixture imported Ray)
 
     if not cluster.loopback_only:
         pytest.skip("no name of this machine resolves to 127.0.0.1 alone; the test cluster listens on every interface")
-    pids = set()
-    for proc in cluster.procs:
-        node = psutil.Process(proc.pid)
-        pids |= {node.pid, *(c.pid for c in node.children(recursive=True))}
+    pids = {p.pid for i in range(len(cluster.procs)) for p in cluster.node_processes(i)}
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
     assert listening, "found none of the cluster's listening sockets"
     assert {c.laddr.ip for c in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
@@ -199,3 +196,41 @@ def test_time_to_bayes_on_ray_gives_the_local_curves(cluster, tmp_path):
         assert [(e["step"], e["entropy_mae_bits"]) for e in a["curve"]] == [
             (e["step"], e["entropy_mae_bits"]) for e in b["curve"]
         ]
+
+
+def test_a_dead_node_s_run_is_retried_on_another_node_and_resumes(tmp_path):
+    """A worker node SIGKILLed whole (raylet, workers: as when its machine dies) while it trains a run: Ray marks
+    the node dead, retries the task on the head, and the run resumes from its checkpoint to the numbers of an
+    uninterrupted run. A cluster of its own, since this one loses a node."""
+    cfg = _long_smoke_config()
+    with LocalCluster(nodes=2, cpus=1, log_dir=tmp_path / "logs") as c:
+        storage = write_storage_token(tmp_path)
+        jobs = [Job(f"run{i}", {**cfg, "seed": i}, str(tmp_path / "ray"), threads=1, storage=storage) for i in (0, 1)]
+        outcome: dict = {}
+
+        def drive() -> None:
+            try:
+                outcome["results"] = make_executor("ray", ray_address=c.address, max_retries=2).run(jobs)
+            except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+                outcome["error"] = err
+
+        driver = threading.Thread(target=drive)
+        driver.start()
+        deadline, victim = time.time() + 120, None
+        while victim is None:  # the run the worker node (node 1) is training, once it has a checkpoint
+            node = {p.pid for p in c.node_processes(1)}
+            for job in jobs:
+                owner = read_owner(job.run_dir)
+                if owner and owner["pid"] in node and checkpoints.list_checkpoints(job.run_dir):
+                    victim = job
+            assert driver.is_alive() and time.time() < deadline, f"no run was caught on the worker node: {outcome}"
+            time.sleep(0.01)
+        c.kill_node(1)
+        driver.join(timeout=300)
+    assert not driver.is_alive() and "error" not in outcome, outcome.get("error")
+    results = {r["name"]: r for r in outcome["results"]}
+    assert results[victim.name]["resumed_from"] > 0  # retried: it started again from a checkpoint
+    assert len({r["node"] for r in results.values()}) == 1  # both finished on the head, the only node left
+    fresh = Job("fresh", victim.config, str(tmp_path / "local"), threads=1)
+    run_job(fresh)
+    assert rundir.read_json(victim.run_dir / rundir.EVAL) == rundir.read_json(fresh.run_dir / rundir.EVAL)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from windtunnel.executors.ray_cluster import import_ray
 
@@ -141,15 +141,42 @@ class LocalCluster:
         finally:
             ray.shutdown()
 
+    def node_processes(self, i: int) -> list[Any]:
+        """Every process of node `i` (0: the head) as `psutil.Process`: its `ray start` and all that descends from it
+        (Ray's workers lead process groups of their own, so the node's group alone does not hold them)."""
+        import_ray()  # Ray ships psutil and puts it on the path
+        import psutil
+
+        try:
+            root = psutil.Process(self.procs[i].pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    @staticmethod
+    def _kill(processes: list[Any]) -> None:
+        """SIGKILL each process still running; psutil checks it is the same process, not a reused pid."""
+        import psutil
+
+        for p in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL every process of node `i` at once, as when its machine dies (for fault tests)."""
+        self._kill(self.node_processes(i))
+        self.procs[i].wait()
+
     def stop(self) -> None:
-        """SIGTERM to each node's `ray start` (it ends its raylet and workers), then SIGKILL to its process group."""
-        for proc in reversed(self.procs):
+        """SIGTERM to each node's `ray start` (it ends its raylet and workers), then SIGKILL to whatever of the node
+        is left."""
+        for i in reversed(range(len(self.procs))):
+            proc, processes = self.procs[i], self.node_processes(i)
             if proc.poll() is None:
                 proc.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
-            with contextlib.suppress(ProcessLookupError):  # whatever of this node is left: its group, started here
-                os.killpg(proc.pid, signal.SIGKILL)
+            self._kill(processes)
             proc.wait()
         self.procs = []
         shutil.rmtree(self.temp_dir, ignore_errors=True)
