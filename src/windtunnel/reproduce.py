@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from windtunnel.executors import Executor, Job, default_threads, make_executor, write_storage_token
+from windtunnel.executors import Executor, Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import config_cost, execute
 from windtunnel.lock import DirLock
 from windtunnel.rundir import check_writable, write_json
@@ -96,15 +96,13 @@ def reproduce(
     `ray_address`), then write the report into `out/`; holds `out`'s lock. `threads`: CPU threads per run (default:
     the cores split between the jobs locally, 1 on Ray); runs with equal seeds and threads give equal numbers on
     every executor. `progress`: live progress on stderr."""
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads: must be >= 1 (got {threads})")
+    threads = threads_per_run(executor, jobs, threads)
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     out = Path(out)
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
     check_writable(out)
-    threads = threads or (default_threads(jobs) if executor == "local" else 1)
     with DirLock(out, "output directory"):  # one reproduce per output directory; each run also locks itself
         return _reproduce_locked(tier, out, entries, seeds, jobs, only, probe, echo, runner, threads, progress)
 
@@ -128,8 +126,7 @@ def _reproduce_locked(
     runs_dir.mkdir(parents=True, exist_ok=True)
     storage = write_storage_token(out)  # every node checks it sees --out before it trains
     start = time.time()
-    where = f"{jobs} job(s)" if runner.name == "local" else "Ray"
-    echo(f"{len(entries)} runs, tier {tier}, {where} x {threads} thread(s) -> {out}")
+    echo(f"{len(entries)} runs, tier {tier}, {placement(runner, jobs)} x {threads} thread(s) -> {out}")
     results = execute(suite_jobs(entries, runs_dir, threads, probe, storage), runner, echo, progress=progress)
     meta = {
         "tier": tier,

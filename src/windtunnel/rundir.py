@@ -91,8 +91,9 @@ def first_missing(path: Path) -> Path | None:
     return missing
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+def write_json(path: str | Path, obj: Any, sort_keys: bool = True) -> None:
+    """`obj` as indented JSON, written atomically; keys sorted unless their order means something (sort_keys=False)."""
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=sort_keys, allow_nan=True) + "\n")
 
 
 def clean_temp_files(run_dir: str | Path) -> list[Path]:

@@ -37,6 +37,7 @@ from windtunnel.rundir import (
     read_config,
     read_json_object,
     read_metrics,
+    write_json,
 )
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ def sweep(
     `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per run (default: the
     cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on stderr if `progress`;
     then write the table. Holds `out`'s lock; returns what sweep.json holds."""
-    from windtunnel.executors import default_threads, make_executor
+    from windtunnel.executors import make_executor, threads_per_run
 
     overrides = dict(overrides or {})
     for key in overrides:
@@ -248,8 +249,7 @@ def sweep(
     points = expand(base, grid)
     for p in points:
         _check_builtin(p.resolved)
-    if threads is not None and threads < 1:
-        raise ValueError(f"--threads: must be >= 1 (got {threads})")
+    threads_per = threads_per_run(executor, jobs, threads)
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     out = Path(out)
     check_writable(out)
@@ -262,7 +262,7 @@ def sweep(
     meta = {
         "executor": executor,
         "jobs": jobs,
-        "threads": threads or (default_threads(jobs) if executor == "local" else 1),
+        "threads": threads_per,
         "command": _command(record, out, executor, jobs, threads, ray_address, max_retries),
     }
     with DirLock(out, "output directory"):  # one sweep per output directory; each run also locks itself
@@ -278,11 +278,6 @@ def _check_builtin(cfg: RunConfig) -> None:
             f"model.arch: {cfg.model.arch!r} is an import string; a sweep runs registered architectures only "
             "(train it with windtunnel train --trust-code)"
         )
-
-
-def _write_ordered_json(path: Path, obj: Any) -> None:
-    """`write_json`, keeping key order: the grid's keys and each row's values stay in the order the grid gave."""
-    atomic_write(path, json.dumps(obj, indent=2) + "\n")
 
 
 def _plain(obj: Any) -> Any:
@@ -317,7 +312,7 @@ def _claim(out: Path, record: dict[str, Any], points: list[SweepPoint]) -> list[
         run_dir = out / "runs" / p.name
         if (run_dir / DONE).exists() and read_config(run_dir).model_dump() != p.resolved.model_dump():
             raise ValueError(f"--out: {str(run_dir)!r} is a finished run of another config; use a new --out")
-    _write_ordered_json(path, _plain(record))
+    write_json(path, _plain(record), sort_keys=False)  # keep the grid's key order
     return points
 
 
@@ -330,7 +325,7 @@ def _sweep_locked(
     echo: Callable[[str], None],
     progress: bool,
 ) -> dict[str, Any]:
-    from windtunnel.executors import Job, write_storage_token
+    from windtunnel.executors import Job, placement, write_storage_token
     from windtunnel.executors.driver import execute
 
     runs_dir = out / "runs"
@@ -338,7 +333,7 @@ def _sweep_locked(
     storage = write_storage_token(out)  # every node checks it sees --out before it trains
     jobs = [Job(p.name, p.config, str(runs_dir), probe=False, threads=meta["threads"], storage=storage) for p in points]
     todo = sum(not (runs_dir / p.name / DONE).exists() for p in points)
-    where = f"{meta['jobs']} job(s)" if runner.name == "local" else "Ray"
+    where = placement(runner, meta["jobs"])
     echo(f"{len(points)} runs ({todo} to train), {where} x {meta['threads']} thread(s) -> {out}")
     start = time.time()
     try:
@@ -441,7 +436,7 @@ def write_table(
         "trained": sorted(r["name"] for r in results or [] if not r.get("skipped")),
         "skipped": sorted(r["name"] for r in results or [] if r.get("skipped")),
     }
-    _write_ordered_json(out / TABLE_JSON, _plain(data))
+    write_json(out / TABLE_JSON, _plain(data), sort_keys=False)
     atomic_write(out / TABLE_CSV, _csv(rows, list(record["grid"])))
     atomic_write(out / TABLE_MD, _markdown(data, out))
     return data

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from windtunnel import rundir
-from windtunnel.executors import Job, default_threads, make_executor, write_storage_token
+from windtunnel.executors import Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import execute
 from windtunnel.recipes import get_recipe
 from windtunnel.report.tables import headline_metric
@@ -187,11 +187,13 @@ def run(
         resolve_config(cell_config(c, 0))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    threads = threads or (default_threads(jobs) if executor == "local" else 1)
+    threads = threads_per_run(executor, jobs, threads)
     storage = write_storage_token(out)
     work = [(c, s, seed_job(c, s, out, threads, storage)) for c in cells for s in range(c.seeds)]
-    where = f"{jobs} job(s)" if runner.name == "local" else "Ray"
-    echo(f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {where} x {threads} thread(s) -> {out}")
+    echo(
+        f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {placement(runner, jobs)} x {threads} thread(s) "
+        f"-> {out}"
+    )
     t0 = time.time()
     todo = [job for _, _, job in work if not (job.run_dir / "eval.json").exists()]
     execute(todo, runner, echo, progress=progress)

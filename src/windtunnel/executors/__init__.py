@@ -22,6 +22,19 @@ def default_threads(jobs: int = 1) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
+def threads_per_run(executor: str, jobs: int, threads: int | None) -> int:
+    """CPU threads per run: `threads` when given (>= 1), else this machine's cores split between `jobs` local
+    runs, else 1 on Ray (whose nodes get as many runs as they have CPUs)."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads: must be >= 1 (got {threads})")
+    return threads or (default_threads(jobs) if executor == "local" else 1)
+
+
+def placement(runner: Executor, jobs: int) -> str:
+    """How runs are placed, for a command's first line: "2 job(s)" locally, "Ray" on a cluster."""
+    return f"{jobs} job(s)" if runner.name == "local" else "Ray"
+
+
 def make_executor(name: str, jobs: int = 1, ray_address: str | None = None, max_retries: int | None = None) -> Executor:
     """The executor called `name` ("local" with `jobs` processes, or "ray" on the cluster at `ray_address`)."""
     if name == "local":
@@ -46,6 +59,8 @@ __all__ = [
     "check_storage",
     "default_threads",
     "make_executor",
+    "placement",
     "run_job",
+    "threads_per_run",
     "write_storage_token",
 ]
