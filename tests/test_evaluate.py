@@ -117,8 +117,16 @@ def test_approximations_identify_the_filter_a_model_computes():
     task = runs.build_task(cfg)
     r = evaluate(cfg, model=_WindowFilter(task), overrides=[{}], write=False)["default"]
     approx = r["approximations"]
-    assert list(approx) == ["last 1 obs", "last 2 obs", "last 3 obs"]
+    W = max(task.windows())
+    assert list(approx) == ["context-blind", *(f"last {w} obs" for w in range(1, W + 1))]
+    assert [a["depth"] for a in approx.values()] == list(range(W + 1))
     assert approx["last 1 obs"]["kl_from_model_bits"] == pytest.approx(0.0, abs=1e-6)
+    assert r["closest"]["name"] == "last 1 obs"  # named as itself
+    assert approx["last 1 obs"]["gain_bits"]["mean"] == pytest.approx(0.0, abs=1e-9)  # no gain over itself
+    assert approx["context-blind"]["gain_bits"]["lo"] > 0  # but it beats reading nothing
+    assert r["verdict"]["horizon"] == 0 and r["verdict"]["level"] == "fail"  # no belief transport
+    g = approx["last 2 obs"]["gain_bits"]
+    assert g["hi"] < 0 and g["lo"] <= g["mean"] <= g["hi"]  # the 2-observation filter is better than it
     assert approx["last 2 obs"]["kl_from_model_bits"] > 0.005
     # the approximation's own errors are the model's errors when the model is that approximation
     assert approx["last 1 obs"]["kl_bits"] == pytest.approx(r["metrics"]["kl_bits"]["mean"], rel=1e-4)

@@ -11,10 +11,11 @@ import torch
 from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import build_config, resolve_config
 from windtunnel.curriculum import Curriculum
+from windtunnel.marks import EXACT_FILTER, crossings
 from windtunnel.optim import MultiOptimizer, lr_at, make_optimizer
 from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
 from windtunnel.suites.paper import run_config
-from windtunnel.time_to_bayes import EXACT_FILTER, Cell, cell_config, crossings, parse_cell
+from windtunnel.time_to_bayes import Cell, cell_config, parse_cell
 from windtunnel.train import train
 
 
@@ -228,13 +229,14 @@ def test_recipes_cannot_change_the_task_or_the_loss_unless_an_ablation(tmp_path)
 def test_crossings_are_the_first_evaluation_at_each_mark():
     evals = [
         {"step": 10, "train_s": 1.0, "entropy_mae_bits": 0.2},
-        {"step": 20, "train_s": 2.0, "entropy_mae_bits": 0.04, "closest": "window-1"},
-        {"step": 30, "train_s": 3.0, "entropy_mae_bits": 0.06, "closest": "exact"},
-        {"step": 40, "train_s": 4.0, "entropy_mae_bits": 0.01, "closest": "exact"},
+        {"step": 20, "train_s": 2.0, "entropy_mae_bits": 0.04, "horizon": 1, "horizon_max": 5},
+        {"step": 30, "train_s": 3.0, "entropy_mae_bits": 0.06, "horizon": 5, "horizon_max": 5},
+        {"step": 40, "train_s": 4.0, "entropy_mae_bits": float("nan"), "horizon": 5, "horizon_max": 5},
+        {"step": 50, "train_s": 5.0, "entropy_mae_bits": 0.01, "horizon": 5, "horizon_max": 5},
     ]
     c = crossings(evals, "entropy_mae_bits")
     assert c["0.1"] == {"step": 20, "train_s": 2.0} and c["0.05"] == {"step": 20, "train_s": 2.0}
-    assert c["0.02"] == c["0.01"] == {"step": 40, "train_s": 4.0}
+    assert c["0.02"] == c["0.01"] == {"step": 50, "train_s": 5.0}  # a NaN evaluation reaches no mark
     assert c[EXACT_FILTER] == {"step": 30, "train_s": 3.0}
     acc = crossings(
         [{"step": 5, "train_s": 0.5, "accuracy": 0.95}, {"step": 6, "train_s": 0.6, "accuracy": 1.0}], "accuracy"
@@ -351,7 +353,7 @@ def test_time_to_bayes_command_runs_a_smoke_cell_end_to_end(tmp_path):
     assert set(cell["marks"]) == {"0.1", "0.05", "0.02", "0.01", EXACT_FILTER}
     seed = cell["seeds"][0]
     assert [e["step"] for e in seed["curve"]] == [2, 4, 6]
-    assert all(e["train_s"] > 0 and "closest" in e for e in seed["curve"])
+    assert all(e["train_s"] > 0 and "closest" in e and "horizon" in e for e in seed["curve"])
     assert seed["test"]["entropy_mae_bits"] > 0 and seed["threads"] == 1
     assert (out / "time_to_bayes.png").exists() and "hmm/transformer/wsd" in (out / "time_to_bayes.md").read_text()
     again = CliRunner().invoke(app, ["time-to-bayes", "--merge", str(out), "--out", str(tmp_path / "m")])

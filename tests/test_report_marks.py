@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from windtunnel import marks
 from windtunnel.report import tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced
@@ -21,23 +22,36 @@ def record(
     hi: float | None = None,
     metric: str = "entropy_mae_bits",
     kl_exact: float | None = None,
-    approx_kl: dict[str, float] | None = None,
+    gains: dict[str, tuple[int, float]] | None = None,
+    params: dict | None = None,
 ) -> RunRecord:
-    """A run record with one headline metric (and optionally KL to the exact and approximate posteriors)."""
-    metrics = {metric: {"mean": value, "lo": value if lo is None else lo, "hi": value if hi is None else hi}}
+    """A run record with one headline metric, KL(exact ‖ model) (default: the same numbers as the headline for an
+    entropy headline, 0.001 for accuracy), and optionally approximations {name: (depth, gain over it)}."""
+    iv = {"mean": value, "lo": value if lo is None else lo, "hi": value if hi is None else hi}
+    metrics = {metric: iv}
+    kl = kl_exact if kl_exact is not None else (None if metric == "entropy_mae_bits" else 0.001)
+    metrics["kl_bits"] = dict(iv) if kl is None else {"mean": kl, "lo": kl, "hi": kl}
+    if metric == "accuracy":
+        metrics["entropy_mae_bits"] = {"mean": 0.001, "lo": 0.001, "hi": 0.001}
     default: dict = {"metrics": metrics}
-    if kl_exact is not None:
-        metrics["kl_bits"] = {"mean": kl_exact, "lo": kl_exact, "hi": kl_exact}
-    if approx_kl is not None:
+    if gains is not None:
         default["approximations"] = {
-            n: {"kl_from_model_bits": v, "entropy_mae_bits": 0.0, "kl_bits": 0.0} for n, v in approx_kl.items()
+            n: {
+                "depth": d,
+                "gain_bits": {"mean": g, "lo": g - 1e-4, "hi": g + 1e-4},
+                "kl_from_model_bits": 0.1,
+                "entropy_mae_bits": 0.0,
+                "kl_bits": 0.1,
+            }
+            for n, (d, g) in gains.items()
         }
+        default["closest"] = {"name": "exact", "margins": {}}
     return RunRecord(
         path=Path(f"{task}-{arch}-s{seed}"),
         task=task,
         arch=arch,
         seed=seed,
-        config={"task": {"name": task, "params": {}}},
+        config={"task": {"name": task, "params": params or {}}, "seed": seed},
         evals={"default": default},
     )
 
@@ -46,38 +60,35 @@ def record(
     ("value", "level"), [(0.004, "exact"), (0.01, "exact"), (0.03, "approximate"), (0.1, "approximate"), (0.2, "fail")]
 )
 def test_entropy_levels(value, level):
-    assert tables.level("entropy_mae_bits", value) == level
+    assert marks.level_of_value("entropy_mae_bits", value) == level
 
 
 @pytest.mark.parametrize(("value", "level"), [(1.0, "exact"), (0.99, "exact"), (0.95, "approximate"), (0.5, "fail")])
 def test_accuracy_levels(value, level):
-    assert tables.level("accuracy", value) == level
+    assert marks.level_of_value("accuracy", value) == level
+
+
+HMM_WINDOWS = {"context-blind": 0, "last 1 obs": 1, "last 2 obs": 2, "last 3 obs": 3}
 
 
 def test_a_windowed_filter_cannot_earn_exact():
-    """A model at 0.005 bits that is closer to the two-observation filter than to the exact one is ◐, not ✓."""
+    """A model at 0.005 bits that does not beat the three-observation filter is ◐, not ✓."""
+    gains = dict(zip(HMM_WINDOWS, [0.4, 0.03, 0.01, 0.0], strict=True))
     window = record(
-        "hmm",
-        "transformer",
-        0,
-        0.005,
-        kl_exact=0.004,
-        approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.001, "last 3 obs": 0.003},
+        "hmm", "transformer", 0, 0.005, kl_exact=0.004, gains={n: (d, gains[n]) for n, d in HMM_WINDOWS.items()}
     )
     cell = tables.cell_value([window], "entropy_mae_bits")
-    assert cell["closest"] == "last 2 obs" and cell["level"] == "approximate" and cell["seed_levels"] == ["approximate"]
+    assert cell["level"] == "approximate" and cell["seed_levels"] == ["approximate"]
+    assert (cell["horizon"], cell["horizon_max"]) == (2, 3) and tables.horizon_text(cell) == "2 of 3 obs"
     exact = record(
-        "hmm",
-        "transformer",
-        0,
-        0.005,
-        kl_exact=0.0005,
-        approx_kl={"last 1 obs": 0.03, "last 2 obs": 0.004, "last 3 obs": 0.001},
+        "hmm", "transformer", 0, 0.005, kl_exact=0.0005, gains={n: (d, 0.01) for n, d in HMM_WINDOWS.items()}
     )
     cell = tables.cell_value([exact], "entropy_mae_bits")
-    assert cell["closest"] == "exact" and cell["level"] == "exact"
-    # a task without approximations is marked on its number alone
+    assert cell["level"] == "exact" and tables.horizon_text(cell) == "3 of 3 obs (every window)"
+    # a task without approximations is marked on its numbers alone: entropy error and KL
     assert tables.cell_value([record("bijection", "lstm", 0, 0.005)], "entropy_mae_bits")["level"] == "exact"
+    blind = record("bijection", "lstm", 0, 0.0, kl_exact=19.5)  # right entropy, wrong distribution
+    assert tables.cell_value([blind], "entropy_mae_bits")["level"] == "fail"
 
 
 def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
@@ -89,32 +100,43 @@ def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
     half = stats.t.ppf(0.975, n - 1) * sd / n**0.5
     assert cell["interval"] == "seeds" and cell["mean"] == pytest.approx(m)
     assert (cell["lo"], cell["hi"]) == pytest.approx((max(m - half, 0.0), m + half))  # errors are >= 0
-    assert cell["mean"] < tables.EXACT_BITS < cell["hi"]
+    assert cell["mean"] < marks.Thresholds().exact_bits < cell["hi"]
     assert cell["level"] == "approximate"  # the mean alone would have said exact
     assert cell["seeds_exact"] == 2 and cell["seed_levels"] == ["exact", "exact", "approximate"]
     assert (cell["seed_min"], cell["seed_max"]) == (0.002, 0.0135)
     # accuracy: the lower end decides
     acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([1.0, 0.995, 0.96])]
     cell = tables.cell_value(acc, "accuracy")
-    assert cell["lo"] < tables.EXACT_ACCURACY and cell["level"] == "approximate"
+    assert cell["lo"] < marks.Thresholds().exact_accuracy and cell["level"] == "approximate"
     # one seed: its bootstrap interval, and the cell says so
     one = tables.cell_value([record("bijection", "lstm", 0, 0.009, lo=0.008, hi=0.011)], "entropy_mae_bits")
     assert one["interval"] == "bootstrap" and one["level"] == "approximate"
 
 
-def test_table_rows_show_seed_spread_and_closest_filter():
-    runs = [
-        record("hmm", "mamba", s, v, kl_exact=0.03, approx_kl={"last 1 obs": 0.005})
-        for s, v in enumerate([0.08, 0.085, 0.083])
-    ]
+def test_table_rows_show_seed_spread_horizon_and_paper_only_at_paper_params():
+    gains = {n: (d, g) for (n, d), g in zip(HMM_WINDOWS.items(), [0.4, 0.03, -0.01, -0.02], strict=True)}
+    runs = [record("hmm", "mamba", s, v, kl_exact=0.03, gains=gains) for s, v in enumerate([0.08, 0.085, 0.083])]
     header, rows, data = tables.primitives_table(runs)
-    assert "HMM: closest posterior" in header
+    assert "HMM: closest posterior · belief horizon" in header
     row = dict(zip(header, rows[0], strict=True))
     assert row["HMM entropy error (bits)"].startswith("◐ 0.083 [")
     assert "seeds 0.080–0.085 · 0/3 seeds ✓" in row["HMM entropy error (bits)"]
     assert "(paper 0.024)" in row["HMM entropy error (bits)"]
-    assert row["HMM: closest posterior"] == "last 1 obs (KL 0.005)"
+    assert row["HMM: closest posterior · belief horizon"] == "exact · 1 of 3 obs"
     assert data["mamba"]["hmm"]["paper_source"].startswith("paper: ")
+    small = [record("hmm", "mamba", s, 0.08, params={"S": 3}, kl_exact=0.03, gains=gains) for s in range(2)]
+    _, rows, _ = tables.primitives_table(small)
+    assert "paper" not in rows[0][1]  # S = 3 is not the paper's task: no paper number beside it
+
+
+def test_runs_that_differ_in_a_task_parameter_are_separate_cells():
+    runs = [record("hmm", "lstm", 0, 0.3, params={"K": 10}), record("hmm", "lstm", 0, 0.4, params={"K": 20})]
+    header, rows, data = tables.primitives_table(runs)
+    assert [r[0] for r in rows] == ["lstm (task.params.K=10)", "lstm (task.params.K=20)"]
+    assert all("1 seed" in r[1] for r in rows)
+    assert tables.mixed_configurations(runs) == ["lstm / hmm: 2 configurations (task.params.K=10; task.params.K=20)"]
+    same = [record("hmm", "lstm", s, 0.3, params={"K": 10}) for s in range(2)]  # seeds of one configuration
+    assert len(tables.primitives_table(same)[1]) == 1 and not tables.mixed_configurations(same)
 
 
 def test_every_paper_value_carries_a_source_tag():
@@ -166,7 +188,11 @@ def test_capacity_table_reports_the_largest_n_at_each_level():
         evals = {
             ("default" if n == 16 else f"N={n}"): {
                 "task_params": {"N": n},
-                "metrics": {"accuracy": {"mean": a, "lo": a, "hi": a}},
+                "metrics": {
+                    "accuracy": {"mean": a, "lo": a, "hi": a},
+                    "entropy_mae_bits": {"mean": 0.001, "lo": 0.001, "hi": 0.001},
+                    "kl_bits": {"mean": 0.001, "lo": 0.001, "hi": 0.001},
+                },
             }
             for n, a in accs.items()
         }
@@ -186,8 +212,8 @@ def test_capacity_table_reports_the_largest_n_at_each_level():
     ]
     header, rows = tables.capacity_table(recs, "recall", "N")
     assert header == ["Architecture", "N = 4", "N = 8", "N = 16", "largest exact", "largest approximate"]
-    assert rows[0] == ["transformer", "100.0%", "99.5%", "98.2%", "8", "16"]
-    assert rows[1] == ["mamba", "99.5%", "93.0%", "40.0%", "4", "8"]
+    assert rows[0] == ["transformer", "✓ 100.0%", "◐ 99.5%", "✗ 98.2%", "4", "8"]  # two seeds: a wide t-interval
+    assert rows[1] == ["mamba", "✓ 99.5%", "◐ 93.0%", "✗ 40.0%", "4", "8"]
     assert tables.capacity_table([r for r in recs if r.arch == "mamba"][:0], "recall", "N") is None
 
 
@@ -248,16 +274,16 @@ def test_time_to_bayes_table_reads_first_crossings_from_each_runs_history():
             "transformer",
             0,
             [
-                (100, 10.0, 0.2, {"closest": "last 1 obs"}),
-                (200, 20.0, 0.04, {"closest": "exact"}),
-                (300, 30.0, 0.009, {"closest": "exact"}),
+                (100, 10.0, 0.2, {"horizon": 1, "horizon_max": 3}),
+                (200, 20.0, 0.04, {"horizon": 3, "horizon_max": 3}),
+                (300, 30.0, 0.009, {"horizon": 3, "horizon_max": 3}),
             ],
         ),
         run(
             "hmm",
             "transformer",
             1,
-            [(100, 12.0, 0.08, {"closest": "last 2 obs"}), (200, 24.0, 0.03, {"closest": "last 2 obs"})],
+            [(100, 12.0, 0.08, {"horizon": 2, "horizon_max": 3}), (200, 24.0, 0.03, {"horizon": 2, "horizon_max": 3})],
         ),
         run("recall", "mamba", 0, [(50, 5.0, 0.95, {}), (100, 9.0, 1.0, {})]),
         RunRecord(

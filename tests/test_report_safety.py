@@ -115,25 +115,28 @@ def test_memorisation_verdict_both_sides_of_the_hypothesis_count():
     assert tables.memorisation_verdict(3.0, 1000) == "memorisation possible"  # saw as many as there are
     assert tables.memorisation_verdict(3.0, 0) == "no training"
 
-    def rec(task: str, steps: int, batch: int) -> RunRecord:
+    def rec(task: str, params: dict, steps: int, batch: int) -> RunRecord:
         return RunRecord(
             path=Path(task),
             task=task,
             arch="transformer",
             seed=0,
             evals={},
-            config={"task": {"name": task}, "train": {"steps": steps, "batch_size": batch}},
+            config={"task": {"name": task, "params": params}, "train": {"steps": steps, "batch_size": batch}},
         )
 
-    rows = tables.memorisation_table(
-        [rec("small", 2000, 4), rec("large", 10, 10), rec("cont", 10, 10)],
-        {"small": 3.0, "large": 8.0, "cont": math.inf},
+    rows = tables.memorisation_table(  # the count is the task's own, at the parameters each run trained with
+        [
+            rec("bijection", {"V": 4, "L": 4}, 2000, 4),  # 4! = 24 permutations
+            rec("bijection", {}, 10, 10),  # 20! ~ 10^18.4
+            rec("regression", {}, 10, 10),
+        ]
     )
     verdicts = {row[0]: row[3] for row in rows}
     assert verdicts == {
-        "small": "memorisation possible",
-        "large": "seen fraction 10^-6.0",
-        "cont": "cannot be memorised",
+        'bijection {"L": 4, "V": 4}': "memorisation possible",
+        "bijection": "seen fraction 10^-16.4",
+        "regression": "cannot be memorised",
     }
     assert not any("--" in row[3] for row in rows)
 

@@ -1,18 +1,22 @@
-"""`windtunnel sweep`: grid parsing, the cross product and its run names, validation before anything exists, and an
-end-to-end sweep on the local executor (tables, re-run skips, a different sweep refused)."""
+"""`windtunnel sweep`: grid parsing, the cross product and its run names, validation before anything exists, an
+end-to-end sweep on the local executor (tables, re-run skips, a different sweep refused), and the pick: ★ on the
+validation stream (never the test stream), seeds averaged into settings, NaN and unvalidated points never ★."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import re
+import shutil
 
 import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
-from windtunnel.sweep import SWEEP_CONFIG, expand, key_labels, parse_grid, sweep
+from windtunnel.metrics import seed_interval
+from windtunnel.sweep import NO_VALIDATION, SWEEP_CONFIG, expand, key_labels, parse_grid, rank, sweep, write_table
 
 runner = CliRunner()
 
@@ -135,35 +139,213 @@ def swept(tmp_path_factory):
     return config, out, r.output
 
 
+def _final_eval(run_dir):
+    """The last validation line of a run's metrics.jsonl at its final step."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r.get("split") == "eval" and r["step"] == BASE["train"]["steps"]][-1]
+
+
 def test_sweep_trains_every_point_and_tabulates_it(swept):
     _, out, output = swept
     names = {"lr=0.001-seed=0", "lr=0.001-seed=1", "lr=0.003-seed=0", "lr=0.003-seed=1"}
     assert {p.name for p in (out / "runs").iterdir()} == names
     assert str(out / "sweep.md") in output
     table = json.loads((out / "sweep.json").read_text())
-    rows = table["rows"]
+    rows, settings = table["rows"], table["settings"]
     assert len(rows) == 4 and {r["run"] for r in rows} == names
     assert table["grid"] == {"train.lr": [0.001, 0.003], "seed": [0, 1]} and table["executor"] == "local"
     assert table["machine"] and table["total_wall_s"] >= 0 and not table["missing"]
-    errors = [r["metrics"]["entropy_mae_bits"]["mean"] for r in rows]
-    assert errors == sorted(errors) and rows[0]["best"] and not any(r["best"] for r in rows[1:])
+    # two settings (lr), two seeds each, best first by the mean validation entropy error; ★ on the first only
+    assert [s["setting"] for s in settings] in (["lr=0.001", "lr=0.003"], ["lr=0.003", "lr=0.001"])
+    errors = [s["validation"]["entropy_mae_bits"]["mean"] for s in settings]
+    assert errors == sorted(errors) and settings[0]["best"] and not settings[1]["best"]
+    assert f"best setting (validation) {settings[0]['setting']} (2 seeds" in output
+    # rows: grouped by setting in that order, seeds in grid order; a row's "best": a run of the ★ setting
+    assert [r["run"] for r in rows] == [run for s in settings for run in s["runs"]]
+    assert [r["run"] for r in rows if r["best"]] == settings[0]["runs"]
     for r in rows:
         run_dir = out / "runs" / r["run"]
         metrics = json.loads((run_dir / "eval.json").read_text())["default"]["metrics"]
         for m in ("entropy_mae_bits", "kl_bits", "accuracy"):
-            assert r["metrics"][m] == {k: metrics[m][k] for k in ("mean", "lo", "hi")}
+            assert r["metrics"][m] == {k: metrics[m][k] for k in ("mean", "lo", "hi")}  # the test stream
+            assert r["validation"][m] == _final_eval(run_dir)[m]  # the validation stream, final step
         assert r["wall_s"] == json.loads((run_dir / "done.json").read_text())["wall_s"]
-        assert r["tokens_per_s"] > 0
+        assert r["tokens_per_s"] > 0 and r["unranked"] is None
         config = json.loads((run_dir / "config.json").read_text())
         assert (config["train"]["lr"], config["seed"]) == (r["values"]["train.lr"], r["values"]["seed"])
+        assert r["seed"] == config["seed"] and r["setting"] == f"lr={config['train']['lr']}"
     with open(out / "sweep.csv") as f:
         lines = list(csv.DictReader(f))
     assert [line["run"] for line in lines] == [r["run"] for r in rows]
     assert {"train.lr", "seed", "entropy_mae_bits_lo", "accuracy_hi", "tokens_per_s"} <= set(lines[0])
-    assert float(lines[0]["entropy_mae_bits"]) == errors[0]
+    assert {"validation_entropy_mae_bits", "setting", "best"} <= set(lines[0])
+    assert float(lines[0]["entropy_mae_bits"]) == rows[0]["metrics"]["entropy_mae_bits"]["mean"]
+    assert float(lines[0]["validation_entropy_mae_bits"]) == rows[0]["validation"]["entropy_mae_bits"]
+    assert [line["best"] for line in lines] == ["1", "1", "", ""]
     md = (out / "sweep.md").read_text()
     assert md.startswith("# Sweep of ") and "train.lr=0.001,0.003" in md and "windtunnel sweep " in md
-    assert md.count("| ★ |") == 1 and all(name in md for name in names)
+    assert all(name in md for name in names) and "test entropy error (bits) [95% CI]" in md
+    assert md.index("## Settings") < md.index("## Runs")
+    settings_md, runs_md = md.split("## Runs")
+    assert settings_md.count("| ★ |") == 1 and runs_md.count("| ★ |") == 2
+
+
+def test_seeds_are_one_setting_with_mean_and_interval_over_seeds(swept):
+    _, out, _ = swept
+    table = json.loads((out / "sweep.json").read_text())
+    rows = {r["run"]: r for r in table["rows"]}
+    for s in table["settings"]:
+        lr = s["values"]["train.lr"]
+        assert s["values"] == {"train.lr": lr} and s["task"] == "bijection"
+        assert s["runs"] == [f"lr={lr}-seed=0", f"lr={lr}-seed=1"] and s["seeds"] == [0, 1] and s["n_seeds"] == 2
+        for m in ("entropy_mae_bits", "kl_bits", "accuracy"):
+            for stream, of in (
+                ("validation", lambda r, m=m: r["validation"][m]),
+                ("metrics", lambda r, m=m: r["metrics"][m]["mean"]),
+            ):
+                values = [of(rows[run]) for run in s["runs"]]
+                lo, hi = seed_interval(values)
+                cell = s[stream][m]
+                assert cell["mean"] == pytest.approx(sum(values) / 2) and cell["interval"] == "seeds"
+                assert cell["lo"] == pytest.approx(max(lo, 0.0)) and cell["hi"] == pytest.approx(
+                    min(hi, 1.0) if m == "accuracy" else hi
+                )
+                assert cell["lo"] <= cell["mean"] <= cell["hi"]
+
+
+def _copy(swept, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(swept[1], out)
+    return out
+
+
+def _retable(out):
+    """Write the tables of `out` again from its run directories (what a re-run of the sweep does)."""
+    record = json.loads((out / SWEEP_CONFIG).read_text())
+    meta = {"executor": "local", "jobs": 1, "threads": 1, "command": "windtunnel sweep CONFIG", "total_wall_s": 0.0}
+    return write_table(out, expand(record["base"], record["grid"]), record, meta)
+
+
+def _set_validation(run_dir, add_at=None, **values):
+    """Set metrics of the last validation line at the final step of a run's metrics.jsonl (add_at: on a copy of it
+    at step `add_at`, appended after it)."""
+    path = run_dir / "metrics.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    at = [i for i, r in enumerate(lines) if r.get("split") == "eval" and r["step"] == BASE["train"]["steps"]][-1]
+    if add_at is not None:
+        lines.append({**lines[at], "step": add_at})
+        at = len(lines) - 1
+    lines[at].update(values)
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def _set_test(run_dir, **values):
+    """Set metrics (mean, lo and hi alike) of a run's test-stream evaluation (eval.json's default setting)."""
+    path = run_dir / "eval.json"
+    data = json.loads(path.read_text())
+    for m, v in values.items():
+        data["default"]["metrics"][m].update(mean=v, lo=v, hi=v)
+    path.write_text(json.dumps(data))
+
+
+def test_the_pick_reads_validation_not_test(swept, tmp_path):
+    out = _copy(swept, tmp_path)
+    runs = out / "runs"
+    for seed in (0, 1):  # lr=0.001: best on the test stream, worst on validation; lr=0.003 the other way round
+        _set_test(runs / f"lr=0.001-seed={seed}", entropy_mae_bits=0.01)
+        _set_test(runs / f"lr=0.003-seed={seed}", entropy_mae_bits=0.9)
+        _set_validation(runs / f"lr=0.001-seed={seed}", entropy_mae_bits=0.5 + seed)
+        _set_validation(runs / f"lr=0.003-seed={seed}", entropy_mae_bits=0.2 + seed / 10)
+    _set_validation(runs / "lr=0.001-seed=0", add_at=3, entropy_mae_bits=0.0)  # not the final step: not read
+    table = _retable(out)
+    best = [s for s in table["settings"] if s["best"]]
+    assert [s["setting"] for s in best] == ["lr=0.003"] == [table["settings"][0]["setting"]]
+    assert best[0]["validation"]["entropy_mae_bits"]["mean"] == pytest.approx(0.25)
+    assert best[0]["metrics"]["entropy_mae_bits"]["mean"] == pytest.approx(0.9)  # reported, not used
+    assert table["settings"][1]["metrics"]["entropy_mae_bits"]["mean"] == pytest.approx(0.01)
+    assert [r["run"] for r in table["rows"] if r["best"]] == ["lr=0.003-seed=0", "lr=0.003-seed=1"]
+    assert json.loads((out / "sweep.json").read_text())["settings"][0]["setting"] == "lr=0.003"
+    # the last validation line at the final step is the one read
+    _set_validation(runs / "lr=0.001-seed=0", add_at=6, entropy_mae_bits=0.0)
+    _set_validation(runs / "lr=0.001-seed=1", add_at=6, entropy_mae_bits=0.0)
+    table = _retable(out)
+    assert [s["setting"] for s in table["settings"] if s["best"]] == ["lr=0.001"]
+    assert table["settings"][0]["validation"]["entropy_mae_bits"]["mean"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_nan_or_inf_metric_is_never_best(swept, tmp_path, bad):
+    out = _copy(swept, tmp_path)
+    runs = out / "runs"
+    for seed in (0, 1):
+        _set_validation(runs / f"lr=0.001-seed={seed}", entropy_mae_bits=0.01)  # would be best but for the NaN
+        _set_validation(runs / f"lr=0.003-seed={seed}", entropy_mae_bits=0.5)
+    _set_validation(runs / "lr=0.001-seed=1", entropy_mae_bits=bad)
+    _set_test(runs / "lr=0.001-seed=1", entropy_mae_bits=bad)
+    table = _retable(out)
+    first, last = table["settings"]
+    assert first["setting"] == "lr=0.003" and first["best"] and first["unranked"] is None
+    assert last["setting"] == "lr=0.001" and not last["best"] and str(bad) in last["unranked"]
+    assert last["validation"]["entropy_mae_bits"]["lo"] is None  # no interval over a non-finite value
+    rows = {r["run"]: r for r in table["rows"]}
+    assert str(bad) in rows["lr=0.001-seed=1"]["unranked"] and rows["lr=0.001-seed=0"]["unranked"] is None
+    assert [r["run"] for r in table["rows"]][-2:] == ["lr=0.001-seed=0", "lr=0.001-seed=1"]  # last
+    md = (out / "sweep.md").read_text()
+    assert f"validation entropy error (bits) is {bad}" in md
+    # every setting non-finite: no ★ at all
+    for seed in (0, 1):
+        _set_validation(runs / f"lr=0.003-seed={seed}", entropy_mae_bits=math.nan)
+    table = _retable(out)
+    assert not any(s["best"] for s in table["settings"]) and not any(r["best"] for r in table["rows"])
+    assert "| ★ |" not in (out / "sweep.md").read_text()
+
+
+def test_rank_keeps_tasks_together_and_never_marks_nan_or_missing():
+    def item(task, metric, value):
+        return {"task": task, "validation": None if value is None else {metric: value}}
+
+    items = [
+        item("bijection", "entropy_mae_bits", math.nan),
+        item("recall", "accuracy", 0.5),
+        item("bijection", "entropy_mae_bits", 0.3),
+        item("bijection", "entropy_mae_bits", None),
+        item("recall", "accuracy", 0.9),
+        item("bijection", "entropy_mae_bits", 0.1),
+        {"task": "recall", "validation": {"accuracy": {"mean": math.inf}}},
+    ]
+    ranked = rank(items)
+    assert [r["task"] for r in ranked] == ["bijection"] * 4 + ["recall"] * 3
+    v = [(r["validation"] or {}).get("entropy_mae_bits", (r["validation"] or {}).get("accuracy")) for r in ranked]
+    assert v[:2] == [0.1, 0.3] and math.isnan(v[2]) and v[3] is None and v[4:6] == [0.9, 0.5]
+    assert [r["best"] for r in ranked] == [True, False, False, False, True, False, False]
+    assert ranked[3]["unranked"] == NO_VALIDATION and "is nan" in ranked[2]["unranked"]
+    assert "is inf" in ranked[6]["unranked"] and ranked[4]["unranked"] is None
+
+
+def test_a_point_without_validation_is_never_best(tmp_path):
+    """The oracle (a baseline: no training, no validation) is best on the test stream, and a transformer with
+    train.eval_every = 0 has no validation line: neither can be ★; one seed per setting: the run's own bootstrap
+    interval on the test stream, none on validation."""
+    config = tmp_path / "base.json"
+    config.write_text(json.dumps(BASE))
+    grid = ["--grid", "model.arch=transformer,oracle", "--grid", "train.eval_every=0,500", "--no-progress"]
+    r = runner.invoke(app, ["sweep", str(config), *grid, "--threads", "1", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    table = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    settings = {s["setting"]: s for s in table["settings"]}
+    assert [s["setting"] for s in table["settings"]][0] == "arch=transformer-eval_every=500"
+    assert [s["setting"] for s in table["settings"] if s["best"]] == ["arch=transformer-eval_every=500"]
+    assert "best setting (validation) arch=transformer-eval_every=500 (1 seed," in r.output
+    oracle = settings["arch=oracle-eval_every=500"]
+    assert oracle["metrics"]["entropy_mae_bits"]["mean"] == pytest.approx(0.0, abs=1e-6)  # best on test
+    for name in ("arch=transformer-eval_every=0", "arch=oracle-eval_every=0", "arch=oracle-eval_every=500"):
+        assert settings[name]["validation"] is None and not settings[name]["best"]
+        assert settings[name]["unranked"] == NO_VALIDATION
+    best = settings["arch=transformer-eval_every=500"]
+    run = next(row for row in table["rows"] if row["run"] == best["runs"][0])
+    assert best["n_seeds"] == 1 and best["validation"]["entropy_mae_bits"]["lo"] is None
+    assert best["metrics"]["entropy_mae_bits"] == {**run["metrics"]["entropy_mae_bits"], "interval": "bootstrap"}
+    assert "no validation evaluation at the final step" in (tmp_path / "out" / "sweep.md").read_text()
 
 
 def test_rerun_skips_finished_runs_and_keeps_the_table(swept):

@@ -8,9 +8,20 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.distributions import Categorical
 
 from windtunnel import tasks
-from windtunnel.tasks.hmm import discretise_cents, forward_filter, window_filter
+from windtunnel.metrics import entropy_bits, kl_divergence_bits
+from windtunnel.tasks.hmm import (
+    REFERENCE_BATCH,
+    REFERENCE_SEED,
+    WINDOW_TOLERANCE_BITS,
+    _log_matrices,
+    discretise_cents,
+    forward_filter,
+    window_filter,
+    window_filters,
+)
 
 
 def official_discretise(row: np.ndarray) -> np.ndarray:
@@ -146,21 +157,76 @@ def test_window_filter_matches_path_sum(w):
         window_filter(T.log(), E.log(), obs, 0)
 
 
+@pytest.mark.parametrize("K", [1, 2, 5, 9])
+def test_window_filters_match_the_reference(K):
+    """All windows at once (`window_filters`) equal `window_filter` one window at a time, windows past K included."""
+    g = torch.Generator().manual_seed(K)
+    T = torch.rand(4, 3, 3, generator=g, dtype=torch.float64) + 0.01
+    E = torch.rand(4, 3, 4, generator=g, dtype=torch.float64) + 0.01
+    T, E = T / T.sum(-1, keepdim=True), E / E.sum(-1, keepdim=True)
+    obs = torch.randint(0, 4, (4, K), generator=g)
+    windows = sorted({1, 2, 3, max(1, K - 1), K, K + 2})
+    got = window_filters(T.log(), E.log(), obs, windows)
+    assert list(got) == windows
+    for w in windows:
+        assert float((got[w] - window_filter(T.log(), E.log(), obs, w)).abs().max()) < 1e-10
+    with pytest.raises(ValueError, match="windows"):
+        window_filters(T.log(), E.log(), obs, [0, 1])
+
+
+def reference_entropy_errors(task, windows):
+    """Mean |H(window) - H(exact)| in bits over all positions of the task's reference sample, per window."""
+    b = task.sample(REFERENCE_BATCH, seed=REFERENCE_SEED)
+    log_T, log_E = _log_matrices(b)
+    obs = b.latent["observations"]
+    h_exact = entropy_bits(Categorical(probs=forward_filter(log_T, log_E, obs)))
+    filters = window_filters(log_T, log_E, obs, windows)
+    return {w: float((entropy_bits(Categorical(probs=p)) - h_exact).abs().mean()) for w, p in filters.items()}
+
+
+def test_windows_stop_where_entropy_can_no_longer_tell():
+    """W: window W's own entropy error is below the tolerance and window W-1's is not, at the default parameters."""
+    task = tasks.make("hmm")
+    windows = task.windows()
+    W = windows[-1]
+    assert windows == tuple(range(1, W + 1)) and 1 < W <= task.params.K - 1
+    errs = reference_entropy_errors(task, [W - 1, W])
+    assert errs[W] < WINDOW_TOLERANCE_BITS <= errs[W - 1]
+    assert task.windows() == windows == tasks.make("hmm").windows()  # deterministic (and cached)
+    assert tasks.make("hmm", K=1).windows() == () and tasks.make("hmm", K=2).windows() == (1,)
+
+
 def test_approximations_ladder():
-    """The task's approximate filters, scattered like the posterior; longer windows are closer to Bayes."""
+    """context-blind, then the window filters 1..W, scattered like the posterior; longer windows are closer to Bayes."""
     task = tasks.make("hmm")
     b = task.sample(200, seed=3)
     approx = task.approximations(b)
-    assert list(approx) == ["last 1 obs", "last 2 obs", "last 3 obs"]
+    W = task.windows()[-1]
+    names = ["context-blind", *(f"last {w} obs" for w in range(1, W + 1))]
+    assert list(approx) == names
+    assert task.approximation_depths() == dict(zip(names, range(W + 1), strict=True))
     mask = b.target_mask
-    exact = b.posterior.probs[mask].double()
+    torch.testing.assert_close(approx["context-blind"].probs, torch.full_like(b.posterior.probs, 1 / task.params.S))
     kls = []
-    for dist in approx.values():
+    for name, dist in approx.items():
         assert dist.probs.shape == b.posterior.probs.shape
-        torch.testing.assert_close(dist.probs[:, 54], b.posterior.probs[:, 54])  # first observation: exact
-        p = dist.probs[mask].double()
-        kls.append(float((exact * (exact.log() - p.log())).sum(-1).mean()))
-    assert kls[0] > kls[1] > kls[2] > 0
+        if name != "context-blind":
+            torch.testing.assert_close(dist.probs[:, 54], b.posterior.probs[:, 54])  # first observation: exact
+        kls.append(float(kl_divergence_bits(b.posterior, dist)[mask].mean()))
+    assert all(x > y for x, y in zip(kls, kls[1:], strict=False)) and kls[-1] > 0
+    assert kls[-1] < 1e-5  # the last window filter is all but exact ...
+    h_err = (entropy_bits(approx[names[-1]]) - entropy_bits(b.posterior)).abs()[mask].mean()
+    assert float(h_err) < 2 * WINDOW_TOLERANCE_BITS  # ... and its entropy error is at the tolerance
+    assert list(tasks.make("hmm", K=1).approximations(tasks.make("hmm", K=1).sample(2, seed=0))) == ["context-blind"]
+
+
+def test_context_blind_is_the_state_marginal():
+    """Uniform over the states is p(s_t) at every t (symmetry of the prior): empirical frequencies within 5 SE."""
+    S, n = 5, 4000
+    b = tasks.make("hmm", S=S, K=20).sample(n, seed=17)
+    freq = torch.nn.functional.one_hot(b.latent["states"], S).double().mean(0)  # (K,S)
+    se = math.sqrt((1 / S) * (1 - 1 / S) / n)
+    assert float((freq - 1 / S).abs().max()) < 5 * se
 
 
 def test_state_sampling_follows_the_matrices():

@@ -8,7 +8,7 @@ run_dir/eval.json.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,81 +16,179 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from windtunnel import checkpoints, metrics, rundir, runs
+from windtunnel import checkpoints, marks, metrics, rundir, runs
 from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
 from windtunnel.models import baselines
 from windtunnel.precision import autocast
 from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch
 
+Predict = Callable[[Batch], Distribution]
+
 
 def _predictions(
-    model: nn.Module,
-    task: Any,
-    seed: int,
-    n: int,
-    batch_size: int,
-    device: torch.device | str,
-    dtype: str,
-    stream: str,
+    predict: Predict, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, stream: str
 ) -> Iterator[tuple[Batch, Distribution]]:
     """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with seeds.stream_seed(stream, seed,
-    i)), one forward pass per chunk."""
+    i)), one call of `predict` per chunk."""
     for i, start in enumerate(range(0, n, batch_size)):
         batch = task.sample(min(batch_size, n - start), seed=stream_seed(stream, seed, i), device=device)
-        with autocast(device, dtype):
-            pred = baselines.predict(model, task.spec, batch)
-        yield batch, pred
+        yield batch, predict(batch)
 
 
 class ApproximationScores:
-    """Which approximate posterior does the model compute? For a task with `approximations(batch)` (the HMM's
-    window filters), accumulated over batches: per approximation, mean KL(approximation || model) in bits over
-    scored positions (the model is closest to the approximation with the smallest), and the approximation's own
-    entropy error and KL(exact || approximation)."""
+    """Which approximate posterior does the predictor compute? For a task with `approximations(batch)` (the HMM's
+    context-blind reference and window filters), accumulated per sequence over batches: per approximation, KL(
+    approximation ‖ model) (the predictor is closest to the smallest), the approximation's own entropy error and
+    KL(exact ‖ approximation), and the predictor's gain over it, KL(exact ‖ approximation) − KL(exact ‖ model), with
+    paired bootstrap intervals over sequences (`metrics.ratio_intervals`)."""
 
-    def __init__(self) -> None:
-        self.sums: dict[str, list[float]] = {}
-        self.count = 0
+    def __init__(self, depths: dict[str, int] | None = None) -> None:
+        self.depths = dict(depths or {})
+        self.parts: dict[str, list[torch.Tensor]] = {}  # name -> (B,4) per-sequence sums, one tensor per batch
+        self.exact: list[torch.Tensor] = []  # (B,) per-sequence sums of KL(exact ‖ model)
+        self.counts: list[torch.Tensor] = []  # (B,) scored positions per sequence
 
     def add(self, task: Any, batch: Batch, pred: Distribution) -> None:
-        mask = batch.target_mask.bool()
-        self.count += int(mask.sum())
-        for name, approx in task.approximations(batch).items():
-            acc = self.sums.setdefault(name, [0.0, 0.0, 0.0])
-            acc[0] += float(metrics.kl_divergence_bits(approx, pred)[mask].double().sum())
-            err = metrics.entropy_bits(approx) - metrics.entropy_bits(batch.posterior)
-            acc[1] += float(err[mask].abs().double().sum())
-            acc[2] += float(metrics.kl_divergence_bits(batch.posterior, approx)[mask].double().sum())
+        mask = batch.target_mask.bool()  # (B,T)
 
-    def result(self) -> dict[str, dict[str, float]]:
-        n = max(self.count, 1)
-        return {
-            name: {"kl_from_model_bits": a / n, "entropy_mae_bits": e / n, "kl_bits": k / n}
-            for name, (a, e, k) in self.sums.items()
+        def per_seq(x: torch.Tensor) -> torch.Tensor:  # (B,T) -> (B,) sum over scored positions
+            return torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64, device=x.device)).sum(1).cpu()
+
+        self.counts.append(mask.sum(1).double().cpu())
+        self.exact.append(per_seq(metrics.kl_divergence_bits(batch.posterior, pred)))
+        h_exact = metrics.entropy_bits(batch.posterior)
+        for name, approx in task.approximations(batch).items():
+            cols = [
+                per_seq(metrics.kl_divergence_bits(approx, pred)),
+                per_seq((metrics.entropy_bits(approx) - h_exact).abs()),
+                per_seq(metrics.kl_divergence_bits(batch.posterior, approx)),
+            ]
+            self.parts.setdefault(name, []).append(torch.stack(cols, 1))  # (B,3)
+
+    def result(self, n_boot: int = 1000, seed: int = 0) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """({name: {"depth", "kl_from_model_bits", "entropy_mae_bits", "kl_bits", "gain_bits"}}, closest)."""
+        counts, exact = torch.cat(self.counts), torch.cat(self.exact)  # (N,)
+        n = float(counts.sum().clamp_min(1.0))
+        parts = {name: torch.cat(p) for name, p in self.parts.items()}  # name -> (N,3)
+        gains = metrics.ratio_intervals(
+            torch.stack([p[:, 2] - exact for p in parts.values()], 1), counts, n_boot, seed
+        )  # KL(exact ‖ approx) - KL(exact ‖ model), paired by sequence
+        out = {
+            name: {
+                "depth": self.depths.get(name),
+                "kl_from_model_bits": float(p[:, 0].sum()) / n,
+                "entropy_mae_bits": float(p[:, 1].sum()) / n,
+                "kl_bits": float(p[:, 2].sum()) / n,
+                "gain_bits": gain,
+            }
+            for (name, p), gain in zip(parts.items(), gains, strict=True)
         }
+        kl = {marks.EXACT: exact, **{name: p[:, 0] for name, p in parts.items()}}  # KL(candidate ‖ model) sums
+        means = {c: float(v.sum()) / n for c, v in kl.items()}
+        best = min(means, key=means.__getitem__)
+        diffs = metrics.ratio_intervals(torch.stack([v - kl[best] for v in kl.values()], 1), counts, n_boot, seed)
+        return out, {"name": best, "margins": dict(zip(kl, diffs, strict=True))}
 
 
 @torch.inference_mode()
 def score(
-    model: nn.Module,
+    predict: Predict,
     task: Any,
     seed: int,
     n: int,
     batch_size: int,
     device: torch.device | str,
-    dtype: str = "float32",
     approximations: ApproximationScores | None = None,
     stream: str = "test",
 ) -> metrics.ScoreTable:
-    """ScoreTable of `model` on n held-out sequences of `task` from `stream` ("test": the reported numbers;
-    "validation": training-time evaluation and tuning); the same forward passes also feed `approximations`."""
+    """ScoreTable of `predict` on n held-out sequences of `task` from `stream` ("test": the reported numbers;
+    "validation": training-time evaluation and tuning); the same predictions also feed `approximations`."""
     tables = []
-    for batch, pred in _predictions(model, task, seed, n, batch_size, device, dtype, stream):
+    for batch, pred in _predictions(predict, task, seed, n, batch_size, device, stream):
         tables.append(metrics.score_table(pred, batch))
         if approximations is not None:
             approximations.add(task, batch, pred)
     return metrics.ScoreTable.cat(tables)
+
+
+def score_predictor(
+    task: Any,
+    predict: Predict,
+    n: int = 1000,
+    seed: int = 0,
+    *,
+    batch_size: int = 250,
+    device: torch.device | str = "cpu",
+    n_boot: int = 1000,
+    stream: str = "test",
+    approximations: bool = True,
+) -> dict[str, Any]:
+    """Score any predictor -- a function Batch -> Distribution with batch shape (B,T) -- exactly as eval.json scores a
+    model: {"task_params", "n", "stream", "metrics", "per_position", "metrics_point"}, plus for a task with
+    `approximations` its "approximations" and "closest", and the "verdict" (`marks.verdict`). The test stream is the
+    same for every seed; `seed` picks the validation chunks and the bootstrap draws."""
+    if int(n) < 1:
+        raise ValueError(f"n: must be >= 1 (got {n})")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size: must be >= 1 (got {batch_size})")
+    depths = getattr(task, "approximation_depths", None)
+    approx = (
+        ApproximationScores(depths() if callable(depths) else None)
+        if approximations and hasattr(task, "approximations")
+        else None
+    )
+    table = score(predict, task, seed, int(n), int(batch_size), device, approximations=approx, stream=stream)
+    summary = metrics.summarize(table, n_boot=n_boot, seed=seed)
+    params = task.params.model_dump(mode="json") if hasattr(task, "params") else {}
+    out: dict[str, Any] = {
+        "task_params": params,
+        "n": int(n),
+        "stream": stream,
+        "metrics": summary["metrics"],
+        "per_position": summary["per_position"],
+        "metrics_point": {k: (v["mean"] if v else None) for k, v in summary["metrics"].items()},
+    }
+    if approx is not None:
+        out["approximations"], out["closest"] = approx.result(n_boot=n_boot, seed=seed)
+    out["verdict"] = marks.verdict(task, out).to_dict()
+    return out
+
+
+def control_predictors(task: Any) -> dict[str, Predict]:
+    """Predictors that must never be marked: the task's adversarial `controls` (they match the posterior's entropy
+    without the inference) and, as predictors of their own, its `approximations` (a window filter is at most ◐)."""
+    out: dict[str, Predict] = {}
+    for kind in ("controls", "approximations"):
+        method = getattr(task, kind, None)
+        if not callable(method):
+            continue
+        for name in method(task.sample(2, seed=0)):  # the names a batch gets; each prediction re-derives them
+            out[f"{kind[:-1]}: {name}"] = _pick(method, name)
+    return out
+
+
+def _pick(method: Callable[[Batch], dict[str, Distribution]], name: str) -> Predict:
+    """The predictor that returns entry `name` of `method(batch)`."""
+    return lambda batch: method(batch)[name]
+
+
+def score_controls(task: Any, n: int = 1000, seed: int = 0, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """`score_predictor` of every predictor of `control_predictors(task)`, by name ("control: renamed classes",
+    "approximation: last 2 obs")."""
+    return {
+        name: score_predictor(task, predict, n, seed, **kwargs) for name, predict in control_predictors(task).items()
+    }
+
+
+def model_predictor(model: nn.Module, spec: Any, device: torch.device | str, dtype: str = "float32") -> Predict:
+    """A model (or baseline) as a predictor: one forward pass per batch, under the evaluation dtype."""
+
+    def predict(batch: Batch) -> Distribution:
+        with autocast(device, dtype):
+            return baselines.predict(model, spec, batch)
+
+    return predict
 
 
 def evaluate_model(
@@ -104,9 +202,7 @@ def evaluate_model(
     approximations: bool = True,
     stream: str = "test",
 ) -> dict[str, Any]:
-    """One evaluation setting on `stream`: {"task_params", "n", "stream", "metrics", "per_position",
-    "metrics_point"}, plus "approximations" (`ApproximationScores`) for a task that defines them, unless
-    approximations=False."""
+    """One evaluation setting of a model on `stream` (`score_predictor` with the run's seed and eval settings)."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
     if n < 1:
@@ -117,23 +213,19 @@ def evaluate_model(
     was_training = model.training
     model.eval()
     try:
-        approx = ApproximationScores() if approximations and hasattr(task, "approximations") else None
-        table = score(model, task, cfg.seed, n, bs, dev, cfg.eval.dtype, approximations=approx, stream=stream)
+        return score_predictor(
+            task,
+            model_predictor(model, task.spec, dev, cfg.eval.dtype),
+            n,
+            cfg.seed,
+            batch_size=bs,
+            device=dev,
+            n_boot=n_boot,
+            stream=stream,
+            approximations=approximations,
+        )
     finally:
         model.train(was_training)
-    summary = metrics.summarize(table, n_boot=n_boot, seed=cfg.seed)
-    params = task.params.model_dump(mode="json") if hasattr(task, "params") else {}
-    out = {
-        "task_params": params,
-        "n": n,
-        "stream": stream,
-        "metrics": summary["metrics"],
-        "per_position": summary["per_position"],
-        "metrics_point": {k: (v["mean"] if v else None) for k, v in summary["metrics"].items()},
-    }
-    if approx is not None:
-        out["approximations"] = approx.result()
-    return out
 
 
 def _model_device(model: nn.Module) -> torch.device:

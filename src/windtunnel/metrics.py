@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
+from scipy import stats
 from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.tasks.base import Batch
@@ -291,3 +292,34 @@ def summarize(table: ScoreTable, n_boot: int = 1000, seed: int = 0, level: float
         "accuracy": curve(table.correct),
     }
     return {"metrics": metrics, "per_position": per_position}
+
+
+# --- intervals of paired differences and of seed means ------------------------------------------------------
+
+
+def ratio_intervals(
+    sums: torch.Tensor, counts: torch.Tensor, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> list[dict[str, float]]:
+    """Per column of `sums` (N,M) -- per-sequence sums of a per-position quantity, e.g. a difference of two KLs --
+    its mean over scored positions (sum of sums / sum of `counts` (N,)) with a bootstrap interval over whole
+    sequences. Every column is resampled with the same draws, so differences are paired by sequence."""
+    sums, counts = sums.double().cpu(), counts.double().cpu()
+    means = sums.sum(0) / counts.sum().clamp_min(1.0)  # (M,)
+    if n_boot <= 0 or sums.shape[0] < 2:
+        return [{"mean": float(m), "lo": float(m), "hi": float(m)} for m in means]
+    acc = torch.zeros(n_boot, sums.shape[1] + 1, dtype=torch.float64)  # (R,M+1) resampled sums, then counts
+    for rows, draws in _bootstrap_blocks(sums.shape[0], n_boot, seed):
+        acc += draws @ torch.cat([sums[rows], counts[rows, None]], 1)
+    boots = acc[:, :-1] / acc[:, -1:].clamp_min(1.0)  # (R,M)
+    alpha = (1 - level) / 2
+    q = torch.quantile(boots, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)  # (2,M)
+    return [{"mean": float(m), "lo": float(q[0, j]), "hi": float(q[1, j])} for j, m in enumerate(means)]
+
+
+def seed_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Two-sided Student-t interval of the mean of >= 2 seed values (training-seed spread)."""
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return m - half, m + half

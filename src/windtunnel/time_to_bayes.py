@@ -5,7 +5,7 @@ evaluation on the validation stream (never the test stream). From its `metrics.j
 evaluation at which the headline metric reaches each mark:
 
     entropy error  0.1, 0.05, 0.02, 0.01 bits     (recall: accuracy 90%, 99%, 100%)
-    HMM, also      "exact filter": the model is closer (KL) to the exact filter than to every window filter
+    HMM, also      "exact filter": the model's belief horizon covers every window filter (`marks.crossings`)
 
 Times are *training* seconds (`train_s`: optimiser steps only, no evaluation or checkpoints), with the machine,
 threads and dtype recorded. Results: `time_to_bayes.json`, `time_to_bayes.md` and a log-log plot of error against
@@ -25,11 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from windtunnel import rundir
 from windtunnel.executors import Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import execute
+from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.recipes import get_recipe
 from windtunnel.report.tables import headline_metric
-
-MARKS: dict[str, tuple[float, ...]] = {"entropy_mae_bits": (0.1, 0.05, 0.02, 0.01), "accuracy": (0.9, 0.99, 1.0)}
-EXACT_FILTER = "exact filter"
 
 
 class Cell(BaseModel):
@@ -92,20 +90,6 @@ def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
     return apply_overrides(cfg, cell.set)
 
 
-def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, float] | None]:
-    """First evaluation at which `metric` reaches each mark: {mark: {"step", "train_s"} or None}; for a task with
-    approximate posteriors also the first one on the exact filter (`EXACT_FILTER`)."""
-    better = (lambda v, m: v >= m) if metric == "accuracy" else (lambda v, m: v <= m)
-    out: dict[str, dict[str, float] | None] = {}
-    for mark in MARKS[metric]:
-        hit = next((e for e in evals if e.get(metric) is not None and better(e[metric], mark)), None)
-        out[f"{mark:g}"] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
-    if any("closest" in e for e in evals):
-        hit = next((e for e in evals if e.get("closest") == "exact"), None)
-        out[EXACT_FILTER] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
-    return out
-
-
 def seed_job(cell: Cell, seed: int, out: Path, threads: int, storage: tuple[str, str] | None = None) -> Job:
     """The job that trains one seed of a cell into `out/runs/<slug>-s<seed>` (no probes)."""
     return Job(f"{cell.slug}-s{seed}", cell_config(cell, seed), str(out / "runs"), threads=threads, storage=storage)
@@ -119,7 +103,7 @@ def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
     evals = [r for r in lines if r.get("split") == "eval"]
     steps = [r for r in lines if "loss" in r]
     metric = headline_metric(cell.task)
-    keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest")
+    keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest", "horizon")
     return {
         "seed": seed,
         "run_dir": str(run_dir),
@@ -133,20 +117,6 @@ def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
         "dtype": job.config["train"].get("dtype", "float32"),
         "threads": job.threads,
     }
-
-
-def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[str, dict[str, Any]]:
-    """Per mark, over seeds' `crossings`: how many reached it, median and range of training seconds, median step."""
-    marks: dict[str, Any] = {}
-    for mark in per_seed[0]:
-        hits = [h for c in per_seed if (h := c.get(mark)) is not None]
-        marks[mark] = {"reached": len(hits), "of": len(per_seed)}
-        if hits:
-            secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]
-            marks[mark].update(
-                median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs), median_step=statistics.median(steps)
-            )
-    return marks
 
 
 def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -250,22 +220,6 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
     return data
 
 
-def format_mark(m: dict[str, Any]) -> str:
-    """`"412 s [380–460] @1,300 2/3"`: median training seconds [range over seeds] @ median step, seeds reaching."""
-    if not m["reached"]:
-        return f"— (0/{m['of']})"
-    span = "" if m["of"] == 1 else f" [{m['min_s']:,.0f}–{m['max_s']:,.0f}]"
-    seeds = "" if m["of"] == 1 else f" {m['reached']}/{m['of']}"
-    return f"{m['median_s']:,.0f} s{span} @{m['median_step']:,.0f}{seeds}"
-
-
-def mark_header(mark: str, metric: str) -> str:
-    """Column title of a mark: "≤ 0.01 bits", "≥ 99%" or "exact filter"."""
-    if mark == EXACT_FILTER:
-        return mark
-    return f"≥ {float(mark):.0%}" if metric == "accuracy" else f"≤ {mark} bits"
-
-
 def markdown(data: dict[str, Any]) -> str:
     """One table per headline metric: training seconds [seed range] @ median step to each mark, and the final test
     value (mean, min–max over seeds)."""
@@ -276,8 +230,8 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
         cells = [c for c in data["cells"] if c["metric"] == metric]
-        present = {m for c in cells for m in c["marks"]}  # in MARKS order (JSON files store keys sorted)
-        marks = [m for m in (*(f"{v:g}" for v in MARKS[metric]), EXACT_FILTER) if m in present]
+        present = {m for c in cells for m in c["marks"]}  # in PRECISION_MARKS order (JSON files store keys sorted)
+        marks = [m for m in (*(f"{v:g}" for v in PRECISION_MARKS[metric]), EXACT_FILTER) if m in present]
         head = [mark_header(m, metric) for m in marks]
         lines += [
             f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)",
@@ -322,7 +276,7 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
                     ax.plot(
                         *zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9, label=c["label"] if j == 0 else None
                     )
-        for mark in MARKS[metric]:
+        for mark in PRECISION_MARKS[metric]:
             y = (1 - mark) if metric == "accuracy" else mark
             if y > 0:
                 ax.axhline(y, color="grey", ls=":", lw=0.8)

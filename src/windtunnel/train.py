@@ -60,14 +60,16 @@ def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> 
     raise ValueError(f"train.loss: unknown loss {kind!r}")
 
 
-def closest_posterior(result: dict[str, Any]) -> dict[str, Any]:
-    """For a task with approximate posteriors (the HMM's window filters): {"closest": "exact" or the name of the
-    approximation the model is nearest to in KL(posterior || model)}; {} for other tasks."""
-    approx = result.get("approximations")
-    if not approx:
-        return {}
-    kl = {"exact": result["metrics_point"]["kl_bits"], **{k: v["kl_from_model_bits"] for k, v in approx.items()}}
-    return {"closest": min(kl, key=kl.__getitem__)}
+def validation_line(result: dict[str, Any]) -> dict[str, Any]:
+    """What a periodic (validation) evaluation logs: the point metrics, and for a task with approximate posteriors
+    the closest one and the belief horizon (point estimates: no intervals at training time)."""
+    line = dict(result["metrics_point"])
+    v = result.get("verdict") or {}
+    if result.get("approximations"):
+        line["closest"] = v.get("closest")
+        if v.get("horizon_max") is not None:
+            line["horizon"], line["horizon_max"] = v.get("horizon"), v.get("horizon_max")
+    return line
 
 
 def checkpoint_steps(cfg: RunConfig) -> set[int]:
@@ -284,8 +286,7 @@ def _train_locked(
                     {
                         "step": step,
                         "split": "eval",
-                        **m["metrics_point"],
-                        **closest_posterior(m),
+                        **validation_line(m),
                         "train_s": round(train_s, 3),
                     }
                 )
@@ -308,4 +309,4 @@ def _train_locked(
     return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
 
 
-__all__ = ["TrainingDiverged", "closest_posterior", "compute_loss", "lr_at", "train", "train_seed", "val_seed"]
+__all__ = ["TrainingDiverged", "compute_loss", "lr_at", "train", "train_seed", "val_seed", "validation_line"]

@@ -7,16 +7,46 @@ import math
 from pathlib import Path
 from typing import Any
 
-from windtunnel import rundir, tasks
+from windtunnel import marks, rundir, tasks
+from windtunnel.evaluate import score_controls
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
 
 
-def _log10_hypotheses(records: list[RunRecord]) -> dict[str, float]:
-    """Hypothesis-space size of each task at the size it was trained at (from the task itself)."""
-    built = {task: tables.tunnel(task, records) for task in {r.task for r in records}}
-    return {task: float(t.spec.log10_hypotheses) for task, t in built.items() if t is not None}
+def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]:
+    """Every adversarial control and approximation of each task configuration in `records`, scored on the test
+    stream as a model is (`evaluate.score_controls`, n = the largest eval size of its runs): table rows, and the names
+    of any that earned ✓ or ◐ when it should not have (a control never may; an approximation never ✓)."""
+    by_params: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by_params.setdefault(json.dumps([r.task, r.params], sort_keys=True), []).append(r)
+    rows, flagged = [], []
+    for _, runs in sorted(by_params.items()):
+        task = tables.tunnel_of(runs)
+        if task is None:
+            continue
+        n = max(int(r.default.get("n") or 0) for r in runs) or 1000
+        metric = tables.headline_metric(runs[0].task)
+        for name, scores in score_controls(task, n=n, seed=0).items():
+            v = marks.verdict(task, scores)
+            control = name.startswith("control:")
+            if (control and v.level != "fail") or v.level == "exact":
+                flagged.append(f"{runs[0].task} {name} ({v.mark})")
+            m = scores["metrics"]
+            rows.append(
+                [
+                    runs[0].task if not runs[0].params else f"{runs[0].task} {json.dumps(runs[0].params)}",
+                    name,
+                    tables.fmt(m["entropy_mae_bits"]["mean"], "entropy_mae_bits"),
+                    tables.fmt(m["kl_bits"]["mean"], "kl_bits"),
+                    tables.fmt(m["accuracy"]["mean"], "accuracy") if m.get("accuracy") else "—",
+                    f"{v.mark} "
+                    + ("; ".join(v.reasons) if v.reasons else "")
+                    + (f" · closest: {v.closest_text}" if v.closest_text and metric else ""),
+                ]
+            )
+    return rows, flagged
 
 
 def _deviation_lines(meta: dict[str, Any]) -> list[str]:
@@ -112,7 +142,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             "(differential entropy for real answers); accuracy = argmax accuracy at the scored positions, "
             "for the tunnels whose headline metric it is (where each is scored: Reference levels below). "
             "Each cell: mean over training seeds, its interval in brackets, the range of the seed means "
-            "and how many seeds are exact on their own. " + tables.mark_rule() + ". The test sequences "
+            "and how many seeds are exact on their own. " + marks.rule_text() + ". The test sequences "
             "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; "
             "training-time evaluation read a separate validation stream. Paper numbers in parentheses are "
             "only those the paper reports (its v3 table), measured at the paper's budgets, which may differ "
@@ -120,6 +150,14 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         )
     )
     doc.add(Table(header, rows))
+    mixed = tables.mixed_configurations(records)
+    if mixed:
+        doc.add(
+            Paragraph(
+                "Warning: these runs are of more than one configuration, so they are separate cells (rows labelled by "
+                "the keys that differ), never pooled as seeds: " + "; ".join(mixed) + "."
+            )
+        )
     split = tables.disagreements(data)
     doc.add(
         Paragraph(
@@ -203,13 +241,36 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         doc,
         "Which filter does each model compute?",
         tables.approximations_table(records),
-        "KL(approximation ‖ model) in bits, mean over held-out scored positions, for each approximate posterior a "
-        "tunnel names, and KL(exact ‖ model). The smallest marks the posterior the model is closest to. The last row "
-        "is each approximation's own entropy error against the exact posterior, to set against Table 1's threshold. "
+        "Per run: the posterior it is closest to (smallest KL(posterior ‖ model); 'not separated' where a paired "
+        "bootstrap interval of the KL margin reaches zero; 'none' where it is not measurably better than the "
+        "context-blind reference), its belief horizon (the largest w such that it is measurably closer to the exact "
+        "posterior than every window filter of at most w observations), and its gain over each approximation, "
+        "KL(exact ‖ approximation) − KL(exact ‖ model) in bits with a paired 95% bootstrap interval over test "
+        "sequences. The last row is each approximation's own entropy error and KL against the exact posterior. "
         + " ".join(
             note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note", ""))
         ),
     )
+    control_rows, flagged = controls_rows(records)
+    if control_rows:
+        doc.add(Heading("Adversarial controls: predictors that do not infer"))
+        doc.add(
+            Paragraph(
+                "Each tunnel's controls match the exact posterior's entropy (or predictive variance) without doing "
+                "the inference (e.g. uniform over a fixed set of as many values as are still possible, the exact "
+                "posterior with its classes renamed, another sequence's posterior, the prior mean with the exact "
+                "variance), and each approximate posterior is scored as a predictor of its own. They are marked by the "
+                "same rule as every model, on the same test sequences. "
+                + (
+                    "None of the controls earns ✓ or ◐, and no approximation earns ✓."
+                    if not flagged
+                    else "RULE FAILURE: these earned a mark they must not: " + "; ".join(flagged) + "."
+                )
+            )
+        )
+        doc.add(
+            Table(["Task", "Predictor", "Entropy error", "KL(exact ‖ predictor)", "Accuracy", "Mark"], control_rows)
+        )
     _table_section(
         doc,
         "Time to Bayes",
@@ -243,7 +304,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc.add(
         Table(
             ["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
-            tables.memorisation_table(records, _log10_hypotheses(records)),
+            tables.memorisation_table(records),
         )
     )
 
@@ -329,9 +390,12 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                 "wall_s": r.wall_s,
                 "evals": {k: v.get("metrics", {}) for k, v in r.evals.items()},
                 **({"approximations": r.default["approximations"]} if r.default.get("approximations") else {}),
+                **({"closest": r.default["closest"]} if r.default.get("closest") else {}),
             }
             for r in records
         ],
+        "controls": control_rows,
+        "mixed_configurations": mixed,
         "meta": meta,
     }
     rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))

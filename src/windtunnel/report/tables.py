@@ -1,32 +1,20 @@
 """Table 1 (architecture x primitive) and the memorisation table, built from run records.
 
-Marks cannot flatter: three levels, each read from the conservative end of the across-seed interval --
-    ✓ exact        entropy error <= 0.01 bits (the authors' own PASS), or accuracy >= 99%; and, for a task with
-                   approximate posteriors (the HMM's window filters), the model is closer (KL) to the exact
-                   posterior than to every approximation, so no approximation can earn it
-    ◐ approximate  entropy error <= 0.1 bits (the authors' PARTIAL), or accuracy >= 90%
-    ✗ otherwise.
-With >= 2 seeds the interval is the 95% Student-t interval of the seed means (training-seed spread); with one seed
-it is that run's bootstrap interval over test sequences (evaluation noise only), and the cell says so.
+Cells are configurations: runs that differ in anything but the seed are separate cells, labelled by the keys that
+differ. Each cell's mark is `marks.verdict` on its seeds pooled by `marks.pool` (entropy error and KL both, at the
+conservative end of the across-seed interval; the belief horizon for the HMM); see `marks.rule_text`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
-from statistics import mean, stdev
 from typing import Any
 
-from scipy import stats
-
-from windtunnel import tasks
+from windtunnel import marks, tasks
 from windtunnel.report.collect import RunRecord
-from windtunnel.suites.settings import paper_result
-
-EXACT_BITS, APPROX_BITS = 0.01, 0.1
-EXACT_ACCURACY, APPROX_ACCURACY = 0.99, 0.90
-LEVELS = ("exact", "approximate", "fail")
-MARK = {"exact": "✓", "approximate": "◐", "fail": "✗"}
+from windtunnel.suites.settings import paper_result, paper_setting, values
 
 CONTEXT_BLIND = ("uniform", "oracle", "mlp-pointwise")  # predictors that cannot (or need not) read the stored pairs
 ROW_ORDER = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise", "oracle", "uniform"]
@@ -53,95 +41,120 @@ def columns(records: list[RunRecord]) -> list[tuple[str, str, str]]:
     return out
 
 
-def level(metric: str, worst: float) -> str:
-    """ "exact", "approximate" or "fail" for a value at the conservative end of its interval."""
-    if metric == "accuracy":
-        return "exact" if worst >= EXACT_ACCURACY else "approximate" if worst >= APPROX_ACCURACY else "fail"
-    return "exact" if worst <= EXACT_BITS else "approximate" if worst <= APPROX_BITS else "fail"
+# --- cells are configurations ------------------------------------------------------------------------------
 
 
-def mark_rule() -> str:
-    """The marks in words, for the report."""
-    return (
-        f"✓ exact = entropy error ≤ {EXACT_BITS} bits (the authors' PASS) or accuracy ≥ "
-        f"{100 * EXACT_ACCURACY:.0f}%, and, where the task has approximate posteriors (HMM window filters), "
-        "closer in KL to the exact posterior than to every one of them; ◐ approximate = ≤ "
-        f"{APPROX_BITS} bits (the authors' PARTIAL) or ≥ {100 * APPROX_ACCURACY:.0f}%; ✗ otherwise. Each mark "
-        "is read from the conservative end of the cell's interval: the 95% Student-t interval over training "
-        "seeds (≥ 2 seeds), or the run's bootstrap interval over test sequences (1 seed: evaluation noise only)"
-    )
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys -> JSON text of each leaf."""
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): json.dumps(d, sort_keys=True)}
 
 
-def closest_approximation(records: list[RunRecord]) -> dict[str, Any] | None:
-    """Mean over runs of KL(approximation ‖ model) per approximation and KL(exact ‖ model); the smallest names the
-    posterior the model computes ("exact" or an approximation's name). None for tasks without approximations."""
-    kls: dict[str, list[float]] = defaultdict(list)
+def config_key(r: RunRecord) -> str:
+    """The run's full config minus its seed: runs with equal keys are seeds of one cell."""
+    return json.dumps({k: v for k, v in r.config.items() if k != "seed"}, sort_keys=True)
+
+
+def configurations(records: list[RunRecord]) -> dict[tuple[str, str], dict[str, list[RunRecord]]]:
+    """(arch, task) -> {label: runs of one configuration}; the label is "" when (arch, task) has one configuration,
+    else the dotted keys whose values differ among its configurations ("task.params.K=10")."""
+    groups: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        approx = r.default.get("approximations")
-        exact = r.metric("kl_bits")
-        if not isinstance(approx, dict) or not approx or exact is None:
-            return None
-        for name, a in approx.items():
-            kls[name].append(float(a["kl_from_model_bits"]))
-        kls["exact"].append(float(exact["mean"]))
-    if not kls:
+        groups[(r.arch, r.task)][config_key(r)].append(r)
+    out: dict[tuple[str, str], dict[str, list[RunRecord]]] = {}
+    for cell, by_config in groups.items():
+        if len(by_config) == 1:
+            out[cell] = {"": next(iter(by_config.values()))}
+            continue
+        flats = {key: _flat(json.loads(key)) for key in by_config}
+        keys = sorted({k for f in flats.values() for k in f})
+        differ = [k for k in keys if len({f.get(k) for f in flats.values()}) > 1]
+        out[cell] = {
+            ", ".join(f"{k}={flats[key].get(k, '—')}" for k in differ): runs for key, runs in by_config.items()
+        }
+    return out
+
+
+def mixed_configurations(records: list[RunRecord]) -> list[str]:
+    """A warning line per (arch, task) whose runs are of more than one configuration."""
+    return [
+        f"{arch} / {task}: {len(variants)} configurations ({'; '.join(variants)})"
+        for (arch, task), variants in configurations(records).items()
+        if len(variants) > 1
+    ]
+
+
+def full_params(task: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """A task's parameters with its defaults filled in, or None where this version cannot build it."""
+    try:
+        return dict(tasks.make(task, **params).params.model_dump(mode="json"))
+    except (ValueError, KeyError, TypeError):
         return None
-    kl = {name: mean(v) for name, v in kls.items()}
-    return {"closest": min(kl, key=kl.__getitem__), "kl_bits": kl}
 
 
-def _level_given_closest(metric: str, worst: float, approx: dict[str, Any] | None) -> str:
-    """`level`, capped at "approximate" when the model is closer to an approximation than to the exact posterior."""
-    lv = level(metric, worst)
-    return "approximate" if lv == "exact" and approx is not None and approx["closest"] != "exact" else lv
+def at_paper_params(task: str, params: dict[str, Any]) -> bool:
+    """Whether `params` are the paper's task parameters (so a paper number or hypothesis count may stand beside)."""
+    try:
+        paper = values(paper_setting(task, "*"), "task.")
+    except KeyError:
+        return False
+    mine, theirs = full_params(task, params), full_params(task, paper)
+    return mine is not None and mine == theirs
 
 
-def seed_interval(values: list[float], level_: float = 0.95) -> tuple[float, float]:
-    """Two-sided Student-t interval of the mean of >= 2 seed values."""
-    m, n = mean(values), len(values)
-    half = stats.t.ppf(0.5 + level_ / 2, n - 1) * stdev(values) / math.sqrt(n)
-    return m - half, m + half
+def tunnel_of(runs: list[RunRecord]) -> Any:
+    """The wind tunnel of a configuration's runs at their task parameters (None where it cannot be built)."""
+    try:
+        return tasks.make(runs[0].task, **runs[0].params)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
-def cell_value(runs: list[RunRecord], metric: str) -> dict[str, Any] | None:
-    """One Table 1 cell from its runs (one per training seed): mean, seed spread, interval, per-seed and cell
-    levels, closest approximation; None where no run has the metric."""
-    metrics = [(r, r.metric(metric)) for r in runs]
-    scored = sorted([(r, m) for r, m in metrics if m is not None], key=lambda x: x[0].seed)
+# --- one cell ----------------------------------------------------------------------------------------------
+
+
+def cell_value(runs: list[RunRecord], metric: str, setting: str = "default") -> dict[str, Any] | None:
+    """One Table 1 cell from the runs of one configuration (one per training seed): mean, seed spread, interval,
+    verdict (`marks.verdict` of the seeds pooled by `marks.pool`) and each seed's own; None where no run has the
+    metric in `setting`."""
+    scored = sorted([r for r in runs if r.metric(metric, setting) is not None], key=lambda r: r.seed)
     if not scored:
         return None
-    higher = metric == "accuracy"
-    vals = [m["mean"] for _, m in scored]
-    if len(vals) >= 2:
-        lo, hi = seed_interval(vals)
-        lo, hi = max(lo, 0.0), min(hi, 1.0) if higher else hi  # accuracies live in [0, 1], errors are >= 0
-        interval = "seeds"
-    else:
-        lo, hi = scored[0][1]["lo"], scored[0][1]["hi"]
-        interval = "bootstrap"
-    approx = closest_approximation([r for r, _ in scored])
-    cell_level = _level_given_closest(metric, lo if higher else hi, approx)
-    seed_levels = [
-        _level_given_closest(metric, m["lo"] if higher else m["hi"], closest_approximation([r])) for r, m in scored
-    ]
+    task = tunnel_of(scored) or tasks.info(scored[0].task)
+    settings = [r.evals[setting] for r in scored]
+    pooled = marks.pool(settings)
+    verdict = marks.verdict(task, pooled)
+    seed_verdicts = [marks.verdict(task, marks.pool([s])) for s in settings]
+    vals = [float(s["metrics"][metric]["mean"]) for s in settings]
+    m = pooled["metrics"][metric]
     return {
-        "mean": mean(vals),
-        "lo": lo,
-        "hi": hi,
-        "interval": interval,
+        "mean": m["mean"],
+        "lo": m["lo"],
+        "hi": m["hi"],
+        "interval": pooled["interval"],
         "seeds": len(vals),
         "seed_values": vals,
         "seed_min": min(vals),
         "seed_max": max(vals),
-        "level": cell_level,
-        "seed_levels": seed_levels,
-        "seeds_exact": seed_levels.count("exact"),
-        **({"closest": approx["closest"], "closest_kl_bits": approx["kl_bits"]} if approx else {}),
+        "kl_bits": pooled["metrics"].get("kl_bits"),
+        "entropy_mae_bits": pooled["metrics"].get("entropy_mae_bits"),
+        "level": verdict.level,
+        "verdict": verdict.to_dict(),
+        "seed_levels": [v.level for v in seed_verdicts],
+        "seeds_exact": sum(v.level == "exact" for v in seed_verdicts),
+        **({"closest": verdict.closest, "closest_text": verdict.closest_text} if verdict.closest else {}),
+        **({"horizon": verdict.horizon, "horizon_max": verdict.horizon_max} if verdict.horizon_max is not None else {}),
     }
 
 
 def fmt(value: float, metric: str) -> str:
     """A metric value as printed in tables: percent for accuracy, bits to 3 decimals (or 1e-4 style) otherwise."""
+    if not math.isfinite(value):
+        return "nan"
     if metric == "accuracy":
         return f"{100 * value:.1f}%"
     if value != 0 and abs(value) < 1e-3:
@@ -149,8 +162,16 @@ def fmt(value: float, metric: str) -> str:
     return f"{value:.3f}"
 
 
+def _interval(m: dict[str, float] | None, metric: str) -> str:
+    if not m:
+        return "—"
+    return f"{fmt(m['mean'], metric)} [{fmt(m['lo'], metric)}, {fmt(m['hi'], metric)}]"
+
+
 def _cell_text(c: dict[str, Any], metric: str) -> str:
-    text = f"{MARK[c['level']]} {fmt(c['mean'], metric)} [{fmt(c['lo'], metric)}, {fmt(c['hi'], metric)}]"
+    text = f"{marks.MARK[c['level']]} {_interval(c, metric)}"
+    if metric != "kl_bits" and c.get("kl_bits"):
+        text += f" · KL {_interval(c['kl_bits'], 'kl_bits')}"
     if c["seeds"] >= 2:
         return (
             text + f" · seeds {fmt(c['seed_min'], metric)}–{fmt(c['seed_max'], metric)} · "
@@ -159,51 +180,67 @@ def _cell_text(c: dict[str, Any], metric: str) -> str:
     return text + " · 1 seed"
 
 
+def horizon_text(c: dict[str, Any]) -> str:
+    """The belief horizon of a cell in words: "3 of 8 obs", "8 of 8 obs (every window)", "none"."""
+    if c.get("horizon_max") is None:
+        return "—"
+    h, w = c.get("horizon"), c["horizon_max"]
+    if h is None:
+        return f"none (of {w} obs)"
+    return f"{h} of {w} obs" + (" (every window)" if h == w else "")
+
+
 def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]], dict[str, Any]]:
-    """Rows = architectures (+ oracle, uniform); columns = the wind tunnels in `records`, a user's registered ones
-    included (plus the closest-posterior column of each task that has approximations); returns (header, rows,
-    data)."""
-    by_cell: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-    for r in records:
-        by_cell[(r.arch, r.task)].append(r)
-    archs = [a for a in ROW_ORDER if any(k[0] == a for k in by_cell)]
-    archs += sorted({a for a, _ in by_cell} - set(archs))
+    """Rows = architectures (+ oracle, uniform), one per configuration where an architecture's runs of a task differ
+    in more than the seed; columns = the wind tunnels in `records` (plus, for a task with approximate posteriors,
+    its closest-posterior and belief-horizon column); returns (header, rows, data)."""
+    configs = configurations(records)
+    archs = [a for a in ROW_ORDER if any(k[0] == a for k in configs)]
+    archs += sorted({a for a, _ in configs} - set(archs))
+    row_keys = [
+        (a, label) for a in archs for label in dict.fromkeys(lb for (x, _), v in configs.items() if x == a for lb in v)
+    ]
     cols = columns(records)
-    cells = {
-        (arch, task): cell_value(by_cell.get((arch, task), []), metric) for arch in archs for task, metric, _ in cols
-    }
-    with_approx = {task for (_, task), c in cells.items() if c is not None and "closest" in c}
+    cells: dict[tuple[str, str, str], dict[str, Any] | None] = {}
+    for arch, label in row_keys:
+        for task, metric, _ in cols:
+            runs = configs.get((arch, task), {}).get(label)
+            cells[(arch, label, task)] = cell_value(runs, metric) if runs else None
+    with_approx = {task for (_, _, task), c in cells.items() if c is not None and "closest" in c}
     header = ["Architecture"]
     for task, _, title in cols:
         header.append(title)
         if task in with_approx:
-            header.append(f"{tasks.info(task).title}: closest posterior")
+            header.append(f"{tasks.info(task).title}: closest posterior · belief horizon")
     header += ["Exact (✓) / approximate (◐)"]
     rows: list[list[str]] = []
     data: dict[str, Any] = {}
-    for arch in archs:
-        row, counts, tested = [arch], dict.fromkeys(LEVELS, 0), 0
+    for arch, label in row_keys:
+        name = f"{arch} ({label})" if label else arch
+        row, counts, tested = [name], dict.fromkeys(marks.LEVELS, 0), 0
         for task, metric, _ in cols:
-            cell = cells[(arch, task)]
-            paper = paper_result(arch, task)
+            cell = cells[(arch, label, task)]
+            runs = configs.get((arch, task), {}).get(label) or []
+            paper = paper_result(arch, task) if runs and at_paper_params(task, runs[0].params) else None
             paper_txt = f" (paper {fmt(paper.value, metric)})" if paper is not None else ""
             if cell is None:
-                row.append("—" + paper_txt)
+                row.append("—")
                 if task in with_approx:
                     row.append("—")
                 continue
             tested += 1
             counts[cell["level"]] += 1
-            data.setdefault(arch, {})[task] = {
+            data.setdefault(name, {})[task] = {
                 **cell,
                 "metric": metric,
+                "config": label,
                 "paper": paper.value if paper else None,
                 "paper_source": paper.source if paper else None,
             }
             row.append(_cell_text(cell, metric) + paper_txt)
             if task in with_approx:
-                closest = cell.get("closest")
-                row.append(f"{closest} (KL {cell['closest_kl_bits'][closest]:.3f})" if closest else "—")
+                closest = cell.get("closest_text") or "—"
+                row.append(f"{closest} · {horizon_text(cell)}")
         row.append(f"{counts['exact']}/{tested} ✓, {counts['approximate']}/{tested} ◐")
         rows.append(row)
     return header, rows, data
@@ -263,34 +300,43 @@ def below_floor(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
 
 
 def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[list[str], list[list[str]]] | None:
-    """A capacity curve: per architecture, the headline metric (mean over seeds) at every evaluated value of `param`
-    (the training value and each eval override that changes it), and the largest value at which the architecture is
-    exact and approximate. None when no run of `task` was evaluated at more than one value."""
+    """A capacity curve: per architecture configuration, the headline metric (mean over seeds) and its mark at every
+    evaluated value of `param` (the training value and each eval override that changes it), and the largest value
+    at which the architecture is exact and approximate (`marks.verdict` of the seeds there). None when no run of
+    `task` was evaluated at more than one value."""
     metric = headline_metric(task)
-    curves: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r.task != task or r.arch in ("oracle",):
+    curves: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for (arch, t), variants in configurations(records).items():
+        if t != task or arch == "oracle":
             continue
-        for name, ev in r.evals.items():
-            value = (ev.get("task_params") or {}).get(param)
-            m = r.metric(metric, name)
-            if value is not None and m is not None:
-                curves[r.arch][int(value)].append(m["mean"])
+        for label, runs in variants.items():
+            name = f"{arch} ({label})" if label else arch
+            for setting in runs[0].evals:
+                value = (runs[0].evals[setting].get("task_params") or {}).get(param)
+                c = cell_value(runs, metric, setting)
+                if value is not None and c is not None:
+                    curves[name][int(value)] = c
     points = sorted({v for c in curves.values() for v in c})
     if len(points) < 2:
         return None
     header = ["Architecture", *(f"{param} = {v}" for v in points), "largest exact", "largest approximate"]
     rows = []
-    for arch in [a for a in ROW_ORDER if a in curves] + sorted(set(curves) - set(ROW_ORDER)):
-        means = {v: mean(vals) for v, vals in curves[arch].items()}
+    order = {a: i for i, a in enumerate(ROW_ORDER)}
+    for name in sorted(curves, key=lambda n: (order.get(n.split(" ")[0], 99), n)):
+        cells = curves[name]
         best = {
-            lv: max((v for v, m in means.items() if LEVELS.index(level(metric, m)) <= LEVELS.index(lv)), default=None)
+            lv: max(
+                (v for v, c in cells.items() if marks.LEVELS.index(c["level"]) <= marks.LEVELS.index(lv)), default=None
+            )
             for lv in ("exact", "approximate")
         }
         rows.append(
             [
-                arch,
-                *(fmt(means[v], metric) if v in means else "—" for v in points),
+                name,
+                *(
+                    f"{marks.MARK[cells[v]['level']]} {fmt(cells[v]['mean'], metric)}" if v in cells else "—"
+                    for v in points
+                ),
                 *(str(best[lv]) if best[lv] is not None else "none" for lv in ("exact", "approximate")),
             ]
         )
@@ -298,17 +344,18 @@ def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[lis
 
 
 def disagreements(data: dict[str, Any]) -> list[str]:
-    """Cells of Table 1 (`primitives_table`'s data) whose level differs from the level of the paper's number."""
+    """Cells of Table 1 (`primitives_table`'s data) whose level differs from the level the paper's number reaches by
+    its headline metric alone (the paper reports no KL, so its own level is an upper bound)."""
     out = []
     for arch, cells in data.items():
         for task, c in cells.items():
             if c["paper"] is None:
                 continue
-            theirs = level(c["metric"], c["paper"])
+            theirs = marks.level_of_value(c["metric"], c["paper"])
             if theirs != c["level"]:
                 out.append(
                     f"{arch} on {task}: {fmt(c['mean'], c['metric'])} is {c['level']} here; the paper's "
-                    f"{fmt(c['paper'], c['metric'])} is {theirs}"
+                    f"{fmt(c['paper'], c['metric'])} is {theirs} by its headline alone"
                 )
     return out
 
@@ -322,12 +369,17 @@ def memorisation_verdict(log10_hypotheses: float, seen: int) -> str:
     return "memorisation possible" if exponent >= 0 else f"seen fraction 10^{exponent:.1f}"
 
 
-def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, float]) -> list[list[str]]:
-    """Per task: hypotheses in the space against the most sequences any run of it saw in training."""
+def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
+    """Per task configuration (task parameters): hypotheses in its space against the most sequences any run of it
+    saw in training."""
+    by_params: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for r in records:
+        by_params[(r.task, json.dumps(r.params, sort_keys=True))].append(r)
     rows = []
-    for task in sorted({r.task for r in records}):
-        seen = max((r.steps * r.batch_size for r in records if r.task == task), default=0)
-        h = log10_hypotheses.get(task)
+    for (task, params), runs in sorted(by_params.items()):
+        seen = max((r.steps * r.batch_size for r in runs), default=0)
+        built = tunnel_of(runs)
+        h = float(built.spec.log10_hypotheses) if built is not None else None
         if h is None:
             h_txt, verdict = "?", "unknown"
         elif math.isinf(h):
@@ -335,30 +387,36 @@ def memorisation_table(records: list[RunRecord], log10_hypotheses: dict[str, flo
         else:
             h_txt = f"10^{h:.1f}"
             verdict = memorisation_verdict(h, seen)
-        rows.append([task, h_txt, f"{seen:,}", verdict])
+        label = task if params == "{}" else f"{task} {params}"
+        rows.append([label, h_txt, f"{seen:,}", verdict])
     return rows
 
 
 def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
-    """Which approximate posterior each model computes (tasks whose eval.json has "approximations", e.g. HMM window
-    filters): per run, KL(approximation || model) for each approximation and KL(exact || model), the closest marked;
-    a last row per task gives each approximation's own entropy error against the exact posterior."""
+    """Which approximate posterior each model computes (tasks whose eval.json has "approximations": the HMM's
+    context-blind reference and window filters): per run, the closest posterior (paired intervals), the belief
+    horizon, and per approximation the model's gain over it, KL(exact ‖ approximation) − KL(exact ‖ model) in bits
+    with its interval (> 0: the model is measurably closer to the exact posterior than the approximation is); a last
+    row per task gives each approximation's own entropy error and KL against the exact posterior."""
     with_approx = [r for r in records if r.default.get("approximations")]
     if not with_approx:
         return None
-    names = list(with_approx[0].default["approximations"])
-    header = ["Task", "Run", *(f"KL from '{n}'" for n in names), "KL from exact", "Closest"]
+    names = list(dict.fromkeys(n for r in with_approx for n in r.default["approximations"]))
+    header = ["Task", "Run", "Closest", "Belief horizon", *(f"gain over '{n}'" for n in names)]
     rows = []
     for r in sorted(with_approx, key=lambda r: (r.task, r.arch, r.seed)):
-        found = closest_approximation([r])
-        kl = found["kl_bits"] if found else {}
+        c = cell_value([r], headline_metric(r.task)) or {}
+        approx = r.default["approximations"]
         rows.append(
             [
                 r.task,
                 r.path.name,
-                *(f"{kl[n]:.4f}" if n in kl else "—" for n in names),
-                f"{kl['exact']:.4f}" if "exact" in kl else "—",
-                found["closest"] if found else "—",
+                c.get("closest_text") or "—",
+                horizon_text(c),
+                *(
+                    _interval(marks.finite(approx[n].get("gain_bits")), "kl_bits") if n in approx else "—"
+                    for n in names
+                ),
             ]
         )
     for task in sorted({r.task for r in with_approx}):
@@ -366,10 +424,13 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
         rows.append(
             [
                 task,
-                "(the approximation's own entropy error)",
-                *(f"{ref[n]['entropy_mae_bits']:.4f}" if n in ref else "—" for n in names),
-                "0",
+                "(the approximation's own entropy error / KL from exact)",
                 "",
+                "",
+                *(
+                    f"{ref[n]['entropy_mae_bits']:.4f} / {ref[n].get('kl_bits', math.nan):.4f}" if n in ref else "—"
+                    for n in names
+                ),
             ]
         )
     return header, rows
@@ -379,31 +440,29 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
     """Training seconds until each cell's validation headline metric first reached each precision mark (0.1 / 0.05 /
     0.02 / 0.01 bits; recall 90 / 99 / 100%; HMM also the first evaluation on the exact filter): median over seeds
     [range] @ median step, and how many seeds got there. Runs without training-time evaluations are left out."""
-    from windtunnel.time_to_bayes import MARKS, crossings, format_mark, mark_header, summarize_marks
-
     cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         evals = [h for h in r.history if h.get("split") == "eval" and "train_s" in h]
         if evals:
-            cells[(r.task, r.arch)].append(crossings(evals, headline_metric(r.task)))
+            cells[(r.task, r.arch)].append(marks.crossings(evals, headline_metric(r.task)))
     if not cells:
         return None
-    marks = [*(f"{m:g}" for m in MARKS["entropy_mae_bits"]), "exact filter"]
-    header = ["Task", "Arch", "Seeds", *(mark_header(m, "entropy_mae_bits") for m in marks), "Accuracy marks"]
+    columns_ = [*(f"{m:g}" for m in marks.PRECISION_MARKS["entropy_mae_bits"]), marks.EXACT_FILTER]
+    header = ["Task", "Arch", "Seeds", *(marks.mark_header(m, "entropy_mae_bits") for m in columns_), "Accuracy marks"]
     rows = []
     order = {a: i for i, a in enumerate(ROW_ORDER)}
     for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
-        summary = summarize_marks(per_seed)
+        summary = marks.summarize_marks(per_seed)
         if headline_metric(task) == "accuracy":
-            acc = "; ".join(f"{mark_header(m, 'accuracy')}: {format_mark(v)}" for m, v in summary.items())
-            rows.append([task, arch, str(len(per_seed)), *("" for _ in marks), acc])
+            acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {marks.format_mark(v)}" for m, v in summary.items())
+            rows.append([task, arch, str(len(per_seed)), *("" for _ in columns_), acc])
         else:
             rows.append(
                 [
                     task,
                     arch,
                     str(len(per_seed)),
-                    *(format_mark(summary[m]) if m in summary else "n/a" for m in marks),
+                    *(marks.format_mark(summary[m]) if m in summary else "n/a" for m in columns_),
                     "",
                 ]
             )

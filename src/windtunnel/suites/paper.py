@@ -26,7 +26,6 @@ from windtunnel.suites.settings import OUR_MODEL_FORM, Sourced, paper_setting, v
 TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
 ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
-CLAIMED = ("transformer", "mamba")  # the architectures the paper makes claims about: seeds matter most here
 
 # Training seeds per cell when `suite(seeds=None)`: the claimed architectures get a seed spread, controls one seed.
 SEEDS: dict[str, dict[str, int]] = {
@@ -70,86 +69,84 @@ LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
 TASK_PARAMS["standard"] = TASK_PARAMS["quick"]
 LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 
-# Quick tier: (steps, batch size, learning rate) per (task, arch) and per seed, sized so the whole table -- 3 seeds of
-# every transformer and Mamba cell, one of every control -- trains in about half an hour on 2 CPU cores in float32
-# (per-step times measured on a 2-core AVX-512 Xeon without native bf16, docs/reproduce.md). These budgets are far
-# below what exactness needs: the quick tier shows where each architecture is after minutes, with marks that say so.
-# HMM cells sat on the uniform floor at 250-400 steps per seed as at 100-200 (a first 46-minute tier run), so the
-# budget goes where a few minutes show learning (recall, bijection).
-# The MLP controls get the transformer's budget of the same task (the same budget rule as what they control).
-QUICK: dict[tuple[str, str], tuple[int, int, float]] = {
-    ("bijection", "transformer"): (1_000, 32, 1e-3),
-    ("bijection", "mamba"): (300, 32, 2e-3),
-    ("bijection", "lstm"): (3_500, 64, 2e-3),
-    ("hmm", "transformer"): (200, 32, 1e-3),
-    ("hmm", "mamba"): (100, 32, 1e-3),
-    ("hmm", "lstm"): (200, 64, 2e-3),
-    ("recall", "transformer"): (1_500, 64, 1e-3),
-    ("recall", "mamba"): (800, 64, 2e-3),
-    ("recall", "lstm"): (2_500, 64, 2e-3),
-    ("regression", "transformer"): (200, 64, 1e-3),
-    ("regression", "mamba"): (100, 64, 2e-3),
-    ("regression", "lstm"): (500, 64, 2e-3),
+# The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
+# `BUDGET`), with one recipe (`RECIPE`: AdamW with a warmup-stable-decay schedule), and only its learning rate is its
+# own: picked from `LR_GRID` on the validation stream by a committed `windtunnel sweep` at that budget (`LR_PICKS`,
+# docs/results/lr-sweep/). The budgets hold the quick tier (3 seeds of every transformer and Mamba cell, one of each
+# other) in about half an hour on 2 CPU cores in float32 and the standard tier in about two hours; they are far below
+# what exactness needs, and the marks say so.
+BUDGET: dict[str, dict[str, tuple[int, int]]] = {
+    "quick": {"bijection": (400, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
+    "standard": {"bijection": (1_600, 32), "hmm": (600, 32), "recall": (4_000, 64), "regression": (480, 64)},
 }
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
+RECIPE = "wsd"  # every trained cell of the quick and standard tiers (`windtunnel.recipes`)
 
-# The recipe of every trained cell at the quick and standard tiers (`windtunnel.recipes`): the time-to-Bayes
-# benchmark's findings (docs/results/time-to-bayes.md): Muon on the hidden matrices with a warmup-stable-decay schedule
-# for the bijection and HMM transformers (bijection 0.0178 bits at 3,000 steps against 0.0287 with AdamW; HMM 0.0131
-# against 0.076), warmup-stable-decay for the rest (bijection transformer 0.0287 against 0.040 with the cosine). The
-# MLP controls take their task's transformer recipe (the same rule as their budget).
-RECIPE: dict[tuple[str, str], str] = {
-    **{
-        (task, arch): "wsd"
-        for task in ("bijection", "hmm", "recall", "regression")
-        for arch in ("transformer", "mamba", "lstm")
+LR_GRID = (1e-3, 2e-3, 4e-3)
+# The learning rate each architecture's sweep picked (lowest validation headline metric at the end of training, one
+# seed per grid point), per tier; `LR_SWEEPS` names the sweep that picked them. The standard tier has no sweep of its
+# own yet: it takes the quick tier's picks, and its deviations say so.
+LR_SWEEPS: dict[str, str] = {
+    "quick": "docs/results/lr-sweep/quick (python benchmarks/lr_sweep.py --tier quick --out runs/lr-sweep-quick)",
+}
+LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
+    "quick": {
+        ("bijection", "transformer"): 0.001,
+        ("bijection", "mamba"): 0.002,
+        ("bijection", "lstm"): 0.002,
+        ("bijection", "mlp"): 0.001,
+        ("bijection", "mlp-pointwise"): 0.002,
+        ("hmm", "transformer"): 0.004,
+        ("hmm", "mamba"): 0.001,
+        ("hmm", "lstm"): 0.002,
+        ("hmm", "mlp"): 0.001,
+        ("hmm", "mlp-pointwise"): 0.004,
+        ("recall", "transformer"): 0.001,
+        ("recall", "mamba"): 0.001,
+        ("recall", "lstm"): 0.001,
+        ("recall", "mlp"): 0.004,
+        ("recall", "mlp-pointwise"): 0.001,
+        ("regression", "transformer"): 0.002,
+        ("regression", "mamba"): 0.004,
+        ("regression", "lstm"): 0.004,
+        ("regression", "mlp"): 0.004,
+        ("regression", "mlp-pointwise"): 0.004,
     },
-    ("bijection", "transformer"): "muon",
-    ("hmm", "transformer"): "muon",
 }
-
-# Standard tier: (steps, batch size, lr) per (task, arch) and per seed, at the quick sizes. The budgets fit the whole
-# table -- 3 seeds of every transformer and Mamba cell -- into the two-hour wall on 2 cores, evaluation and probes
-# included, from the benchmark's per-step times (1 thread per run, 2 runs at once): about half the steps the
-# benchmark's best single-seed curves used, so these cells stop short of the marks those curves reached (bijection
-# transformer: 0.0178 bits at 3,000 steps).
-STANDARD: dict[tuple[str, str], tuple[int, int, float]] = {
-    ("bijection", "transformer"): (1_500, 64, 2e-3),
-    ("bijection", "mamba"): (500, 32, 2e-3),
-    ("bijection", "lstm"): (5_000, 64, 2e-3),
-    ("hmm", "transformer"): (1_200, 32, 1e-3),
-    ("hmm", "mamba"): (300, 32, 1e-3),
-    ("hmm", "lstm"): (1_000, 64, 2e-3),
-    ("recall", "transformer"): (2_000, 64, 1e-3),
-    ("recall", "mamba"): (1_200, 64, 2e-3),
-    ("recall", "lstm"): (4_000, 64, 2e-3),
-    ("regression", "transformer"): (1_200, 64, 1e-3),
-    ("regression", "mamba"): (300, 64, 2e-3),
-    ("regression", "lstm"): (1_500, 64, 2e-3),
-}
+LR_DEFAULT = 2e-3  # a cell no sweep has picked for (a new architecture): stated as such in the deviations
 
 
-def _budget_arch(arch: str) -> str:
-    """An MLP control takes its task's transformer budget (the same budget rule as what it controls)."""
-    return "transformer" if arch in ("mlp", "mlp-pointwise") else arch
+def budget(task: str, tier: str) -> tuple[int, int]:
+    """(steps, batch size) of every architecture of `task` at `tier` (quick or standard)."""
+    return BUDGET[tier][task]
 
 
-def quick_budget(task: str, arch: str) -> tuple[int, int, float]:
-    """(steps, batch size, lr) of a quick cell; an MLP control takes its task's transformer budget."""
-    return QUICK[(task, _budget_arch(arch))]
+def lr_source(tier: str) -> str:
+    """The tier whose sweep picked `tier`'s learning rates."""
+    return tier if tier in LR_SWEEPS else "quick"
 
 
-def standard_budget(task: str, arch: str) -> tuple[int, int, float]:
-    """(steps, batch size, lr) of a standard cell; an MLP control takes its task's transformer budget."""
-    return STANDARD[(task, _budget_arch(arch))]
+def picked_lr(task: str, arch: str, tier: str) -> float:
+    """The learning rate the tier's sweep picked for (task, arch); `LR_DEFAULT` where it has not picked one."""
+    return LR_PICKS.get(lr_source(tier), {}).get((task, arch), LR_DEFAULT)
 
 
-def recipe_for(task: str, arch: str) -> str:
-    """The recipe a quick or standard cell trains with; an MLP control takes its task's transformer recipe. (Trained
-    with warmup-stable-decay AdamW instead, the quick bijection MLP ended at 0.517 bits against 0.443 with Muon, for
-    150 s less wall: the README's quick-tier notes.)"""
-    return RECIPE[(task, _budget_arch(arch))]
+def protocol_text(tier: str) -> str:
+    """The fair protocol of a quick or standard tier in one line: budgets, recipe, learning-rate grid and picks."""
+    budgets = ", ".join(f"{t} {s:,} x {b}" for t, (s, b) in BUDGET[tier].items())
+    source = lr_source(tier)
+    picks = LR_PICKS.get(source, {})
+    picked = "; ".join(f"{t}: " + ", ".join(f"{a} {picks[(t, a)]:g}" for a in ARCHS if (t, a) in picks) for t in TASKS)
+    where = LR_SWEEPS.get(source, "no sweep committed")
+    borrowed = "" if source == tier else f" (no {tier}-budget sweep yet: the {source} tier's picks)"
+    unpicked = [f"{t}/{a}" for t in TASKS for a in ARCHS if (t, a) not in picks]
+    missing = f"; not swept, lr {LR_DEFAULT:g}: {', '.join(unpicked)}" if unpicked else ""
+    return (
+        f"fair protocol [our choice]: every architecture of a task trains the same steps x batch ({budgets}) with one "
+        f"recipe ({RECIPE}: AdamW, warmup-stable-decay); its learning rate is picked from {list(LR_GRID)} on the "
+        f"validation stream by {where}{borrowed}: {picked or 'none yet'}{missing}"
+    )
 
 
 def preset_tier(tier: str) -> str:
@@ -179,21 +176,23 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
     if tier == "paper":
         out = {**values(paper_setting(task, arch), "train."), "eval_every": 5000, "checkpoint_every": 10_000}
         out["betas"] = list(out.get("betas", (0.9, 0.999)))
-    elif tier == "standard":  # frequent validation: the report reads each cell's time to every precision mark
-        steps, batch, lr = standard_budget(task, arch)
+    elif tier in ("quick", "standard"):
+        steps, batch = budget(task, tier)
+        standard = tier == "standard"  # frequent validation: the report reads each cell's time to every mark
         out = {
             "steps": steps,
             "batch_size": batch,
-            "lr": lr,
+            "lr": picked_lr(task, arch, tier),
             "warmup_steps": max(1, steps // 20),
-            "eval_every": max(1, steps // 20),
-            "checkpoint_every": max(1, steps // 5),
-            "keep_checkpoints": 1,
+            "eval_every": max(1, steps // (20 if standard else 5)),
+            "checkpoint_every": max(1, steps // 5) if standard else 0,
             "weight_decay": 0.01,
             "dtype": "float32",
         }
+        if standard:
+            out["keep_checkpoints"] = 1
     else:
-        steps, batch, lr = quick_budget(task, arch) if tier == "quick" else SMOKE
+        steps, batch, lr = SMOKE
         out = {
             "steps": steps,
             "batch_size": batch,
@@ -225,7 +224,7 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
     if tier in ("quick", "standard") and trained:
         from windtunnel.recipes import get_recipe
 
-        cfg = get_recipe(recipe_for(task, arch)).apply(cfg)
+        cfg = get_recipe(RECIPE).apply(cfg)
     return cfg
 
 
@@ -300,6 +299,8 @@ def deviations(tier: str) -> list[str]:
             f"model sizes: the '{preset_tier(tier)}' presets of windtunnel.models.presets; the MLPs are "
             "capacity-matched to the transformer of the same preset"
         )
+    if tier in BUDGET:
+        lines.append(protocol_text(tier))
     for task in TASKS:
         cfg = run_config(task, "transformer", tier)
         defaults = tasks.make(task).params.model_dump()

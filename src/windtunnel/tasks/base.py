@@ -14,6 +14,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.distributions import Distribution
 
+from windtunnel.tasks._util import generic_controls
+
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
 
@@ -162,7 +164,10 @@ class WindTunnel(Protocol):
 
     Optional: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
     exact one: the report's closest-posterior column and the ✓ rule) and `approximations_note` (what they are, for the
-    report), `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),
+    report), `approximation_depths() -> {name: int}` (how many observations each approximation keeps: the model's
+    belief horizon), `controls(batch) -> {name: distribution}` (adversarial controls: predictors that do not infer
+    but match the exact posterior's entropy, which must never earn an exact mark; `Task` gives generic ones) and
+    `controls_note`, `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),
     `capacity = (param, what it counts)` (the report's capacity table over that parameter's evaluated values),
     `attention_evidence(inputs, mask) ->
     {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
@@ -205,6 +210,14 @@ class Task(Generic[P]):
     default_loss: ClassVar[str] = "ce"
     capacity: ClassVar[tuple[str, str] | None] = None
     approximations_note: ClassVar[str] = ""
+    controls_note: ClassVar[str] = (
+        "Controls (predictors that do not infer, built to match the exact posterior's entropy): 'another "
+        "sequence's posterior' (the exact posterior of the previous sequence of the batch at the same position; for "
+        "a batch of one, of the next scored position); "
+        "for class answers 'renamed classes' (the exact posterior with its class labels shifted by one: the same "
+        "entropy everywhere) and 'entropy only' (a ramp exp(-beta j) over classes 0..K-1, beta set to the exact "
+        "entropy: knows how uncertain to be, not about what). Class controls put at least 1e-12 on every class."
+    )
     params: P
 
     def __init__(self, **params: Any) -> None:
@@ -246,6 +259,11 @@ class Task(Generic[P]):
     def references(self) -> list[Reference]:
         """Levels of the headline metric at these parameters for the report (none by default)."""
         return []
+
+    def controls(self, batch: Batch) -> dict[str, Distribution]:
+        """Adversarial controls (`controls_note`): named predictors with batch shape (B,T) like `batch.posterior` that
+        match its entropy without doing the inference, so a metric that marks them exact is broken."""
+        return generic_controls(batch.posterior, batch.target_mask)
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Human-readable tokens of one sequence (used by `windtunnel tasks show`)."""

@@ -13,8 +13,9 @@ from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
+from torch.distributions import Categorical, Distribution
 
-from windtunnel.tasks._util import random_perm, scatter_posterior, scatter_targets
+from windtunnel.tasks._util import random_perm, scatter_control, scatter_posterior, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
@@ -60,6 +61,15 @@ def bijection_posterior(
     return torch.where(seen[..., None], point, uniform)
 
 
+def query_layout(keys: torch.Tensor, query: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys asked at scored positions, (B,P), and the pairs revealed before each, (P,): every context key
+    after t pairs, then the paired format's final `query` (B,) after all L."""
+    n_before = torch.arange(keys.shape[1], device=keys.device)  # (L,): key t follows t revealed pairs
+    if query is None:
+        return keys, n_before
+    return torch.cat([keys, query[:, None]], dim=1), torch.cat([n_before, n_before.new_tensor([keys.shape[1]])])
+
+
 def evidence_positions(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Evidence positions for each scored row of a bijection sequence (keys at even, values at odd positions).
 
@@ -88,6 +98,12 @@ class Bijection(Task[BijectionParams]):
     description = "belief accumulation: infer a random permutation from revealed pairs"
     primitive = "belief accumulation"
     title = "Bijection"
+    controls_note = Task.controls_note + (
+        " Bijection: 'context-blind support' (uniform over the fixed values 0..m-1, m the number still possible, "
+        "a point mass on value 0 at a revealed key: never reads which values were revealed); 'keys for values' "
+        "(eliminates the revealed keys instead of the revealed values and answers a revealed key with its own id: "
+        "never reads a value token). Both have entropy error 0."
+    )
 
     def attention_evidence(
         self, inputs: torch.Tensor, mask: torch.Tensor
@@ -127,8 +143,7 @@ class Bijection(Task[BijectionParams]):
         else:
             keys = random_perm(B, V, g, device)[:, :L]  # (B,L)
         values = perm.gather(1, keys)  # (B,L)
-        n_before = torch.arange(L, device=device)  # (L,): key t follows t revealed pairs
-        query_keys = keys  # (B,P) the keys asked at scored positions
+        query = None
         inputs = torch.zeros(B, T, dtype=torch.long, device=device)  # (B,T)
         latent = {"perm": perm, "keys": keys}
         if p.format == "sep-vocab":
@@ -138,11 +153,10 @@ class Bijection(Task[BijectionParams]):
             inputs[:, 0 : 2 * L : 2] = keys
             inputs[:, 1 : 2 * L : 2] = values
             pick = torch.randint(0, L, (B, 1), generator=g, device=device)  # (B,1) a context position
-            query = keys.gather(1, pick)  # (B,1)
-            inputs[:, 2 * L] = query[:, 0]
-            query_keys = torch.cat([keys, query], dim=1)  # (B,L+1)
-            n_before = torch.cat([n_before, n_before.new_tensor([L])])  # (L+1,)
-            latent["query"] = query[:, 0]
+            query = keys.gather(1, pick)[:, 0]  # (B,)
+            inputs[:, 2 * L] = query
+            latent["query"] = query
+        query_keys, n_before = query_layout(keys, query)  # (B,P), (P,)
         mask = torch.zeros(B, T, dtype=torch.bool, device=device)  # (B,T)
         mask[:, 0::2] = True  # key positions (and the final query in the paired format)
         probs = bijection_posterior(keys, values, query_keys, n_before, V)  # (B,P,V)
@@ -154,6 +168,23 @@ class Bijection(Task[BijectionParams]):
             posterior=scatter_posterior(probs.reshape(-1, V), mask, (B, T, V)),
             latent=latent,
         )
+
+    def controls(self, batch: Batch) -> dict[str, Distribution]:
+        """The generic controls plus two that know how many values are still possible (V minus the distinct keys
+        revealed: the keys alone tell it) but not which: entropy error 0 at every position (`controls_note`)."""
+        mask, V = batch.target_mask, self.params.V
+        assert isinstance(batch.posterior, Categorical)
+        exact = batch.posterior.probs[mask]  # (N,V)
+        m = (exact > 0).sum(-1, keepdim=True)  # (N,1) values still possible; 1 at a revealed key
+        blind = (torch.arange(V, device=mask.device) < m).double() / m  # (N,V) uniform over values 0..m-1
+        keys = batch.latent["keys"]  # (B,L)
+        query_keys, n_before = query_layout(keys, batch.latent.get("query"))  # (B,P), (P,)
+        as_values = bijection_posterior(keys, keys, query_keys, n_before, V)  # (B,P,V) the keys read as values
+        return {
+            **super().controls(batch),
+            "context-blind support": scatter_control(blind, mask),
+            "keys for values": scatter_control(as_values.reshape(-1, V), mask),
+        }
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Keys as `k3`, values as `v7`, the paired format's query as `?k3`."""

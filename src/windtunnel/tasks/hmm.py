@@ -8,18 +8,24 @@ computed by the forward algorithm in float64 log space on exactly the matrices t
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable
 
 import torch
 from pydantic import Field
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Distribution
 
-from windtunnel.tasks._util import sample_rows, scatter_posterior, scatter_targets
+from windtunnel.tasks._util import other_sequence, sample_rows, scatter_control, scatter_posterior, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
 MIN_CENTS = 5  # every probability >= 0.05
 TRANS, EMIT, SEP, OBS, OBS_OFFSET = 96, 97, 98, 99, 100  # ids 0..95 are probabilities 0.05..1.00
+# `HMM.windows`: the window filters stop at the first whose own mean entropy error is below this many bits, measured
+# on a fixed reference sample (REFERENCE_BATCH sequences from REFERENCE_SEED, a constant apart from training seeds)
+WINDOW_TOLERANCE_BITS = 1e-4
+REFERENCE_BATCH, REFERENCE_SEED = 512, 7_919_000
 
 
 class HMMParams(TaskParams):
@@ -75,8 +81,9 @@ def _emission_logs(log_E: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
 
 
 def _transport(log_a: torch.Tensor, log_T: torch.Tensor) -> torch.Tensor:
-    """(B,S) log of (a T): one transition of the (normalised) log belief log_a (B,S) through log_T (B,S,S)."""
-    return (log_a[:, :, None] + log_T).logsumexp(1)
+    """(B,...,S) log of (a T): one transition of the (normalised) log beliefs log_a (B,...,S) through log_T (B,S,S)."""
+    lt = log_T.reshape(log_T.shape[0], *[1] * (log_a.dim() - 2), *log_T.shape[1:])  # (B,1..,S,S)
+    return (log_a[..., :, None] + lt).logsumexp(-2)
 
 
 def _normalise(log_a: torch.Tensor) -> torch.Tensor:
@@ -122,6 +129,66 @@ def window_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor, w
     return torch.stack(out, dim=1).exp()  # (B,K,S)
 
 
+def window_filters(
+    log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor, windows: Iterable[int]
+) -> dict[int, torch.Tensor]:
+    """`window_filter` for several windows at once, in max(windows) vectorised steps instead of sum(w) loops per t.
+
+    A filter restarts at every position s (uniform prior at s = 0, else one transition after a uniform state) and runs
+    forward; window w reads restart s = t - w + 1 at time t, or restart 0 (the exact filter) where t < w - 1.
+    Same shapes as `forward_filter`; returns {w: (B,K,S) float64 probabilities}.
+    """
+    ws = list(windows)
+    if not ws or min(ws) < 1:
+        raise ValueError(f"windows: must be >= 1 (got {ws})")
+    B, S, _ = log_T.shape
+    K = obs.shape[1]
+    log_e = _emission_logs(log_E, obs)  # (B,K,S)
+    log_u = torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device)  # (B,S) uniform
+    start = _transport(log_u, log_T)[:, None].repeat(1, K, 1)  # (B,K,S) restart prior at each s
+    start[:, 0] = log_u
+    log_a = _normalise(start + log_e)  # (B,K,S): restart s after o_s
+    head, kept = [log_a[:, :1]], {1: log_a}  # restart 0's trajectory; per wanted window, its restarts
+    for j in range(1, min(max(ws), K)):
+        log_a = _normalise(_transport(log_a[:, :-1], log_T) + log_e[:, j:])  # (B,K-j,S): restart s after o_s..o_s+j
+        head.append(log_a[:, :1])
+        if j + 1 in ws:
+            kept[j + 1] = log_a
+    exact = torch.cat(head, dim=1)  # (B,min(max w,K),S): the exact filter up to there
+    return {w: (exact if w >= K else torch.cat([exact[:, : w - 1], kept[w]], dim=1)).exp() for w in ws}
+
+
+def _log_matrices(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log T (B,S,S), log E (B,S,O)) float64, back on the exact cent grid the batch was sampled on."""
+    cents = [(batch.latent[k].double() * 100).round() for k in ("transition", "emission")]
+    return cents[0].log() - math.log(100), cents[1].log() - math.log(100)
+
+
+def _entropy_bits(probs: torch.Tensor) -> torch.Tensor:
+    """(...) entropy in bits of probabilities (...,S)."""
+    return -torch.special.xlogy(probs, probs).sum(-1) / math.log(2.0)
+
+
+@functools.cache
+def belief_window(S: int, O: int, K: int) -> int:
+    """W: the shortest window whose filter's mean entropy error |H(window) - H(exact)| over all K positions is below
+    WINDOW_TOLERANCE_BITS, or K - 1 if none is (window K is exact); on REFERENCE_BATCH sequences of seed
+    REFERENCE_SEED, so deterministic; windows are tried in doubling chunks, each one `window_filters` call."""
+    if K < 2:
+        return 0
+    batch = HMM(S=S, O=O, K=K).sample(REFERENCE_BATCH, seed=REFERENCE_SEED)
+    log_T, log_E = _log_matrices(batch)
+    obs = batch.latent["observations"]  # (B,K)
+    h_exact = _entropy_bits(forward_filter(log_T, log_E, obs))  # (B,K)
+    hi = 0
+    while hi < K - 1:
+        lo, hi = hi + 1, min(K - 1, max(8, 2 * hi))
+        for w, post in window_filters(log_T, log_E, obs, range(lo, hi + 1)).items():
+            if float((_entropy_bits(post) - h_exact).abs().mean()) < WINDOW_TOLERANCE_BITS:
+                return w
+    return K - 1
+
+
 def log10_rows(n_cols: int) -> float:
     """log10 of the number of discretised rows: compositions of 100 cents into n_cols parts >= 5."""
     return math.log10(math.comb(100 - MIN_CENTS * n_cols + n_cols - 1, n_cols - 1))
@@ -136,9 +203,16 @@ class HMM(Task[HMMParams]):
     primitive = "belief transport"
     title = "HMM"
     approximations_note = (
-        "HMM: filters that forget everything before the last w observations (restarted from one "
-        "transition after a uniform state; windowed filters are exact at the first w positions); a "
-        "model that has not learnt to carry its belief through T sits at 'last 1 obs'."
+        "HMM: 'context-blind' (uniform over the states: the marginal p(s_t), what a predictor that reads nothing "
+        "can say), then filters that forget everything before the last w observations (restarted from one "
+        "transition after a uniform state; exact at the first w positions), w = 1..W, W the shortest window whose "
+        f"own mean entropy error is below {WINDOW_TOLERANCE_BITS:g} bits at these parameters: a model that has not "
+        "learnt to carry its belief through T sits at 'last 1 obs'."
+    )
+    controls_note = Task.controls_note + (
+        " HMM: 'sorted posterior' (the exact filter's probabilities in descending order on states 0..S-1: the same "
+        "entropy, the wrong states); 'another HMM's filter' (the exact filter of this sequence's observations through "
+        "the previous sequence's T and E: a model that ignores the matrices in the prompt)."
     )
     default_loss = "soft_ce"  # the authors' soft targets: cross-entropy against the exact filter
 
@@ -206,20 +280,42 @@ class HMM(Task[HMMParams]):
             },
         )
 
-    approximation_windows = (1, 2, 3)
+    def windows(self) -> tuple[int, ...]:
+        """Window lengths of the approximate filters, 1..W: W is the shortest whose own mean entropy error at these
+        parameters is below WINDOW_TOLERANCE_BITS (`belief_window`), so no window filter is confusable with exact."""
+        p = self.params
+        return tuple(range(1, belief_window(p.S, p.O, p.K) + 1))
 
     def approximations(self, batch: Batch) -> dict[str, Categorical]:
-        """Approximate filters to compare a model against ("which filter does it compute?"): the filter restarted
-        w observations back (`window_filter`), w = 1, 2, 3; batch shape (B,T) like `batch.posterior`."""
-        cents = [(batch.latent[k].double() * 100).round() for k in ("transition", "emission")]  # exact, as sampled
-        log_T, log_E = (c.log() - math.log(100) for c in cents)
+        """Approximate filters to compare a model against ("which filter does it compute?"), batch shape (B,T) like
+        `batch.posterior`: "context-blind" (uniform over the states: the marginal p(s_t), by the symmetry of the
+        Dirichlet prior), then the filter restarted w observations back ("last w obs", `window_filters`)."""
+        log_T, log_E = _log_matrices(batch)
         obs, mask = batch.latent["observations"], batch.target_mask
         B, T = mask.shape
         S = log_T.shape[-1]
-        out = {}
-        for w in self.approximation_windows:
-            post = window_filter(log_T, log_E, obs, w)  # (B,K,S)
+        blind = torch.full((B, T, S), 1.0 / S, dtype=torch.float32, device=mask.device)  # (B,T,S)
+        out = {"context-blind": Categorical(probs=blind, validate_args=False)}
+        windows = self.windows()  # empty for K = 1, where the first window is already exact
+        for w, post in (window_filters(log_T, log_E, obs, windows) if windows else {}).items():  # (B,K,S) each
             out[f"last {w} obs"] = scatter_posterior(post.reshape(-1, S), mask, (B, T, S))
+        return out
+
+    def approximation_depths(self) -> dict[str, int]:
+        """How many observations each approximation keeps (0 for context-blind): a model's belief horizon."""
+        return {"context-blind": 0, **{f"last {w} obs": w for w in self.windows()}}
+
+    def controls(self, batch: Batch) -> dict[str, Distribution]:
+        """The generic controls plus the exact filter's probabilities sorted onto states 0..S-1 (same entropy, wrong
+        states) and the exact filter of this sequence's observations through another sequence's matrices."""
+        mask = batch.target_mask
+        assert isinstance(batch.posterior, Categorical)
+        exact = batch.posterior.probs[mask]  # (N,S)
+        out = {**super().controls(batch), "sorted posterior": scatter_control(exact.sort(-1, descending=True)[0], mask)}
+        if mask.shape[0] > 1:
+            log_T, log_E = (other_sequence(m, mask) for m in _log_matrices(batch))  # (B,S,S), (B,S,O)
+            post = forward_filter(log_T, log_E, batch.latent["observations"])  # (B,K,S)
+            out["another HMM's filter"] = scatter_control(post.reshape(-1, self.params.S), mask)
         return out
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:

@@ -20,8 +20,9 @@ from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
+from torch.distributions import Distribution
 
-from windtunnel.tasks._util import log10_falling, random_perm, scatter_posterior, scatter_targets
+from windtunnel.tasks._util import log10_falling, random_perm, scatter_control, scatter_posterior, scatter_targets
 from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
@@ -62,6 +63,11 @@ class Recall(Task[RecallParams]):
     title = "Recall"
     headline_metric = "accuracy"
     capacity = ("N", "stored pairs")
+    controls_note = Task.controls_note + (
+        " Recall (N >= 2): 'confident wrong value' (a point mass on the value stored in the pair after the queried "
+        "one: an off-by-one binding); 'last stored value' (a point mass on the most recent value whatever is asked: "
+        "recency, right only when the last pair is queried). Entropy 0, as the exact point mass."
+    )
 
     def references(self) -> list[Reference]:
         """Where the answer is scored, and chance among the N stored values: the floor of a model that has learnt
@@ -128,6 +134,21 @@ class Recall(Task[RecallParams]):
             posterior=scatter_posterior(probs, mask, (B, inputs.shape[1], p.value_vocab)),
             latent={"keys": keys, "values": values, "queries": queries},
         )
+
+    def controls(self, batch: Batch) -> dict[str, Distribution]:
+        """The generic controls plus confident retrievals of the wrong stored value: entropy 0 like the exact
+        point mass, wrong at (nearly) every query (`controls_note`). None beyond the generic ones for N = 1."""
+        out = super().controls(batch)
+        N, K, mask = self.params.N, self.params.value_vocab, batch.target_mask
+        if N < 2:
+            return out
+        keys, values, queries = (batch.latent[k] for k in ("keys", "values", "queries"))  # (B,N), (B,N), (B,M)
+        slot = (keys[:, None, :] == queries[:, :, None]).to(torch.long).argmax(-1)  # (B,M) the queried pair
+        neighbour = values.gather(1, (slot + 1) % N)  # (B,M) the value of the next stored pair
+        last = values[:, -1:].expand_as(neighbour)  # (B,M)
+        for name, v in (("confident wrong value", neighbour), ("last stored value", last)):
+            out[name] = scatter_control(torch.nn.functional.one_hot(v.reshape(-1), K).double(), mask)  # (B*M,K) point
+        return out
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Markers `STORE` `SEP` `FILLER` `QUERY` `ANS`, keys `k12`, values `v7`."""

@@ -15,8 +15,9 @@ import math
 
 import torch
 from pydantic import Field
+from torch.distributions import Distribution, Normal
 
-from windtunnel.tasks._util import scatter_normal, scatter_targets
+from windtunnel.tasks._util import other_sequence, scatter_normal, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
@@ -64,6 +65,12 @@ class Regression(Task[RegressionParams]):
     description = "continuous inference: Gaussian posterior predictive of a random linear map"
     primitive = "continuous inference"
     title = "Regression"
+    controls_note = Task.controls_note + (
+        " Regression (each with the exact predictive variance, which depends on the x's alone): 'blind mean' (mean "
+        "0, the prior mean: reads no y); 'negated mean' (the exact mean reflected about the prior mean); 'mispaired "
+        "answers' (the exact update from this sequence's x's and the previous sequence's y's; for a batch of one, "
+        "its own y's shifted by one pair)."
+    )
 
     @property
     def spec(self) -> TaskSpec:
@@ -100,6 +107,20 @@ class Regression(Task[RegressionParams]):
             posterior=scatter_normal(mean.reshape(-1), var.sqrt().reshape(-1), mask),
             latent={"w": w, "xs": xs, "ys": ys},
         )
+
+    def controls(self, batch: Batch) -> dict[str, Distribution]:
+        """Another sequence's posterior plus three with the exact predictive variance (a function of the x's alone)
+        and a wrong mean: differential-entropy error 0 at every position (`controls_note`)."""
+        p, post, mask = self.params, batch.posterior, batch.target_mask
+        assert isinstance(post, Normal)
+        xs, ys = batch.latent["xs"], batch.latent["ys"]  # (B,n,d), (B,n)
+        mean, var = regression_predictive(xs, other_sequence(ys, torch.ones_like(ys, dtype=torch.bool)), p.tau, p.sigma)
+        return {
+            **super().controls(batch),
+            "blind mean": Normal(torch.zeros_like(post.loc), post.scale, validate_args=False),
+            "negated mean": Normal(-post.loc, post.scale, validate_args=False),
+            "mispaired answers": scatter_normal(mean.reshape(-1), var.sqrt().reshape(-1), mask),
+        }
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """x-tokens as `x=[0.12, -0.50, ...]`, y-tokens as `y=0.23` (pair tokens: `(x=[...], y=0.23)`)."""

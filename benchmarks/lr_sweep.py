@@ -1,0 +1,85 @@
+"""The fair protocol's learning-rate sweep: for every (task, architecture) of a tier, `windtunnel sweep` over
+`suites.paper.LR_GRID` at the tier's budget (the same steps x batch for every architecture of a task), one seed per
+point, picked on the validation stream (the sweep's ★). Each cell's base config is written beside its sweep, so the
+`Command:` line of its sweep.md re-runs it.
+
+    python benchmarks/lr_sweep.py --tier quick --out runs/lr-sweep-quick               # every cell, 2 at a time
+    python benchmarks/lr_sweep.py --tier quick --out runs/lr-sweep-quick --picks       # the LR_PICKS the sweeps made
+
+Evaluation on the test stream is cut to 100 sequences with no length-generalisation settings (the pick never reads
+it); training, validation and everything the pick reads are the tier's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+from pathlib import Path
+
+import yaml
+
+from windtunnel.config import BASELINES
+from windtunnel.suites.paper import ARCHS, LR_GRID, TASKS, budget, run_config
+from windtunnel.sweep import TABLE_JSON, sweep
+
+SWEEP_EVAL = {"n": 100, "overrides": []}
+
+
+def base_config(task: str, arch: str, tier: str) -> dict:
+    """The tier's config of (task, arch), seed 0, with the cheap test evaluation and no probe checkpoints."""
+    cfg = run_config(task, arch, tier, seed=0)
+    cfg["train"].pop("checkpoint_schedule", None)
+    cfg["eval"] = dict(SWEEP_EVAL)
+    return cfg
+
+
+def run_cell(cell_key: tuple[str, str], tier: str, out: Path) -> dict:
+    """One cell's sweep over the learning-rate grid (one process, one thread per run)."""
+    task, arch = cell_key
+    cell = out / f"{task}-{arch}"
+    cell.mkdir(parents=True, exist_ok=True)
+    base = cell / "base.yaml"
+    base.write_text(yaml.safe_dump(base_config(task, arch, tier), sort_keys=False))
+    return sweep(base, {"train.lr": list(LR_GRID)}, cell, jobs=1, threads=1)
+
+
+def picks(out: Path) -> dict[tuple[str, str], float]:
+    """(task, arch) -> the learning rate of its sweep's ★ row."""
+    found = {}
+    for task in TASKS:
+        for arch in ARCHS:
+            path = out / f"{task}-{arch}" / TABLE_JSON
+            if not path.is_file():
+                continue
+            best = [r for r in json.loads(path.read_text())["rows"] if r.get("best")]
+            if best:
+                found[(task, arch)] = best[0]["values"]["train.lr"]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tier", default="quick", choices=("quick", "standard"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--jobs", type=int, default=2, help="cells swept at once (each one run at a time)")
+    parser.add_argument("--picks", action="store_true", help="print the picks of finished sweeps and stop")
+    args = parser.parse_args()
+    if args.picks:
+        for (task, arch), lr in picks(args.out).items():
+            print(f'    ("{task}", "{arch}"): {lr!r},')
+        return
+    cells = [(t, a) for t in TASKS for a in ARCHS if a not in BASELINES]
+    steps = {t: budget(t, args.tier)[0] for t in TASKS}
+    cells.sort(key=lambda c: -steps[c[0]])
+    work = partial(run_cell, tier=args.tier, out=args.out)
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for (task, arch), result in zip(cells, pool.map(work, cells), strict=True):
+            print(f"{task}/{arch}: {result['total_wall_s']:.0f} s", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

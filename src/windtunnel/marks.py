@@ -1,0 +1,370 @@
+"""Verdicts: the one home of the marks. Is a predictor exact, approximate, or neither -- and why not?
+
+`verdict(task, scores)` reads the whole distribution, not one summary of it. `scores` is one evaluation setting as
+eval.json holds it (`evaluate.score_predictor`), or a cell's seeds pooled by `pool`:
+
+    ✓ exact        entropy error ≤ 0.01 bits AND KL(exact ‖ model) ≤ 0.01 bits, each at the conservative (upper) end
+                   of its interval; accuracy ≥ 99% (lower end) where accuracy is the task's headline; and, for a task
+                   whose approximate posteriors have depths (the HMM's window filters: how many observations each
+                   keeps), a belief horizon that covers every one of them
+    ◐ approximate  both ≤ 0.1 bits, accuracy ≥ 90% where it is the headline, and (with depths) a horizon of at least
+                   the shallowest window: the model transports belief at least that far
+    ✗ otherwise    -- including any number that is missing or not finite.
+
+A task may set its own thresholds (`mark_thresholds = {"exact_bits": ...}` on the task). Entropy error alone
+certifies nothing: a predictor can match the posterior's entropy everywhere without reading the context (each task's
+`controls`), so KL is always part of the rule. The belief horizon is the largest depth w such that the model is
+measurably closer to the exact posterior than every approximation of depth ≤ w is (`gain_bits`: KL(exact ‖
+approximation) − KL(exact ‖ model), its interval above zero). The closest posterior is the one minimising KL(· ‖
+model), with paired intervals of every other candidate's margin over it; where the model is not measurably better
+than the context-blind reference it is "none: no better than context-blind".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from statistics import fmean
+from typing import Any
+
+from windtunnel.metrics import seed_interval
+
+LEVELS = ("exact", "approximate", "fail")
+MARK = {"exact": "✓", "approximate": "◐", "fail": "✗"}
+CONTEXT_BLIND = "context-blind"  # the name of the reference that reads nothing, where a task's approximations have it
+EXACT = "exact"  # the exact posterior, as a candidate for "closest"
+METRIC_WORDS = {"entropy_mae_bits": "entropy error", "kl_bits": "KL(exact ‖ model)", "accuracy": "accuracy"}
+
+# Time to Bayes: the precision marks a validation curve is read at, per headline metric, and the HMM's extra mark.
+PRECISION_MARKS: dict[str, tuple[float, ...]] = {
+    "entropy_mae_bits": (0.1, 0.05, 0.02, 0.01),
+    "accuracy": (0.9, 0.99, 1.0),
+}
+EXACT_FILTER = "exact filter"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The levels of the rule: bits for entropy error and KL (both), fractions for accuracy."""
+
+    exact_bits: float = 0.01
+    approx_bits: float = 0.1
+    exact_accuracy: float = 0.99
+    approx_accuracy: float = 0.90
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A predictor's level ("exact" | "approximate" | "fail"), why it is not higher (`reasons`), and for tasks with
+    approximations its belief horizon (of `horizon_max`) and the posterior it is closest to."""
+
+    level: str
+    reasons: tuple[str, ...] = ()
+    horizon: int | None = None
+    horizon_max: int | None = None
+    closest: str | None = None
+    closest_text: str | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def mark(self) -> str:
+        return MARK[self.level]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "mark": self.mark, "reasons": list(self.reasons)}
+
+
+def thresholds(task: Any) -> Thresholds:
+    """The task's own thresholds (`mark_thresholds`, a dict of `Thresholds` fields) over the defaults."""
+    own = getattr(task, "mark_thresholds", None) or {}
+    return Thresholds(**dict(own))
+
+
+def headline_of(task: Any) -> str:
+    """The task's headline metric: "entropy_mae_bits" (default) or "accuracy"."""
+    return str(getattr(task, "headline_metric", "entropy_mae_bits"))
+
+
+def finite(m: Any) -> dict[str, float] | None:
+    """An interval {"mean", "lo", "hi"} whose three numbers are finite, else None."""
+    if not isinstance(m, Mapping):
+        return None
+    try:
+        vals = {k: float(m[k]) for k in ("mean", "lo", "hi")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return vals if all(math.isfinite(v) for v in vals.values()) else None
+
+
+def level_of_value(metric: str, value: float, th: Thresholds | None = None) -> str:
+    """The level one bare number of `metric` would reach on its own (the paper's entropy-only numbers, a curve point):
+    never a verdict, which needs KL too."""
+    th = th or Thresholds()
+    if not math.isfinite(value):
+        return "fail"
+    if metric == "accuracy":
+        return "exact" if value >= th.exact_accuracy else "approximate" if value >= th.approx_accuracy else "fail"
+    return "exact" if value <= th.exact_bits else "approximate" if value <= th.approx_bits else "fail"
+
+
+def belief_horizon(approximations: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(horizon, deepest window) from approximations with a "depth": the largest depth w such that the model beats
+    (gain interval above zero) every approximation of depth ≤ w; horizon None where it does not beat the shallowest.
+    (None, None) when no approximation has a depth."""
+    ordered = sorted((int(a["depth"]), name) for name, a in approximations.items() if a.get("depth") is not None)
+    if not ordered:
+        return None, None
+    horizon = None
+    for depth, name in ordered:
+        gain = finite(approximations[name].get("gain_bits"))
+        if gain is None or not gain["lo"] > 0:
+            break
+        horizon = depth
+    return horizon, ordered[-1][0]
+
+
+def closest_text(closest: Mapping[str, Any] | None, approximations: Mapping[str, Any]) -> str | None:
+    """The closest posterior in words: its name, "(not separated from ...)" where a margin's interval reaches zero,
+    or "none: no better than context-blind" where the model does not beat the context-blind reference."""
+    if not closest:
+        return None
+    blind = approximations.get(CONTEXT_BLIND)
+    if blind is not None:
+        gain = finite(blind.get("gain_bits"))
+        if gain is None or not gain["lo"] > 0:
+            return f"none: no better than {CONTEXT_BLIND}"
+    name = str(closest["name"])
+    tied = [c for c, m in (closest.get("margins") or {}).items() if c != name and (f := finite(m)) and f["lo"] <= 0]
+    return name + (f" (not separated from {', '.join(tied)})" if tied else "")
+
+
+def closest_posterior(kl: Mapping[str, Sequence[float]], intervals: Any) -> dict[str, Any]:
+    """{"name", "margins"} over candidates (exact and each approximation) given KL(candidate ‖ model) per unit
+    (`kl[c]`: one value per sequence sum or per seed, paired across candidates): the name minimising the mean, and
+    each candidate's margin over it (`intervals(differences)` -> {"mean", "lo", "hi"})."""
+    means = {c: fmean(v) for c, v in kl.items()}
+    best = min(means, key=means.__getitem__)
+    margins = {c: intervals([a - b for a, b in zip(v, kl[best], strict=True)]) for c, v in kl.items()}
+    return {"name": best, "margins": margins}
+
+
+def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
+    """The verdict of one evaluation setting (or pooled cell) of a predictor on `task` (see the module docstring)."""
+    th = thresholds(task)
+    metric = headline_of(task)
+    got = scores.get("metrics") or {}
+    level, reasons = "exact", []
+
+    def cap(to: str, reason: str) -> None:
+        nonlocal level
+        reasons.append(reason)
+        if LEVELS.index(to) > LEVELS.index(level):
+            level = to
+
+    for name in ("entropy_mae_bits", "kl_bits"):
+        m = finite(got.get(name))
+        if m is None:
+            cap("fail", f"{METRIC_WORDS[name]}: no finite value")
+        elif m["hi"] > th.approx_bits:
+            cap("fail", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.approx_bits:g} bits (upper end)")
+        elif m["hi"] > th.exact_bits:
+            cap("approximate", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.exact_bits:g} bits (upper end)")
+    if metric == "accuracy":
+        m = finite(got.get("accuracy"))
+        if m is None:
+            cap("fail", "accuracy: no finite value")
+        elif m["lo"] < th.approx_accuracy:
+            cap("fail", f"accuracy {100 * m['lo']:.1f}% < {100 * th.approx_accuracy:.0f}% (lower end)")
+        elif m["lo"] < th.exact_accuracy:
+            cap("approximate", f"accuracy {100 * m['lo']:.1f}% < {100 * th.exact_accuracy:.0f}% (lower end)")
+    approx = scores.get("approximations") or {}
+    horizon, deepest = belief_horizon(approx)
+    if deepest is not None:
+        shallowest = min(int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > 0)
+        if horizon is None or horizon < shallowest:
+            cap(
+                "fail",
+                f"belief horizon {'none' if horizon is None else horizon}: not measurably better than the "
+                f"{shallowest}-observation filter",
+            )
+        elif horizon < deepest:
+            beyond = min(
+                int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > horizon
+            )
+            cap(
+                "approximate",
+                f"belief horizon {horizon} of {deepest}: not measurably better than the {beyond}-observation filter",
+            )
+    else:
+        for name, a in approx.items():
+            gain = finite(a.get("gain_bits"))
+            if gain is None or not gain["lo"] > 0:
+                cap("approximate", f"not measurably closer to the exact posterior than '{name}'")
+    closest = scores.get("closest")
+    return Verdict(
+        level=level,
+        reasons=tuple(reasons),
+        horizon=horizon,
+        horizon_max=deepest,
+        closest=str(closest["name"]) if closest else None,
+        closest_text=closest_text(closest, approx),
+        thresholds=th,
+    )
+
+
+def rule_text(th: Thresholds | None = None) -> str:
+    """The rule in words, for the report and README."""
+    th = th or Thresholds()
+    return (
+        f"✓ exact = entropy error ≤ {th.exact_bits:g} bits and KL(exact ‖ model) ≤ {th.exact_bits:g} bits (both at "
+        f"the upper end of their intervals), accuracy ≥ {100 * th.exact_accuracy:.0f}% where accuracy is the headline, "
+        "and, for the HMM, a belief horizon covering every window filter (measurably closer to the exact filter than "
+        f"each); ◐ approximate = both ≤ {th.approx_bits:g} bits, accuracy ≥ {100 * th.approx_accuracy:.0f}% where it "
+        "is the headline, and for the HMM measurably better than the one-observation filter; ✗ otherwise (a missing "
+        "or non-finite number included). Intervals: the 95% Student-t interval over training seeds (≥ 2 seeds), or "
+        "the run's bootstrap interval over test sequences (1 seed: evaluation noise only)"
+    )
+
+
+# --- a cell of several seeds --------------------------------------------------------------------------------
+
+
+def _seed_stats(values: list[float], clip: tuple[float, float] | None = None) -> dict[str, float]:
+    lo, hi = seed_interval(values)
+    if clip is not None:
+        lo, hi = max(lo, clip[0]), min(hi, clip[1])
+    return {"mean": fmean(values), "lo": lo, "hi": hi}
+
+
+def seed_stats(values: list[float]) -> dict[str, float]:
+    """Mean of >= 2 seed values with its 95% Student-t interval (a difference: not clipped)."""
+    return _seed_stats(values)
+
+
+def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One cell's scores from its seeds' evaluation settings (same task parameters), for `verdict`: with >= 2 seeds
+    every number is the mean of the seed means with its Student-t interval (error metrics clipped at 0, accuracies
+    to [0, 1]); one seed keeps its own bootstrap intervals. NaN anywhere stays NaN (and fails the verdict)."""
+    if not settings:
+        raise ValueError("pool: no settings")
+    if len(settings) == 1:
+        return {**settings[0], "seeds": 1, "interval": "bootstrap"}
+    metrics: dict[str, Any] = {}
+    for name in settings[0].get("metrics") or {}:
+        vals = [_mean_of(s.get("metrics", {}).get(name)) for s in settings]
+        if any(v is None for v in vals):
+            metrics[name] = None
+            continue
+        clean = [float(v) for v in vals if v is not None]
+        if not all(math.isfinite(v) for v in clean):
+            metrics[name] = {"mean": math.nan, "lo": math.nan, "hi": math.nan}
+            continue
+        clip = (0.0, 1.0) if name in ("accuracy", "bayes_accuracy") else (0.0, math.inf)
+        metrics[name] = _seed_stats(clean, clip)
+    out: dict[str, Any] = {"metrics": metrics, "seeds": len(settings), "interval": "seeds"}
+    approx_sets = [s.get("approximations") or {} for s in settings]
+    names = [n for n in approx_sets[0] if all(n in a for a in approx_sets)]
+    if names:
+        pooled = {}
+        for n in names:
+            first = approx_sets[0][n]
+            pooled[n] = {
+                "depth": first.get("depth"),
+                **{k: fmean(float(a[n].get(k, math.nan)) for a in approx_sets) for k in _APPROX_NUMBERS},
+                "gain_bits": _seed_stats([_mean_or_nan(a[n].get("gain_bits")) for a in approx_sets]),
+            }
+        out["approximations"] = pooled
+        kl = {EXACT: [_mean_or_nan(s.get("metrics", {}).get("kl_bits")) for s in settings]}
+        kl.update({n: [float(a[n].get("kl_from_model_bits", math.nan)) for a in approx_sets] for n in names})
+        out["closest"] = closest_posterior(kl, seed_stats)
+    return out
+
+
+_APPROX_NUMBERS = ("entropy_mae_bits", "kl_bits", "kl_from_model_bits")  # per approximation, averaged over seeds
+
+
+def _mean_of(m: Any) -> float | None:
+    return None if not isinstance(m, Mapping) or m.get("mean") is None else float(m["mean"])
+
+
+def _mean_or_nan(m: Any) -> float:
+    v = _mean_of(m)
+    return math.nan if v is None else v
+
+
+# --- time to Bayes -------------------------------------------------------------------------------------------
+
+
+def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, float] | None]:
+    """First evaluation at which `metric` reaches each precision mark: {mark: {"step", "train_s"} or None}; for a
+    task with window filters also the first one whose (point) belief horizon covers every window (`EXACT_FILTER`)."""
+
+    def better(v: Any, m: float) -> bool:
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return v >= m if metric == "accuracy" else v <= m
+
+    out: dict[str, dict[str, float] | None] = {}
+    for mark in PRECISION_MARKS[metric]:
+        hit = next((e for e in evals if better(e.get(metric), mark)), None)
+        out[f"{mark:g}"] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
+    if any("horizon_max" in e for e in evals):
+        hit = next((e for e in evals if e.get("horizon") is not None and e["horizon"] == e.get("horizon_max")), None)
+        out[EXACT_FILTER] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
+    return out
+
+
+def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[str, dict[str, Any]]:
+    """Per mark, over seeds' `crossings`: how many reached it, median and range of training seconds, median step."""
+    out: dict[str, Any] = {}
+    for mark in per_seed[0]:
+        hits = [h for c in per_seed if (h := c.get(mark)) is not None]
+        out[mark] = {"reached": len(hits), "of": len(per_seed)}
+        if hits:
+            secs, steps = [h["train_s"] for h in hits], [h["step"] for h in hits]
+            out[mark].update(
+                median_s=statistics.median(secs), min_s=min(secs), max_s=max(secs), median_step=statistics.median(steps)
+            )
+    return out
+
+
+def format_mark(m: dict[str, Any]) -> str:
+    """`"412 s [380–460] @1,300 2/3"`: median training seconds [range over seeds] @ median step, seeds reaching."""
+    if not m["reached"]:
+        return f"— (0/{m['of']})"
+    span = "" if m["of"] == 1 else f" [{m['min_s']:,.0f}–{m['max_s']:,.0f}]"
+    seeds = "" if m["of"] == 1 else f" {m['reached']}/{m['of']}"
+    return f"{m['median_s']:,.0f} s{span} @{m['median_step']:,.0f}{seeds}"
+
+
+def mark_header(mark: str, metric: str) -> str:
+    """Column title of a mark: "≤ 0.01 bits", "≥ 99%" or "exact filter"."""
+    if mark == EXACT_FILTER:
+        return mark
+    return f"≥ {float(mark):.0%}" if metric == "accuracy" else f"≤ {mark} bits"
+
+
+__all__ = [
+    "CONTEXT_BLIND",
+    "EXACT_FILTER",
+    "LEVELS",
+    "MARK",
+    "PRECISION_MARKS",
+    "Thresholds",
+    "Verdict",
+    "belief_horizon",
+    "closest_posterior",
+    "closest_text",
+    "crossings",
+    "format_mark",
+    "mark_header",
+    "level_of_value",
+    "pool",
+    "rule_text",
+    "seed_stats",
+    "summarize_marks",
+    "thresholds",
+    "verdict",
+]
