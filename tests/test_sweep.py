@@ -394,3 +394,17 @@ def test_cli_missing_config_or_grid_exits_2(tmp_path):
     (tmp_path / "base.yaml").write_text("{}\n")
     r = runner.invoke(app, ["sweep", str(tmp_path / "base.yaml"), "--out", str(tmp_path / "out")])
     assert r.exit_code == 2 and "error: --grid: give at least one" in r.output
+
+
+def test_a_task_without_accuracy_tabulates(tmp_path):
+    """Regression has real answers (no accuracy): its table has no accuracy and still picks a setting."""
+    config = tmp_path / "base.json"
+    base = {**BASE, "task": {"name": "regression", "params": {"d": 2, "n": 6}}, "train": {**BASE["train"]}}
+    base["train"]["eval_every"] = 3
+    config.write_text(json.dumps(base))
+    grid = ["--grid", "train.lr=1e-3,3e-3", "--no-progress", "--threads", "1"]
+    r = runner.invoke(app, ["sweep", str(config), *grid, "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    table = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert all(row["metrics"]["accuracy"] is None for row in table["rows"])
+    assert sum(s["best"] for s in table["settings"]) == 1

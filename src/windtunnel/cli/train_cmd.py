@@ -25,9 +25,12 @@ def _row(name: str, r: dict[str, Any]) -> str:
         v = m.get(key)
         return "n/a" if v is None else f"{v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]"
 
+    v = r.get("verdict") or {}
+    why = f"  {v.get('mark', '')} {v.get('level', '')}" + (f" ({'; '.join(v['reasons'])})" if v.get("reasons") else "")
+    closest = f"  closest: {v['closest_text']}" if v.get("closest_text") else ""
     return (
         f"{name:<14} {r['n']:>6}  {cell('entropy_mae_bits'):<26} {cell('entropy_mae_curve_bits'):<26} "
-        f"{cell('kl_bits'):<26} {cell('accuracy')}"
+        f"{cell('kl_bits'):<26} {cell('accuracy')}{why}{closest}"
     )
 
 
@@ -35,6 +38,7 @@ def print_table(results: dict[str, Any]) -> None:
     """Human-readable table: one row per evaluation setting, mean [95% CI] per metric."""
     typer.echo(
         f"{'setting':<14} {'n':>6}  {'entropy_mae_bits':<26} {'entropy_mae_curve_bits':<26} {'kl_bits':<26} accuracy"
+        "  verdict (windtunnel.marks)"
     )
     for name, r in results.items():
         typer.echo(_row(name, r))
