@@ -205,10 +205,6 @@ def evaluate_model(
     """One evaluation setting of a model on `stream` (`score_predictor` with the run's seed and eval settings)."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
-    if n < 1:
-        raise ValueError(f"n: must be >= 1 (got {n})")
-    if bs < 1:
-        raise ValueError(f"batch_size: must be >= 1 (got {bs})")
     dev = device or _model_device(model)
     was_training = model.training
     model.eval()

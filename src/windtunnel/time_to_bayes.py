@@ -106,7 +106,7 @@ def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
     keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest", "horizon")
     return {
         "seed": seed,
-        "run_dir": str(run_dir),
+        "run_dir": f"runs/{run_dir.name}",  # relative to the benchmark's --out: results stay valid when moved
         "metric": metric,
         "curve": [{k: e[k] for k in keep if k in e} for e in evals],
         "crossings": crossings(evals, metric),

@@ -90,10 +90,8 @@ def mixed_configurations(records: list[RunRecord]) -> list[str]:
 
 def full_params(task: str, params: dict[str, Any]) -> dict[str, Any] | None:
     """A task's parameters with its defaults filled in, or None where this version cannot build it."""
-    try:
-        return dict(tasks.make(task, **params).params.model_dump(mode="json"))
-    except (ValueError, KeyError, TypeError):
-        return None
+    built = build_tunnel(task, params)
+    return None if built is None else dict(built.params.model_dump(mode="json"))
 
 
 def at_paper_params(task: str, params: dict[str, Any]) -> bool:
@@ -106,12 +104,17 @@ def at_paper_params(task: str, params: dict[str, Any]) -> bool:
     return mine is not None and mine == theirs
 
 
-def tunnel_of(runs: list[RunRecord]) -> Any:
-    """The wind tunnel of a configuration's runs at their task parameters (None where it cannot be built)."""
+def build_tunnel(task: str, params: dict[str, Any]) -> Any:
+    """The wind tunnel `task` at `params`, or None where this version cannot build it."""
     try:
-        return tasks.make(runs[0].task, **runs[0].params)
+        return tasks.make(task, **params)
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def tunnel_of(runs: list[RunRecord]) -> Any:
+    """The wind tunnel of a configuration's runs at their task parameters (None where it cannot be built)."""
+    return build_tunnel(runs[0].task, runs[0].params)
 
 
 # --- one cell ----------------------------------------------------------------------------------------------
@@ -247,13 +250,9 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
 
 
 def tunnel(task: str, records: list[RunRecord]) -> Any:
-    """The wind tunnel `task` at the parameters its runs trained with, or None where this version cannot build it
-    (a task no longer registered, or parameters it no longer accepts)."""
-    params = next((r.params for r in records if r.task == task), {})
-    try:
-        return tasks.make(task, **params)
-    except (ValueError, KeyError, TypeError):
-        return None
+    """The wind tunnel `task` at the parameters its first run trained with (`tunnel_of`), or None where this version
+    cannot build it (a task no longer registered, or parameters it no longer accepts)."""
+    return build_tunnel(task, next((r.params for r in records if r.task == task), {}))
 
 
 def task_references(task: str, records: list[RunRecord]) -> list[Any]:
