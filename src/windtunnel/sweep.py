@@ -348,13 +348,27 @@ def _sweep_locked(
     where = placement(runner, meta["jobs"])
     echo(f"{len(points)} runs ({todo} to train), {where} x {meta['threads']} thread(s) -> {out}")
     start = time.time()
+    meta = {**meta, "trained": todo}  # runs this call trained; the rest were finished runs it found and read
+
+    def timed() -> dict[str, Any]:
+        return {**meta, "total_wall_s": round(time.time() - start, 1)}
+
     try:
         results = execute(jobs, runner, echo, progress=progress)  # longest first
     except BaseException:  # keep the table of what did finish, then report the failure
         with contextlib.suppress(Exception):
-            write_table(out, points, record, {**meta, "total_wall_s": round(time.time() - start, 1)})
+            write_table(out, points, record, timed())
         raise
-    return write_table(out, points, record, {**meta, "total_wall_s": round(time.time() - start, 1)}, results)
+    return write_table(out, points, record, timed(), results)
+
+
+def _wall_text(data: dict[str, Any]) -> str:
+    """This call's wall time, and how many runs it trained (a re-run of a finished sweep trains none: its wall time
+    is not the sweep's) and the runs' own training walls summed."""
+    runs = sum(r.get("wall_s") or 0 for r in data["rows"])
+    trained = data.get("trained")
+    done = "" if trained is None else f", {trained} of {len(data['rows'])} runs trained by it"
+    return f"{data['total_wall_s']:.0f} s in this call{done}; the runs' own walls sum to {runs:.0f} s"
 
 
 def _command(
@@ -640,7 +654,7 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
             "95%: over seeds (Student t) where a setting has two or more, else the run's bootstrap interval over "
             f"its test sequences (a single validation value has none). Executor {data['executor']}, "
             f"{data['threads']} thread(s) per run, {data['machine']}, device {data['device']}; "
-            f"{data['total_wall_s']:.0f} s in all."
+            f"{_wall_text(data)}."
         )
     )
 
