@@ -97,15 +97,52 @@ def test_resolve_rejects_bad_task_params_and_arch():
 
 
 def test_model_size_is_typed_at_resolve_time():
-    """The architecture's Size validates model.size before anything is built; the config keeps only given fields."""
+    """The architecture's Size validates model.size before anything is built; the config keeps only given fields
+    and the derived `init`."""
     r = resolve_config(build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.d_state": 8}))
-    assert r.model.size == {"n_layers": 2, "d_model": 32, "d_state": 8}
+    assert r.model.size == {"n_layers": 2, "d_model": 32, "d_state": 8, "init": "normal"}
     with pytest.raises(ValueError, match=r"model\.size\.d_state: Input should be a valid integer"):
         resolve_config(build_config(overrides={"model.arch": "mamba", "model.d_state": 2.5}))
     with pytest.raises(ValueError, match=r"model\.size\.dt_rank: .*'auto' or an integer >= 1"):
         resolve_config(build_config(overrides={"model.arch": "mamba", "model.dt_rank": 0}))
     with pytest.raises(ValueError, match=r"model\.size\.pos: Input should be 'learned', 'none', 'rotary'"):
         resolve_config(build_config(overrides={"model.pos": "sinusoid"}))
+
+
+@pytest.mark.parametrize(
+    "arch,size,init",
+    [
+        ("transformer", {}, "normal"),
+        ("lstm", {}, "normal"),
+        ("mlp-pointwise", {}, "normal"),
+        ("mamba", {}, "normal"),
+        ("mamba", {"variant": "paper"}, "torch"),  # the authors' block keeps PyTorch's init
+        ("mamba", {"variant": "paper", "init": "normal"}, "normal"),  # explicit wins
+        ("transformer", {"init": "torch"}, "torch"),
+    ],
+)
+def test_resolved_config_records_the_concrete_init(arch, size, init):
+    overrides = {"model.arch": arch, "model.preset": "smoke", **{f"model.{k}": v for k, v in size.items()}}
+    r = resolve_config(build_config(overrides=overrides))
+    assert r.model.size["init"] == init and resolve_config(r) == r
+
+
+def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp_path):
+    """Run directories written before `init` existed trained every architecture, the paper Mamba too, with "normal"
+    init; today's default for the paper Mamba is "torch", so a stored config without the field is upgraded."""
+    from windtunnel import rundir
+
+    cfg = resolve_config(
+        build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.variant": "paper"})
+    )
+    old = cfg.model_dump(mode="json")
+    del old["model"]["size"]["init"]
+    (tmp_path / rundir.CONFIG).write_text(json.dumps(old))
+    stored = rundir.read_config(tmp_path)
+    assert stored.model.size["init"] == "normal" and cfg.model.size["init"] == "torch"
+    assert stored.model_dump()["model"] | {"size": cfg.model.size} == cfg.model_dump()["model"]  # only init differs
+    with pytest.raises(ValueError, match=r"model\.size\.init: Input should be 'normal' or 'torch'"):
+        resolve_config(build_config(overrides={"model.init": "xavier"}))
 
 
 def test_auto_loss_and_eval_names():

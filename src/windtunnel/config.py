@@ -81,7 +81,9 @@ class TrainConfig(_Strict):
     Schedules (after `warmup_steps` of linear warmup): "cosine" to min_lr_ratio*lr at `steps`; "constant"; "wsd"
     (warmup-stable-decay): constant, then a linear cooldown to min_lr_ratio*lr over the last `cooldown_frac` of the
     steps. Optimisers: "adamw"; "muon" (`torch.optim.Muon` on the hidden weight matrices, learning rate matched to
-    AdamW's update RMS, and AdamW on embeddings, head, norms and biases).
+    AdamW's update RMS, and AdamW on embeddings, head, norms and biases). `weight_decay_on`: "matrices" (default:
+    weight matrices only, not norms, biases, embeddings or `no_weight_decay`-marked parameters) or "all" (every
+    parameter, as `torch.optim.AdamW(model.parameters(), weight_decay=...)` in the authors' scripts).
     """
 
     steps: int = Field(default=1000, ge=0)
@@ -93,6 +95,7 @@ class TrainConfig(_Strict):
     cooldown_frac: float = Field(default=0.2, ge=0, le=1)
     optimizer: Literal["adamw", "muon"] = "adamw"
     weight_decay: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    weight_decay_on: Literal["matrices", "all"] = "matrices"
     curriculum: list[CurriculumStage] = Field(default_factory=list)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0)
@@ -315,7 +318,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     Builds the task (validating task.params and each curriculum stage; defaults filled in), expands the preset into
     model.size (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings
     and curriculum stages. The model size is validated against the architecture's `Size` (an import-string
-    architecture's when the run builds it, as importing runs code).
+    architecture's when the run builds it, as importing runs code) and records its derived fields (`init`).
     """
     from windtunnel import models, tasks
     from windtunnel.models.presets import preset
@@ -348,12 +351,36 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
         if cfg.model.preset is not None:
             size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec).as_config(), **size}
         if cfg.model.arch in models.names():  # an import string's Size is read when the run builds it (trust_code)
-            size = models.size_class(cfg.model.arch).of(size, where="model.size.").as_config()
+            # resolved=True: fields derived from others (`init`) are stored at their concrete values
+            size = models.size_class(cfg.model.arch).of(size, where="model.size.").as_config(resolved=True)
     data = cfg.model_dump(mode="json")
     data["task"]["params"] = params
     data["model"]["size"] = size
     data["model"]["max_len"] = max_len
     return validate(data)
+
+
+# Size fields added after run directories were first written, with the value every run stored without them trained
+# with: before `init` existed every architecture, the paper Mamba variant included, was initialised "normal".
+_ADDED_SIZE_FIELDS = {"init": "normal"}
+
+
+def upgrade_stored(data: Any) -> Any:
+    """A stored config.json (a dict, changed in place and returned) in today's form: a registered architecture's
+    `model.size` that lacks a field added since (`_ADDED_SIZE_FIELDS`) gets the value that run trained with, not
+    today's default (which for `init` depends on the architecture). Anything that is not such a config passes as is."""
+    from windtunnel import models
+
+    model = data.get("model") if isinstance(data, dict) else None
+    size = model.get("size") if isinstance(model, dict) else None
+    arch = model.get("arch") if isinstance(model, dict) else None
+    if not isinstance(size, dict) or not isinstance(arch, str) or arch not in models.names():
+        return data
+    declared = models.size_class(arch).model_fields
+    for key, value in _ADDED_SIZE_FIELDS.items():
+        if key in declared and key not in size:
+            size[key] = value
+    return data
 
 
 def config_to_json(cfg: RunConfig) -> str:

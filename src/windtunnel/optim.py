@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from windtunnel.config import RunConfig
-from windtunnel.models.common import InputEmbedding, OutputHead
+from windtunnel.models.common import InputEmbedding, OutputHead, decays
 
 
 def lr_at(step: int, cfg: RunConfig) -> float:
@@ -84,19 +84,24 @@ class MultiOptimizer:
 
 
 def _hidden_matrices(model: nn.Module) -> set[int]:
-    """ids of the weights of Linear layers outside the input embedding and output head: what Muon orthogonalises."""
+    """ids of the weights of Linear layers outside the input embedding and output head, and not marked
+    `no_weight_decay` (Muon decays all it holds): what Muon orthogonalises."""
     edge = {id(p) for m in model.modules() if isinstance(m, (InputEmbedding, OutputHead)) for p in m.parameters()}
     return {
         id(m.weight)
         for m in model.modules()
-        if isinstance(m, nn.Linear) and m.weight.requires_grad and id(m.weight) not in edge
+        if isinstance(m, nn.Linear) and m.weight.requires_grad and id(m.weight) not in edge and decays(m.weight)
     }
 
 
 def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | MultiOptimizer:
-    """AdamW with weight decay only on matrices (not norms, biases or embeddings); with optimizer="muon", the hidden
-    Linear matrices go to `torch.optim.Muon` (same lr and weight decay, update RMS matched to AdamW's)."""
+    """AdamW with weight decay only on matrices (not norms, biases, embeddings, or parameters marked
+    `common.no_weight_decay`, Mamba's A_log and D), or on every parameter with `train.weight_decay_on="all"` (the
+    authors' `AdamW(model.parameters())`); with optimizer="muon", the hidden Linear matrices go to
+    `torch.optim.Muon` (same lr and weight decay, update RMS matched to AdamW's). Two AdamW groups either way
+    (decayed, not decayed), so checkpoints keep one optimiser-state layout."""
     t = cfg.train
+    decay_all = t.weight_decay_on == "all"
     no_decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     muon = _hidden_matrices(model) if t.optimizer == "muon" else set()
     decay: list[nn.Parameter] = []
@@ -108,7 +113,7 @@ def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | 
         if id(p) in muon:
             ortho.append(p)
         else:
-            (decay if p.ndim >= 2 and id(p) not in no_decay else rest).append(p)
+            (decay if decay_all or (p.ndim >= 2 and id(p) not in no_decay and decays(p)) else rest).append(p)
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     adamw = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas)
     if not ortho:

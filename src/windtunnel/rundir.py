@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from windtunnel.config import RunConfig, config_to_json, validate
+from windtunnel.config import RunConfig, config_to_json, upgrade_stored, validate
 from windtunnel.errors import CheckpointError
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
@@ -190,11 +190,12 @@ class MetricsLog:
 
 
 def read_config(run_dir: str | Path) -> RunConfig:
-    """A run directory's config.json, validated; a config that is unreadable or invalid raises CheckpointError
-    naming the file and the field."""
+    """A run directory's config.json, validated and in today's form (`config.upgrade_stored`: a size field added
+    since the run was written reads as what it trained with); a config that is unreadable or invalid raises
+    CheckpointError naming the file and the field."""
     cfg_path = Path(run_dir) / CONFIG
     try:
-        return validate(read_json_object(cfg_path))
+        return validate(upgrade_stored(read_json_object(cfg_path)))
     except ValueError as err:
         raise CheckpointError(f"{cfg_path}: {err}") from None
 

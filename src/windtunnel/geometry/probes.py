@@ -40,18 +40,21 @@ def probe_model(
 ) -> tuple[dict[str, Any], ProbeData]:
     """Run the single-checkpoint probes on `n` held-out sequences; returns (results, the probe data).
 
-    `init_model`: the same architecture at initialisation (key-orthogonality baseline); `n_ablation`:
-    sequences for the ablation sweep (default `n`, its own held-out seed).
+    `init_model`: the same architecture at initialisation (the baseline of the key, manifold and attention-evidence
+    probes; the manifold and attention ones read it on the same held-out sequences); `n_ablation`: sequences for
+    the ablation sweep (default `n`, its own held-out seed).
     """
     unknown = set(probes) - set(PROBES)
     if unknown:
         raise ValueError(f"probes: unknown {sorted(unknown)}; choose from {', '.join(PROBES)}")
     model.eval()
     data = collect(model, task, n=n)
+    wants_init = {"attention", "manifold"} & set(probes)
+    init_data = collect(init_model, task, n=n) if init_model is not None and wants_init else None
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "keys": lambda: key_orthogonality(model, init_model, seed=seed),
-        "attention": lambda: sharpening(data, task),
-        "manifold": lambda: value_manifold(data, seed=seed),
+        "attention": lambda: sharpening(data, task, init_data),
+        "manifold": lambda: value_manifold(data, seed=seed, task=task, init_data=init_data),
         "clusters": lambda: state_clusters(data, seed=seed),
         "lens": lambda: logit_lens(model, data),
         "ablation": lambda: ablations(model, heldout_batch(task, n_ablation or n, offset=2, device=data.batch.device)),

@@ -67,13 +67,13 @@ def probe_run(
     if is_baseline(model):
         raise ValueError(f"run_dir: {run.config.model.arch!r} is a baseline predictor with no internals to probe")
     task = run.task
-    init_model = build_model(
-        run.config,
-        task.spec,
-        task,
-        trust_code=trust_code,  # same seed, step 0 weights
-        exclude=(run.path, run.path.parent),
-    ).eval()
+    if 0 in steps and step != 0:  # the stored step-0 weights, where the run kept them
+        init_model, init_source = run.load_checkpoint(0).eval(), "checkpoint 0"
+    else:  # the same config and seed, re-initialised: the weights training started from
+        init_model = build_model(
+            run.config, task.spec, task, trust_code=trust_code, exclude=(run.path, run.path.parent)
+        ).eval()
+        init_source = f"runs.build_model(config), seed {run.config.seed}"
     model, init_model = model.to(dev), init_model.to(dev)
 
     def load_on_device(s: int) -> nn.Module:
@@ -86,7 +86,15 @@ def probe_run(
         if len(earlier) >= 2
         else not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)")
     )
-    results = {"run_dir": str(run_dir), "arch": run.config.model.arch, "task": task.name, "step": step, **results}
+    results = {
+        "run_dir": str(run_dir),
+        "arch": run.config.model.arch,
+        "task": task.name,
+        "step": step,
+        "seed": run.config.seed,
+        "init_source": init_source,
+        **results,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:
         results["figures"] = write_figures(results, model, data, out_dir / "figures")

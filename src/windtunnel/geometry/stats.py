@@ -156,6 +156,14 @@ def effective_dim(ratios: Any, threshold: float = 0.95) -> int:
     return int(min(np.searchsorted(cum, threshold * cum[-1] - 1e-12) + 1, cum.size))
 
 
+def participation_ratio(ratios: Any) -> float:
+    """(sum l)^2 / sum l^2 of the PCA spectrum: the number of components the variance is spread over (1 = a line,
+    d = isotropic); 0 for an empty or all-zero spectrum."""
+    lam = _np(ratios)
+    sq = float((lam**2).sum())
+    return float(lam.sum() ** 2 / sq) if sq > 0 else 0.0
+
+
 def correlations(x: Any, y: Any) -> dict[str, float]:
     """Pearson and Spearman correlation of two 1-d samples (nan-free; 0 when either is constant)."""
     a, b = _np(x).ravel(), _np(y).ravel()
@@ -218,12 +226,19 @@ def manifold_stats(x: Any, entropy: Any, seed: int = 0) -> dict[str, float]:
         "pc1_var": float(ratios[0]),
         "pc12_var": float(ratios[:2].sum()),
         "dim95": effective_dim(ratios, 0.95),
+        "participation_ratio": participation_ratio(ratios),
         "best_pc": int(best["pc"]),
         "best_pc_pearson": float(best["pearson"]),
         "best_pc_spearman": float(best["spearman"]),
         "pc1_spearman": correlations(scores[:, 0], entropy)["spearman"],
         "entropy_r2": linear_probe_r2(x, entropy, seed=seed),
     }
+
+
+def gaussian_manifold_baseline(n: int, d: int, entropy: Any, seed: int = 0) -> dict[str, float]:
+    """`manifold_stats` of i.i.d. Gaussian points (n,d) labelled with the same entropies (n,): what PC1 share,
+    participation ratio and entropy correlation look like with no structure at all (PC1 ~ 1/d, correlations ~ 0)."""
+    return manifold_stats(np.random.default_rng(seed).standard_normal((int(n), int(d))), entropy, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------- clusters

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from windtunnel.models.common import Init
 from windtunnel.models.hooks import HookedModel
 from windtunnel.tasks.base import TaskSpec
 
@@ -44,6 +45,11 @@ class ModelSize(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
+    # Fields whose default (None) depends on other fields: a validator sets the concrete value without marking the
+    # field given, so merging sizes (`of`) re-derives it, and a run's stored config (`as_config(resolved=True)`)
+    # records it, so what a run trained with never rests on a default that may change.
+    resolved_fields: ClassVar[tuple[str, ...]] = ()
+
     max_len: int | None = Field(default=None, ge=1)  # None: the task's sequence length
 
     @classmethod
@@ -63,9 +69,41 @@ class ModelSize(BaseModel):
 
             raise ValueError(error_message(err, cls.__name__, where)) from None
 
-    def as_config(self) -> dict[str, Any]:
-        """The fields that were given (the config form of a size: defaults stay implicit), JSON-ready."""
-        return self.model_dump(mode="json", exclude_unset=True)
+    def as_config(self, resolved: bool = False) -> dict[str, Any]:
+        """The fields that were given (the config form of a size: defaults stay implicit), JSON-ready; with
+        `resolved=True` also the `resolved_fields` at their concrete values (what `resolve_config` stores)."""
+        out = self.model_dump(mode="json", exclude_unset=True)
+        if resolved:
+            out.update(self.model_dump(mode="json", include=set(self.resolved_fields)))
+        return out
+
+
+class InitSize(ModelSize):
+    """A `ModelSize` with `init`, how the built-in architectures initialise their weights:
+
+    "normal"  N(0, std) on every Linear/Embedding weight, zero biases, GPT-2's scaled residual projections where the
+              architecture has them (`common.initialise`): step-1 losses near log K;
+    "torch"   every module keeps PyTorch's own default init, as the authors' code does (Embedding N(0,1), Linear
+              kaiming-uniform weight and uniform bias, LSTM U(+-1/sqrt(d))): the authors' G3 bijection transformer
+              starts at a loss of 125.5 (official-code.md section 6.1).
+    None (the default) is the architecture's own default, `default_init()`, filled in by the validator.
+    Parameters a block defines itself (Mamba's A_log, D, dt_proj) keep their block's init in both modes.
+    """
+
+    resolved_fields: ClassVar[tuple[str, ...]] = ("init",)
+
+    init: Init | None = None
+
+    def default_init(self) -> Init:
+        """The init of an architecture whose config does not name one (override per architecture)."""
+        return "normal"
+
+    @model_validator(mode="after")
+    def _resolve_init(self) -> InitSize:
+        if self.init is None:
+            self.__dict__["init"] = self.default_init()  # frozen model: set the derived value directly
+            self.model_fields_set.discard("init")  # derived, not given: `of` re-derives it after overrides
+        return self
 
 
 class SequenceModel(nn.Module):

@@ -7,9 +7,10 @@ tokens' embedding rows when the spec says the answers are input tokens), real an
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,8 @@ from windtunnel.tasks.base import TaskSpec
 
 INIT_STD = 0.02  # GPT-2 style init: step-1 losses are ~log K, not the ~125 of PyTorch-default embeddings
 POSITIONS = ("learned", "none")
+Init = Literal["normal", "torch"]  # `base.InitSize.init`
+INITS: tuple[str, ...] = get_args(Init)
 
 
 def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
@@ -45,6 +48,29 @@ def init_weights(module: nn.Module, std: float = INIT_STD) -> None:
         bias = getattr(module, "bias", None)  # Embedding has none
         if bias is not None:
             nn.init.zeros_(bias)
+
+
+def initialise(model: nn.Module, init: str | None, std: float = INIT_STD, residual_layers: int | None = None) -> None:
+    """Initialise a freshly built model by `model.size.init` (`base.InitSize`): "normal" applies `init_weights`
+    (and, given `residual_layers`, `scale_residual_projections`); "torch" leaves PyTorch's default init in place."""
+    if check_choice("init", init, INITS) == "torch":
+        return
+    model.apply(functools.partial(init_weights, std=std))
+    if residual_layers is not None:
+        scale_residual_projections(model, residual_layers, base_std=std)
+
+
+def no_weight_decay(p: nn.Parameter) -> nn.Parameter:
+    """Mark `p` as never weight-decayed (the state-spaces Mamba convention, `p._no_weight_decay`; optim.py honours
+    it under AdamW and keeps it out of Muon). Returns `p`. The mark is a tensor attribute: it survives `.to()`,
+    loading weights and pickling, but not `copy.deepcopy` (Parameter's deepcopy drops attributes)."""
+    p._no_weight_decay = True  # type: ignore[attr-defined]  # a plain attribute on the tensor, as in mamba_ssm
+    return p
+
+
+def decays(p: torch.Tensor) -> bool:
+    """False for a parameter marked by `no_weight_decay`."""
+    return not getattr(p, "_no_weight_decay", False)
 
 
 def scale_residual_projections(

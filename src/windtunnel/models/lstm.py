@@ -14,8 +14,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from windtunnel.models.base import ModelSize, ResidualModel, size_int
-from windtunnel.models.common import InputEmbedding, OutputHead, init_weights
+from windtunnel.models.base import InitSize, ResidualModel, size_int
+from windtunnel.models.common import InputEmbedding, OutputHead, initialise
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -38,8 +38,9 @@ def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.stack(hs, dim=1), torch.stack(cs, dim=1)
 
 
-class LSTMSize(ModelSize):
-    """Size of an `LSTM`: `dropout` applies between layers (the authors' LSTMs use 0.1)."""
+class LSTMSize(InitSize):
+    """Size of an `LSTM`: `dropout` applies between layers (the authors' LSTMs use 0.1). `init`: `InitSize`; the LSTM
+    weights keep PyTorch's U(+-1/sqrt(d)) under both."""
 
     n_layers: int = size_int(6)
     d_model: int = size_int(192)
@@ -69,7 +70,7 @@ class LSTM(ResidualModel):
         self.dropout = nn.Dropout(s.dropout)
         self.norm = nn.LayerNorm(s.d_model)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
-        self.apply(init_weights)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
+        initialise(self, s.init)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
         """Layer l replaces the stream with its hidden states: resid_post = lstm.h."""

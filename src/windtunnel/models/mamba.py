@@ -39,8 +39,8 @@ from pydantic import Field, field_validator
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from windtunnel.models.base import ModelSize, ResidualModel, size_int
-from windtunnel.models.common import InputEmbedding, OutputHead, check_choice, init_weights
+from windtunnel.models.base import InitSize, ResidualModel, size_int
+from windtunnel.models.common import Init, InputEmbedding, OutputHead, check_choice, initialise, no_weight_decay
 from windtunnel.models.hooks import LayerHook
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
@@ -314,14 +314,15 @@ class MambaBlock(nn.Module):
         self.x_proj = nn.Linear(di, self.dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, di)
         a_shape = (di, d_state) if variant == "reference" else (d_state,)
-        self.A_log = nn.Parameter(torch.empty(a_shape))
-        self.D = nn.Parameter(torch.empty(di))
+        # never weight-decayed (the reference marks both `_no_weight_decay`): decay would pull A toward -1, D toward 0
+        self.A_log = no_weight_decay(nn.Parameter(torch.empty(a_shape)))  # (Di,N) reference, (N,) paper
+        self.D = no_weight_decay(nn.Parameter(torch.empty(di)))  # (Di,)
         self.y_norm = nn.LayerNorm(di) if variant == "paper" else None
         self.out_proj = nn.Linear(di, d_model, bias=False)
 
     @torch.no_grad()
     def reset_ssm_parameters(self, dt_min: float = 1e-3, dt_max: float = 0.1, dt_floor: float = 1e-4) -> None:
-        """Mamba's SSM init (run after the generic N(0,0.02) init)."""
+        """Mamba's SSM init of A_log, D and dt_proj, the block's own under either `init` (run after the generic one)."""
         n = torch.arange(1, self.d_state + 1, dtype=torch.float32, device=self.A_log.device)
         self.D.fill_(1.0)
         if self.variant == "paper":  # the authors' MambaBlock init
@@ -370,14 +371,18 @@ class MambaBlock(nn.Module):
         return self.out_proj(y)
 
 
-class MambaSize(ModelSize):
+class MambaSize(InitSize):
     """Size of a `Mamba`. `dt_rank` "auto": ceil(d_model/16). `variant`: "reference" (Mamba-1: pre-norm RMSNorm
     residual) or "paper" (the authors' block: no pre-norm, LayerNorm on y, scalar dt). `pos` None: "learned" for
-    the paper variant, "none" for the reference one. `scan` (reference variant; the paper variant always scans
-    sequentially): "auto" = fused on CPU, on CUDA "kernel" (mamba-ssm's `selective_scan_fn`) when `mamba_ssm`
-    imports, else parallel; "kernel" explicitly, off CUDA or without mamba_ssm, is a ValueError at the forward. A
-    layer whose state `ssm.h` is hooked or cached materialises it with the parallel scan, or the sequential one when
-    scan="sequential"."""
+    the paper variant, "none" for the reference one. `init` None (`InitSize`): "normal" for the reference variant,
+    "torch" for the paper one, whose authors' block keeps PyTorch's defaults (at 6 x 192 a block's output is ~0.19
+    of the residual stream's norm at init under "torch", ~0.05 under "normal"). Run directories written before
+    `init` existed trained the paper variant with "normal", and their stored configs read as that
+    (`config.upgrade_stored`).
+    `scan` (reference variant; the paper variant always scans sequentially): "auto" = fused on CPU, on CUDA "kernel"
+    (mamba-ssm's `selective_scan_fn`) when `mamba_ssm` imports, else parallel; "kernel" explicitly, off CUDA or
+    without mamba_ssm, is a ValueError at the forward. A layer whose state `ssm.h` is hooked or cached materialises
+    it with the parallel scan, or the sequential one when scan="sequential"."""
 
     n_layers: int = size_int(6)
     d_model: int = size_int(192)
@@ -391,6 +396,9 @@ class MambaSize(ModelSize):
     tie: bool = True
     eps: float = Field(default=1e-5, gt=0)
     logit_scale: bool = False
+
+    def default_init(self) -> Init:
+        return "torch" if self.variant == "paper" else "normal"
 
     @field_validator("dt_rank", mode="before")
     @classmethod
@@ -427,7 +435,7 @@ class Mamba(ResidualModel):
         )
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps) if s.variant == "reference" else nn.LayerNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
-        self.apply(init_weights)
+        initialise(self, s.init)
         for block in self.blocks:
             cast(MambaBlock, block).reset_ssm_parameters()  # ModuleList items are typed Module
         self.d_model, self.d_state, self.d_inner = s.d_model, s.d_state, s.expand * s.d_model

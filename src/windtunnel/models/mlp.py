@@ -16,21 +16,15 @@ Match either to a parameter budget with `windtunnel.models.common.match_params` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from windtunnel.models.base import ModelSize, ResidualModel, size_int
-from windtunnel.models.common import (
-    INIT_STD,
-    FeedForward,
-    InputEmbedding,
-    OutputHead,
-    init_weights,
-    scale_residual_projections,
-)
+from windtunnel.models.base import InitSize, ResidualModel, size_int
+from windtunnel.models.common import INIT_STD, INITS, FeedForward, InputEmbedding, OutputHead, check_choice, initialise
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
@@ -40,29 +34,41 @@ class _ResidualMLP(ResidualModel):
 
     layer_hooks = ("mlp.out",)
 
-    def _build_body(self, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module, head: OutputHead) -> None:
+    def _build_body(
+        self, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module, head: OutputHead, init: str | None
+    ) -> None:
         self.n_layers, self.d_model = n_layers, d_model
         self.blocks = nn.ModuleList(FeedForward(d_model, ratio * d_model, norm="layer") for _ in range(n_layers))
         self.norm = final_norm
         self.head = head
-        self.apply(init_weights)
-        scale_residual_projections(self, n_layers)
+        initialise(self, init, residual_layers=n_layers)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         return h + self.hook(f"blocks.{l}.mlp.out", self.blocks[l](h))  # (B,T,d)
 
 
 class PrefixEmbedding(nn.Module):
-    """(B,T[,D]) -> (B,T,d_model): out_t = b + P_t + sum_{s<=t} W_s e(x_s), the first layer on the padded prefix."""
+    """(B,T[,D]) -> (B,T,d_model): out_t = b + P_t + sum_{s<=t} W_s e(x_s), the first layer on the padded prefix.
 
-    def __init__(self, spec: TaskSpec, d_model: int, d_emb: int, max_len: int | None) -> None:
+    init "normal": W ~ N(0, 0.02), b = 0; "torch": what `nn.Linear(max_len * d_emb, d_model)` would draw, W and b
+    ~ U(+-1/sqrt(max_len * d_emb)) (W is that Linear's weight, split into slots).
+    """
+
+    def __init__(
+        self, spec: TaskSpec, d_model: int, d_emb: int, max_len: int | None, init: str | None = "normal"
+    ) -> None:
         super().__init__()
         self.slot = InputEmbedding(spec, d_emb, max_len, pos="none")  # e(x_s), (B,T,d_emb)
         self.max_len = self.slot.max_len
         self.weight = nn.Parameter(torch.empty(self.max_len, d_emb, d_model))  # W_s blocks
         self.bias = nn.Parameter(torch.zeros(d_model))
         self.pos = nn.Embedding(self.max_len, d_model)  # P_t
-        nn.init.normal_(self.weight, std=INIT_STD)
+        if check_choice("init", init, INITS) == "normal":
+            nn.init.normal_(self.weight, std=INIT_STD)
+        else:
+            bound = 1 / math.sqrt(self.max_len * d_emb)  # nn.Linear's default: kaiming-uniform(a=sqrt 5) and bias
+            nn.init.uniform_(self.weight, -bound, bound)
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         e = self.slot(inputs)  # (B,T,d_emb)
@@ -71,7 +77,7 @@ class PrefixEmbedding(nn.Module):
         return per_slot.cumsum(dim=1) + self.bias + self.pos(torch.arange(T, device=e.device))  # (B,T,d_model)
 
 
-class PrefixMLPSize(ModelSize):
+class PrefixMLPSize(InitSize):
     """Size of a `PrefixMLP`: `d_emb` is the slot embedding width, `ratio` the hidden width of a block / d_model."""
 
     n_layers: int = size_int(9, lo=0)
@@ -90,7 +96,7 @@ class PrefixMLP(_ResidualMLP):
     def __init__(self, spec: TaskSpec, size: PrefixMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)
         s = self.size
-        self.embed = PrefixEmbedding(spec, s.d_model, s.d_emb, s.max_len)
+        self.embed = PrefixEmbedding(spec, s.d_model, s.d_emb, s.max_len, s.init)
         self.max_len, self.d_emb = self.embed.max_len, s.d_emb
         self._build_body(
             s.n_layers,
@@ -98,6 +104,7 @@ class PrefixMLP(_ResidualMLP):
             s.ratio,
             nn.LayerNorm(s.d_model),
             OutputHead(spec, s.d_model, tie=False, logit_scale=s.logit_scale),
+            s.init,
         )
 
     def state_size(self, T: int) -> int:
@@ -105,7 +112,7 @@ class PrefixMLP(_ResidualMLP):
         return int(T) * self.d_emb
 
 
-class PointwiseMLPSize(ModelSize):
+class PointwiseMLPSize(InitSize):
     """Size of a `PointwiseMLP`: `ratio` is the hidden width of a block / d_model."""
 
     n_layers: int = size_int(9, lo=0)
@@ -132,6 +139,7 @@ class PointwiseMLP(_ResidualMLP):
             s.ratio,
             nn.RMSNorm(s.d_model, eps=1e-5),
             OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale),
+            s.init,
         )
 
     def state_size(self, T: int) -> int:

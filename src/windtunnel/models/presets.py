@@ -61,7 +61,8 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "mamba": dict(n_layers=4, d_model=128, pos="learned"),
     },
     # The authors' models (suites.settings.PAPER_SETTINGS): bijection Mamba and LSTM read learned positions, the HMM
-    # ones none; both LSTMs use inter-layer dropout 0.1.
+    # ones none; both LSTMs use inter-layer dropout 0.1. These are sizes: the paper tier adds the authors' forms from
+    # that table in model.size (Mamba variant="paper" with pos "none" for the HMM, init "torch" where theirs is).
     ("bijection", "paper"): {
         "transformer": _GENERIC["paper"]["transformer"],
         "mamba": dict(n_layers=6, d_model=192, pos="learned"),

@@ -10,7 +10,6 @@ step of the paper bijection model at batch 128 on 2 cores: 0.42 s fused, 0.19 s 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -20,15 +19,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from windtunnel.models.base import ModelSize, ResidualModel, size_int
-from windtunnel.models.common import (
-    INIT_STD,
-    FeedForward,
-    InputEmbedding,
-    OutputHead,
-    init_weights,
-    scale_residual_projections,
-)
+from windtunnel.models.base import InitSize, ResidualModel, size_int
+from windtunnel.models.common import INIT_STD, FeedForward, InputEmbedding, OutputHead, initialise
 from windtunnel.models.hooks import LayerHook
 from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
@@ -102,14 +94,15 @@ class Block(nn.Module):
         return h + hook("mlp.out", self.mlp(h))
 
 
-class TransformerSize(ModelSize):
+class TransformerSize(InitSize):
     """Size of a `Transformer`. `d_ff` None: 4 d_model.
 
     `pos`: "learned" (absolute table, GPT-2 and the official code), "rotary" (relative, on q and k), "none", or
     "learned+rotary" (both: absolute slots to read a prompt's header, relative offsets to find earlier tokens).
     `logit_scale`: a learned scale of the answer logits (`OutputHead`). `attn_sink`: one learned sink logit per head
-    (`CausalSelfAttention`). `init_std`: std of the N(0, std) init of every Linear/Embedding weight (GPT-2's 0.02;
-    residual output projections get std/sqrt(2 n_layers)).
+    (`CausalSelfAttention`). `init`: "normal" (default) or "torch" (PyTorch's defaults, the authors' G3 model;
+    `InitSize`). `init_std`: std of init="normal", N(0, std) on every Linear/Embedding weight (GPT-2's 0.02; residual
+    output projections get std/sqrt(2 n_layers)); giving it with init="torch" is an error.
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
     CUDA, explicit on CPU, where it is faster); `explicit=True` is an alias of attention="explicit".
     """
@@ -129,6 +122,8 @@ class TransformerSize(ModelSize):
 
     @model_validator(mode="after")
     def _heads_fit(self) -> TransformerSize:
+        if self.init == "torch" and "init_std" in self.model_fields_set:
+            raise ValueError("init_std: sets the std of init='normal' and has no effect with init='torch'")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: must be divisible by n_heads={self.n_heads} (got {self.d_model})")
         if self.pos in ("rotary", "learned+rotary") and (self.d_model // self.n_heads) % 2:
@@ -164,8 +159,7 @@ class Transformer(ResidualModel):
         )
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
-        self.apply(functools.partial(init_weights, std=s.init_std))
-        scale_residual_projections(self, s.n_layers, base_std=s.init_std)
+        initialise(self, s.init, s.init_std, residual_layers=s.n_layers)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         explicit = (

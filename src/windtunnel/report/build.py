@@ -9,6 +9,8 @@ from typing import Any
 
 from windtunnel import marks, rundir, tasks
 from windtunnel.evaluate import score_controls
+from windtunnel.geometry.seeds import across_seeds
+from windtunnel.geometry.seeds import dig as _dig
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
@@ -52,16 +54,6 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
 def _deviation_lines(meta: dict[str, Any]) -> list[str]:
     lines = list(meta.get("deviations", []))
     return lines or ["none recorded (runs made outside `windtunnel reproduce`; see each run's config.json)"]
-
-
-def _dig(d: Any, *path: Any) -> Any:
-    """d[path0][path1]... or None where any step is missing (probes that do not apply have no numbers)."""
-    for p in path:
-        try:
-            d = d[p]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return d
 
 
 # (column, path into geometry.json) -- the headline number of each probe; definitions in docs/geometry.md.
@@ -113,6 +105,32 @@ def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
         for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed))
         if r.geometry
     ]
+
+
+def _seed_text(summary: dict[str, Any] | None) -> str:
+    """mean [95% interval over seeds], or the mean alone for one seed; "—" when no seed has the number."""
+    if summary is None:
+        return "—"
+    lo_hi = summary["interval"]
+    return f"{summary['mean']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else "")
+
+
+def geometry_across_seeds(records: list[RunRecord]) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    """Per cell (runs differing only in the seed) with probed seeds, every `geometry.seeds.SEED_QUANTITIES` number:
+    table rows and the JSON for results.json."""
+    rows, data = [], []
+    for (arch, task), by_config in sorted(tables.configurations(records).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for label, runs in sorted(by_config.items()):
+            probed = sorted((r for r in runs if r.geometry), key=lambda r: r.seed)
+            if not probed:
+                continue
+            summary = across_seeds([r.geometry for r in probed if r.geometry])
+            data.append({"task": task, "arch": arch, "config": label, "seeds": [r.seed for r in probed], **summary})
+            cell = f"{arch} ({label})" if label else arch
+            for name, q in summary.items():
+                base = f"{q['baseline_label']}: {_seed_text(q['baseline'])}"
+                rows.append([task, cell, name, _seed_text(q["trained"]), _seed_text(q["init"]), base, str(len(probed))])
+    return rows, data
 
 
 def _table_section(doc: Document, title: str, table: tuple[list[str], list[list[str]]] | None, text: str) -> None:
@@ -287,7 +305,9 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         doc.add(
             Paragraph(
                 "Headline number of each probe (definitions in docs/geometry.md). Key orthogonality, "
-                "two statistics of the answer tokens' layer-0 keys: ours = mean |off-diagonal cosine| of "
+                "two statistics of the answer (value) tokens' layer-0 keys, which are not the authors' token set "
+                "(their qkv_analysis.py keyed tokens 0..V−1, the key tokens: both sets are in Geometry across "
+                "seeds below): ours = mean |off-diagonal cosine| of "
                 "RMSNorm(E)·W_K (0 = orthogonal), beside the same model at init and i.i.d. Gaussian keys; "
                 "the authors' = signed mean off-diagonal cosine of the raw E·W_K (their qkv_analysis.py), "
                 "beside init and Gaussian keys (mean ± spread). 'L0 keys in training' says how training "
@@ -299,6 +319,21 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             )
         )
         doc.add(Table(["Task", "Architecture"] + [c for c, _ in GEOMETRY_COLUMNS], geo))
+    seed_rows, seed_geometry = geometry_across_seeds(records)
+    if seed_rows:
+        doc.add(Heading("Geometry across seeds", 3))
+        doc.add(
+            Paragraph(
+                "Every probed seed of each cell (docs/geometry.md): mean over seeds [Student-t 95% interval, "
+                "≥ 2 seeds], the same probe on the model at init and a baseline. Keys: layer 0, on the key tokens "
+                "0..V−1 (the authors' qkv_analysis.py set) and on the value tokens (the set of the per-run table "
+                "above). Manifold: value vectors (the last layer's W_V on its residual input) and the final "
+                "representation, at the value positions (the authors' geometric_analysis.py) and at the scored "
+                "positions, beside Gaussian points of the same count and dimension. Attention: at unrevealed keys, "
+                "the mass on the revealed values (an exact eliminator reads only those: mass 1, spread evenly)."
+            )
+        )
+        doc.add(Table(["Task", "Architecture", "Quantity", "Trained", "Init", "Baseline", "Seeds"], seed_rows))
 
     doc.add(Heading("Why memorisation is ruled out"))
     doc.add(
@@ -396,6 +431,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         ],
         "controls": control_rows,
         "mixed_configurations": mixed,
+        "geometry_across_seeds": seed_geometry,
         "meta": meta,
     }
     rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))

@@ -3,8 +3,12 @@
 One table, `PAPER_SETTINGS[task][arch][key]`, of what the paper states or the authors' code does (key "*" holds
 what every architecture of a task shares). Every value is a `Sourced`: its source names the paper section, the
 authors' script (a file of vishalmisra/bayesian-wind-tunnel, named in the source), or says "our choice"
-where nothing was published. The `paper` tier is built from this table, and the deviations of every other tier are
-computed against it, so the report names the source of each "paper" value it prints.
+where nothing was published. A headline cell's values come from the code that made its number (official-code.md
+section 1: the G3 production scripts for the bijection, not the G1 yaml that no script reads). Keys: `task.*`,
+`model.*` (size fields: the paper tier sets them in `model.size`), `train.*` and `eval.*` (config fields), and
+`form.*` (how their code builds or trains the cell where we have no config field: loss, data, checkpoint, layer
+form; `our_forms` says what ours does). The `paper` tier is built from this table, and every tier's deviations
+(the paper tier's too) are computed against it, so the report names the source of each "paper" value it prints.
 
 `PAPER_RESULTS` holds only numbers the paper reports (its v3 architecture x primitive table); derived reference
 levels (the context-blind floor, chance) are computed by the report from the task, never printed as the paper's.
@@ -49,116 +53,164 @@ def _each(where: str, kind: Any = _code, **values: Any) -> dict[str, Sourced]:
     return {k.replace("__", "."): kind(v, where) for k, v in values.items()}
 
 
-# --- sources ----------------------------------------------------------------------------------------------------
-_BIJ_YAML = "configs/bijection_v20.yaml (the repo's 100k-step bijection recipe)"
-_BIJ_MAMBA = "experiments/paper1_bijection/train_mamba.py"
-_BIJ_LSTM = "experiments/paper1_bijection/train_lstm.py"
-_BIJ_MLP = "experiments/jlens/train_mlp_control.py + models.py:MLPControl (the per-position control)"
-_HMM_TF = "experiments/paper1_hmm/train.py + src/models/gpt_mini.py"
-_HMM_MAMBA = "experiments/paper1_hmm/train_mamba.py (30 epochs x 782 batches of 50k sequences)"
-_HMM_LSTM = "experiments/paper1_hmm/train_lstm.py (30 epochs x 782 batches of 50k sequences)"
+# --- sources: the files that made each headline number (official-code.md section 1; `SOURCE_NOTES` says more) --
+_G3 = "experiments/jlens/train_dense_checkpoints.py (the production recipe)"
+_G3_MODEL = "experiments/jlens/models.py:SepVocabTinyGPT (the production model)"
+_G3_DATA = "experiments/jlens/train_mlp_control.py:sample_batch + the G3 scripts' F.cross_entropy over all logits"
+_G3_EVAL = "experiments/jlens/train_mlp_control.py:eval_entropy_mae (n=512, seed 7)"
+_BIJ_LSTM = "experiments/jlens/train_lstm_seeds.py (the working LSTM retrain)"
+_BIJ_LSTM_MODEL = "experiments/paper1_bijection/train_lstm.py:LSTMBijection"
+_BIJ_MAMBA = "experiments/paper1_bijection/train_mamba.py (its hyperparameters)"
+_BIJ_MAMBA_MODEL = "experiments/paper1_bijection/train_mamba.py:MambaBijection + MambaBlock"
+_BIJ_MLP = "experiments/jlens/train_mlp_control.py (the G3 recipe)"
+_BIJ_MLP_MODEL = "experiments/jlens/models.py:MLPControl"
+_HMM_TF = "experiments/paper1_hmm/train.py (--epochs 50, as REPRODUCE.md runs it)"
+_HMM_TF_MODEL = "src/models/gpt_mini.py:GPTMini"
+_HMM_MAMBA = "experiments/paper1_hmm/train_mamba.py (its defaults: 30 epochs)"
+_HMM_MAMBA_MODEL = "experiments/paper1_hmm/train_mamba.py:MambaHMM + MambaBlock"
+_HMM_LSTM = "experiments/paper1_hmm/train_lstm.py (its defaults: 30 epochs)"
+_HMM_LSTM_MODEL = "experiments/paper1_hmm/train_lstm.py:LSTMHMM"
+_HMM_FIGURES = "experiments/paper1_hmm/figures/hmm_figures_better_colors.py (the checkpoints the HMM figures load)"
+
+# What a short source above cannot say (docs/paper-settings.md prints these under the tables).
+SOURCE_NOTES = (
+    "Bijection transformer: 0.007 bits is logs/bijection_v20_repl, made by the unreleased train_v256_ddp.py family; "
+    "experiments/jlens/train_dense_checkpoints.py retrains it with 'the same architecture, data distribution and "
+    "hyperparameters'. configs/bijection_v20.yaml (beta2 0.95, batch 128, 100k steps, G1) is read by no script "
+    "(official-code.md section 12.1).",
+    "Bijection LSTM: 0.009 bits is logs/lstm_bijection_seed7777, an LSTMBijection; train_lstm.py's own constant-lr "
+    "loop crashes before step 1 (section 12.7), so the recipe is that of train_lstm_seeds.py, the working retrain "
+    "(which trains LSTMLens, its unrolled twin, untied and without dropout; the model entries follow LSTMBijection).",
+    "Bijection Mamba: train_mamba.py's released loop crashes before step 1, so the loop behind "
+    "logs/mamba_bijection_v20_* is unreleased and its hyperparameters are the best record. Its CosineAnnealingLR "
+    "steps after each update: update s runs at cos(pi (s-1)/T), ours at cos(pi s/T).",
+    "HMM transformer: 50 epochs x 157 batches of 64 over its 10,000 sequences in one process (under torchrun each "
+    "GPU takes fewer steps of a larger global batch). The first commit's `--max_steps 150000` is rejected by its "
+    "argparse (section 12.10).",
+    "HMM Mamba and LSTM: the scripts default to 30 epochs (23,460 steps); REPRODUCE.md's command says --epochs 50.",
+    "The authors' bijection models allocate 2L = 38 position rows; ours allocate the 37 a sequence uses (the 38th is "
+    "never read).",
+)
 _RECALL_GEN = "src/data/associative_recall.py (generator defaults; the repo has no recall trainer)"
 _NO_TRAINER = "no published trainer or budget for this task"
 _NO_MODEL = "the authors publish no model of this architecture for this task"
 
-_AUTHORS_MAMBA = (
-    "their own block: no norm in the residual, LayerNorm on the SSM output, A shared by channels, "
-    "dt_rank 1, clamped state"
+# --- forms: how a cell is built or trained where no config field says it, theirs and ours --------------------------
+_RMS_FORM = "pre-norm RMSNorm (eps 1e-5), attention without biases, MLP with biases, GELU, no dropout"
+_GPTMINI_FORM = (
+    "pre-LN LayerNorm, biases everywhere (attention projections too), GELU, dropout 0.1 on attention, MLP, residual "
+    "branches and embeddings (nn.TransformerEncoderLayer)"
 )
-_FP32 = "authors' scripts train in float32 (AMP disabled)"
+_GPTMINI_INIT = (
+    "N(0, 0.02) on every Linear and Embedding weight, zero biases, no residual-projection scaling; the attention "
+    "in_proj keeps xavier-uniform"
+)
+_NORMAL_INIT = (
+    "N(0, 0.02) on every Linear and Embedding weight, zero biases, residual output projections "
+    "N(0, 0.02/sqrt(2 n_layers))"
+)
+_TORCH_INIT = "PyTorch's default init of every module"
+_LOSS_2V = "2V-way: cross-entropy over all 2V tied token logits at each key position (key-token logits pushed down)"
+_LOSS_V = "V-way: cross-entropy over the V value logits at each key position"
+_SOFT_CE = "soft-target cross-entropy against the exact filtered posterior at every observation"
+_FRESH = "fresh sequences every step"
+_FINAL = "the final weights"
+_STOPS = "a non-finite loss or gradient stops the run"
+_SKIPS = "a batch with a NaN loss is skipped and training goes on"
 
-
-def _script(where: str, **values: Any) -> dict[str, Sourced]:
-    """The settings of one of the authors' training scripts: AdamW's default betas unless given, float32."""
-    out = {"train.betas": _code((0.9, 0.999), where + " (AdamW defaults)"), "train.dtype": _code("float32", _FP32)}
-    return {**out, **_each(where, **values)}
-
-
-_TRAIN_DEFAULT_OURS = {  # the bijection transformer's recipe, for cells with no published recipe
-    "train.steps": 100_000,
-    "train.batch_size": 128,
-    "train.lr": 3e-4,
-    "train.warmup_steps": 2000,
-    "train.schedule": "cosine",
-    "train.weight_decay": 0.1,
-    "train.betas": (0.9, 0.95),
-    "train.grad_clip": 1.0,
-    "train.dtype": "float32",
+# The authors' optimiser in every script: torch.optim.AdamW(model.parameters(), lr, weight_decay), float32.
+_ADAMW = {"optimizer": "adamw", "betas": (0.9, 0.999), "weight_decay_on": "all", "dtype": "float32"}
+# The production bijection recipe (G3) and the HMM transformer's (experiments/paper1_hmm/train.py).
+_G3_RECIPE = {
+    "steps": 50_000,
+    "batch_size": 256,
+    "lr": 3e-4,
+    "warmup_steps": 2000,
+    "schedule": "cosine",
+    "weight_decay": 0.1,
+    "grad_clip": 1.0,
+}
+_HMM_RECIPE = {
+    "steps": 7_850,
+    "batch_size": 64,
+    "lr": 3e-4,
+    "warmup_steps": 0,
+    "schedule": "cosine",
+    "weight_decay": 0.01,
+    "grad_clip": 1.0,
 }
 
+# The 30-epoch HMM Mamba and LSTM scripts: the HMM transformer's batch and weight decay, 23,460 steps at a constant lr.
+_HMM_EPOCHS = {**_HMM_RECIPE, "steps": 23_460, "schedule": "constant"}
+# Both Mamba scripts: "lower LR for stability", "tighter clipping", weight decay 0.01.
+_MAMBA_RECIPE = {"lr": 1e-4, "grad_clip": 0.5, "weight_decay": 0.01}
+# The authors' MambaBlock (ours: variant="paper"), d_inner 2d, N 16, kernel 4, PyTorch's default init.
+_MAMBA_BLOCK = {"variant": "paper", "d_state": 16, "expand": 2, "d_conv": 4, "init": "torch"}
 
-def _ours_train(why: str, **changes: Any) -> dict[str, Sourced]:
-    values = {**_TRAIN_DEFAULT_OURS, **{k.replace("__", "."): v for k, v in changes.items()}}
-    return {k: _ours(v, why) for k, v in values.items()}
 
+def _recipe(where: str, kind: Any = _code, **train: Any) -> dict[str, Sourced]:
+    """`train.*` of a recipe run with `torch.optim.AdamW(model.parameters(), ...)` at its default betas (every
+    parameter decays), in float32 (no AMP), plus `train`; every value tagged with `where`."""
+    return {f"train.{k}": kind(v, where) for k, v in {**_ADAMW, **train}.items()}
+
+
+def _model(where: str, kind: Any = _code, **size: Any) -> dict[str, Sourced]:
+    """`model.*` size fields (the paper tier sets them in `model.size`), tagged with `where`."""
+    return {f"model.{k}": kind(v, where) for k, v in size.items()}
+
+
+def _forms(where: str, **forms: str) -> dict[str, Sourced]:
+    """`form.*`: how the authors' code builds or trains a cell where no config field says it (compared with
+    `our_forms`)."""
+    return {f"form.{k}": _code(v, where) for k, v in forms.items()}
+
+
+def _ours_train(why: str, recipe: dict[str, Any], **changes: Any) -> dict[str, Sourced]:
+    return _recipe(why, _ours, **{**recipe, **changes})
+
+
+_BIJ_FORMS = {"loss": _LOSS_2V, "data": _FRESH}  # every G3-format bijection model: the 2V-way tied loss, fresh data
+_BIJ_EVAL = {"eval.n": _code(512, _G3_EVAL)}
 
 PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
     "bijection": {
         "*": {"task.V": _paper(20, "§1.1 (V = 20 values)"), "task.L": _paper(19, "§1.1 (L = 19 revealed keys)")},
         "transformer": {
-            **_script(
-                _BIJ_YAML,
-                train__steps=100_000,
-                train__batch_size=128,
-                train__lr=3e-4,
-                train__warmup_steps=2000,
-                train__schedule="cosine",
-                train__weight_decay=0.1,
-                train__betas=(0.9, 0.95),
-                train__grad_clip=1.0,
-            ),
-            **_each(
+            **_recipe(_G3, **_G3_RECIPE),
+            **_model(
                 "§2.1; authors' code experiments/jlens/models.py:SepVocabTinyGPT",
                 _paper,
-                model__n_layers=6,
-                model__n_heads=6,
-                model__d_model=192,
-                model__d_ff=768,
-                model__pos="learned",
+                n_layers=6,
+                n_heads=6,
+                d_model=192,
+                d_ff=768,
+                pos="learned",
             ),
-            "model.norm": _code("RMSNorm (pre-norm), no dropout", "experiments/jlens/models.py:SepVocabTinyGPT"),
+            **_model(_G3_MODEL, tie=True, init="torch"),
+            **_forms(_G3_MODEL, model=_RMS_FORM),
+            **_forms(_G3_DATA, **_BIJ_FORMS),
+            **_forms(_G3, checkpoint=_FINAL),
+            **_BIJ_EVAL,
         },
         "mamba": {
-            **_script(
-                _BIJ_MAMBA,
-                train__steps=50_000,
-                train__batch_size=256,
-                train__lr=1e-4,
-                train__warmup_steps=0,
-                train__schedule="cosine",
-                train__weight_decay=0.01,
-                train__grad_clip=0.5,
-                model__n_layers=6,
-                model__d_model=192,
-                model__pos="learned",
-            ),
-            "model.norm": _code(_AUTHORS_MAMBA, _BIJ_MAMBA),
+            **_recipe(_BIJ_MAMBA, **{**_G3_RECIPE, **_MAMBA_RECIPE, "warmup_steps": 0}),
+            **_model(_BIJ_MAMBA_MODEL, **_MAMBA_BLOCK, n_layers=6, d_model=192, pos="learned", tie=True),
+            **_forms(_BIJ_MAMBA, **_BIJ_FORMS, checkpoint=_FINAL, nonfinite=_SKIPS),
+            **_BIJ_EVAL,
         },
-        "lstm": _script(
-            _BIJ_LSTM,
-            train__steps=50_000,
-            train__batch_size=256,
-            train__lr=3e-4,
-            train__warmup_steps=0,
-            train__schedule="constant",
-            train__weight_decay=0.1,
-            train__grad_clip=1.0,
-            model__n_layers=6,
-            model__d_model=192,
-            model__pos="learned",
-            model__dropout=0.1,
-        ),
-        "mlp": _ours_train(_NO_MODEL + " (the prefix MLP is ours); the bijection transformer's recipe"),
-        "mlp-pointwise": _script(
-            _BIJ_MLP,
-            train__steps=50_000,
-            train__batch_size=256,
-            train__lr=3e-4,
-            train__warmup_steps=2000,
-            train__schedule="cosine",
-            train__weight_decay=0.1,
-            train__grad_clip=1.0,
-        ),
+        "lstm": {
+            **_recipe(_BIJ_LSTM, **_G3_RECIPE),
+            **_model(_BIJ_LSTM_MODEL, n_layers=6, d_model=192, pos="learned", tie=True, dropout=0.1, init="torch"),
+            **_forms(_BIJ_LSTM, **_BIJ_FORMS, checkpoint=_FINAL),
+            **_BIJ_EVAL,
+        },
+        "mlp": _ours_train(_NO_MODEL + " (the prefix MLP is ours); the bijection transformer's recipe", _G3_RECIPE),
+        "mlp-pointwise": {
+            **_recipe(_BIJ_MLP, **_G3_RECIPE),
+            **_model(_BIJ_MLP_MODEL, n_layers=9, d_model=192, ratio=4, tie=True, init="torch"),
+            **_forms(_BIJ_MLP, **_BIJ_FORMS, checkpoint=_FINAL),
+            **_BIJ_EVAL,
+        },
     },
     "hmm": {
         "*": {
@@ -167,71 +219,34 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
             "task.K": _paper(20, "§1.2 (K = 20 observations; tested at 30 and 50)"),
         },
         "transformer": {
-            # The REPRODUCE command trains 50 epochs over 10k fixed sequences (7,850 steps); the early guide that
-            # came with the K = 20 figures says --max_steps 150000. Our data are fresh every step.
-            "train.steps": _code(150_000, "REPRODUCE guide of the first commit (--max_steps 150000 for K = 20)"),
-            **_script(
+            **_recipe(_HMM_TF, **_HMM_RECIPE),
+            **_model(_HMM_TF_MODEL, n_layers=9, n_heads=8, d_model=256, d_ff=1024, pos="learned", init="normal"),
+            **_forms(_HMM_TF_MODEL, model=_GPTMINI_FORM, init=_GPTMINI_INIT),
+            **_forms(
                 _HMM_TF,
-                train__batch_size=64,
-                train__lr=3e-4,
-                train__warmup_steps=0,
-                train__schedule="cosine",
-                train__weight_decay=0.01,
-                train__grad_clip=1.0,
-                model__n_layers=9,
-                model__n_heads=8,
-                model__d_model=256,
-                model__d_ff=1024,
-                model__pos="learned",
+                loss=_SOFT_CE,
+                data="10,000 pre-generated sequences (seed 42), 50 epochs",
+                checkpoint="the best validation loss of the 50 epochs (best_model.pt, 1,000 validation sequences; "
+                "the one the HMM figure scripts load)",
             ),
-            "model.norm": _code("LayerNorm (pre-LN) with dropout 0.1, untied biased head", "src/models/gpt_mini.py"),
         },
         "mamba": {
-            **_script(
-                _HMM_MAMBA,
-                train__steps=23_460,
-                train__batch_size=64,
-                train__lr=1e-4,
-                train__warmup_steps=0,
-                train__schedule="constant",
-                train__weight_decay=0.01,
-                train__grad_clip=0.5,
-                model__n_layers=9,
-                model__d_model=256,
-                model__pos=None,
-            ),
-            "model.norm": _code(_AUTHORS_MAMBA, _HMM_MAMBA),
+            **_recipe(_HMM_MAMBA, **{**_HMM_EPOCHS, **_MAMBA_RECIPE}),
+            **_model(_HMM_MAMBA_MODEL, **_MAMBA_BLOCK, n_layers=9, d_model=256, pos="none"),
+            **_forms(_HMM_MAMBA, loss=_SOFT_CE, data="50,000 pre-generated sequences (seed 42), 30 epochs"),
+            **_forms(_HMM_FIGURES, checkpoint=_FINAL),
+            **_forms(_HMM_MAMBA, nonfinite=_SKIPS),
         },
-        "lstm": _script(
-            _HMM_LSTM,
-            train__steps=23_460,
-            train__batch_size=64,
-            train__lr=3e-4,
-            train__warmup_steps=0,
-            train__schedule="constant",
-            train__weight_decay=0.01,
-            train__grad_clip=1.0,
-            model__n_layers=9,
-            model__d_model=256,
-            model__pos="none",
-            model__dropout=0.1,
-        ),
-        "mlp": _ours_train(
-            _NO_MODEL + "; the HMM transformer's recipe",
-            train__steps=150_000,
-            train__batch_size=64,
-            train__warmup_steps=0,
-            train__weight_decay=0.01,
-            train__betas=(0.9, 0.999),
-        ),
-        "mlp-pointwise": _ours_train(
-            _NO_MODEL + "; the HMM transformer's recipe",
-            train__steps=150_000,
-            train__batch_size=64,
-            train__warmup_steps=0,
-            train__weight_decay=0.01,
-            train__betas=(0.9, 0.999),
-        ),
+        "lstm": {
+            **_recipe(_HMM_LSTM, **_HMM_EPOCHS),
+            **_model(_HMM_LSTM_MODEL, n_layers=9, d_model=256, pos="none", dropout=0.1, init="torch"),
+            **_forms(_HMM_LSTM, loss=_SOFT_CE, data="50,000 pre-generated sequences (seed 42), 30 epochs"),
+            **_forms(_HMM_FIGURES, checkpoint=_FINAL),
+        },
+        **{
+            arch: _ours_train(_NO_MODEL + "; the HMM transformer's recipe", _HMM_RECIPE)
+            for arch in ("mlp", "mlp-pointwise")
+        },
     },
     "recall": {
         "*": {
@@ -241,8 +256,9 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
         **{
             arch: _ours_train(
                 _NO_TRAINER + "; the bijection transformer's recipe",
-                train__batch_size=64,
-                **({"train__lr": 1e-4} if arch == "mamba" else {}),
+                _G3_RECIPE,
+                batch_size=64,
+                **({"lr": 1e-4} if arch == "mamba" else {}),
             )
             for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
         },
@@ -255,20 +271,28 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
         **{
             arch: _ours_train(
                 _NO_TRAINER + "; the bijection transformer's recipe",
-                train__steps=50_000,
-                **({"train__lr": 1e-4} if arch == "mamba" else {}),
+                _G3_RECIPE,
+                **({"lr": 1e-4} if arch == "mamba" else {}),
             )
             for arch in ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
         },
     },
 }
 
-# Our implementation's fixed choices, against the authors' "model.norm" entries above (not configurable here; the
-# LSTM's form matches the authors' and its dropout is a preset setting).
-OUR_MODEL_FORM = {
-    "transformer": "RMSNorm (pre-norm), no dropout",
-    "mamba": "the reference Mamba block (variant='reference'; the authors' block is variant='paper')",
-}
+# What our code does where the table has `form.*` entries (not configurable; `deviations` lists each difference).
+_OUR_LOSS = {"bijection": _LOSS_V, "hmm": _SOFT_CE}
+
+
+def our_forms(task: str, arch: str, size: dict[str, Any]) -> dict[str, str]:
+    """Our fixed `form.*` for a cell of `task` x `arch` whose resolved model size is `size` (a model_dump)."""
+    forms = {"form.data": _FRESH, "form.checkpoint": _FINAL, "form.nonfinite": _STOPS}
+    if task in _OUR_LOSS:
+        forms["form.loss"] = _OUR_LOSS[task]
+    if arch == "transformer":
+        forms["form.model"] = _RMS_FORM
+        forms["form.init"] = _NORMAL_INIT if size.get("init") == "normal" else _TORCH_INIT
+    return forms
+
 
 # The paper's reported numbers (v3 architecture x primitive table, arXiv 2512.22471 v3).
 _V3 = "v3 Table (architecture x primitive), as quoted by a secondary reading [MC]"
@@ -303,8 +327,10 @@ def settings_markdown() -> str:
         "",
         "Generated from `windtunnel.suites.settings` (`python -m windtunnel.suites.settings > "
         "docs/paper-settings.md`). The `paper` tier is built from these values; every other tier's departures "
-        'from them are listed in its report\'s Deviations section with the source named. Sources: "paper" = '
-        "the paper's text or table (arXiv 2512.22471), \"authors' code\" = a file of "
+        "from them (and the paper tier's own, where our code cannot match theirs) are listed in its report's "
+        "Deviations section with the source named. `model.*` are size fields, `train.*` and `eval.*` config fields, "
+        "`form.*` what the authors' code does where we have no config field (compared with what ours does). "
+        'Sources: "paper" = the paper\'s text or table (arXiv 2512.22471), "authors\' code" = a file of '
         'vishalmisra/bayesian-wind-tunnel (named in the source column), "our choice" = nothing '
         "was published.",
         "",
@@ -324,6 +350,7 @@ def settings_markdown() -> str:
     for arch, cells in PAPER_RESULTS.items():
         for task, v in cells.items():
             lines.append(f"| {arch} | {task} | {v.value} | {v.source} |")
+    lines += ["", "## Notes on the sources", "", *(f"- {note}" for note in SOURCE_NOTES)]
     lines += [
         "",
         "Numbers the paper does not report (the context-blind floor, chance levels) are never printed as "

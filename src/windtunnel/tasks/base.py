@@ -171,7 +171,9 @@ class WindTunnel(Protocol):
     `capacity = (param, what it counts)` (the report's capacity table over that parameter's evaluated values),
     `attention_evidence(inputs, mask) ->
     {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
-    probe reports the mass there), `describe(batch, i)` (tokens for `windtunnel tasks show`).
+    probe reports the mass there), `value_positions(inputs) -> (mask (B,T), entropy bits (B,T))` (a second set of
+    positions for the manifold probe, with the entropy attached to each), `describe(batch, i)` (tokens for
+    `windtunnel tasks show`).
     """
 
     name: str

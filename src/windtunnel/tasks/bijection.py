@@ -90,6 +90,21 @@ def evidence_positions(inputs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.
     return seen & mask, evidence
 
 
+def value_positions(inputs: torch.Tensor, V: int, L: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The revealed-value positions of bijection sequences (odd positions before 2L) and the entropy the authors'
+    geometric_analysis.py attaches to each: log2(V - #distinct values revealed strictly before it), 0 when none is
+    left. inputs (B,T) tokens, value tokens `offset`..`offset`+V-1. Returns (mask (B,T) bool, bits (B,T) float64).
+    """
+    B, T = inputs.shape
+    pos = torch.arange(T, device=inputs.device)
+    is_value = (pos % 2 == 1) & (pos < 2 * L)  # (T,) the paired format's query sits at 2L
+    ids = (inputs - offset).clamp(0, V - 1)  # (B,T) value ids (garbage off the value positions, masked below)
+    onehot = torch.nn.functional.one_hot(ids, V) * is_value[None, :, None]  # (B,T,V)
+    before = (onehot.cumsum(1) - onehot) > 0  # (B,T,V) value v revealed strictly before t
+    left = (V - before.sum(-1)).clamp_min(1).to(torch.float64)  # (B,T)
+    return is_value[None].expand(B, T), left.log2()
+
+
 class Bijection(Task[BijectionParams]):
     """Bijection elimination: predict each key's value under a fresh uniform permutation per sequence."""
 
@@ -117,6 +132,12 @@ class Bijection(Task[BijectionParams]):
         unseen = mask & ~seen
         unseen[:, 0] = False  # nothing revealed before the first key
         return {"seen_key_match": (seen, evidence), "unseen_value": (unseen, evidence)}
+
+    def value_positions(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions of the revealed values and the authors' entropy there (`value_positions`): the manifold probe's
+        second position set, the one the authors' geometric_analysis.py used. Token inputs only."""
+        p = self.params
+        return value_positions(inputs, p.V, p.L, int(self.spec.answer_token_offset or 0))
 
     @property
     def spec(self) -> TaskSpec:
