@@ -1,8 +1,37 @@
 """Test-wide settings: one intra-op thread (tiny models run faster on a shared 2-core machine; thread pools
-spinning against each other made them ~20x slower there)."""
+spinning against each other made them ~20x slower there); `holder`, a process that holds a directory's lock."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+HOLDER = """
+import sys, time
+from windtunnel.lock import DirLock
+lock = DirLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process that holds a directory's lock (a second writer or driver must be refused); killed after."""
+    procs = []
+
+    def start(directory: Path) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "locked"
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ contract, the local pool against inline runs, and the driver's progress output."
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 
@@ -166,12 +167,19 @@ def test_ctrl_c_stops_the_local_pool_at_once_and_the_runs_resume(tmp_path):
     assert results["run0"]["resumed_from"] > 0 and results["run1"]["resumed_from"] > 0
 
 
-def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
+def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path, monkeypatch):
+    from ray._private import services
+
     from windtunnel.executors.ray_cluster import check_reachable
     from windtunnel.executors.ray_local import free_port
 
-    check_reachable(None)
-    check_reachable("auto")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray-tmp"))  # no "current cluster" of this machine's Ray ...
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: [])  # ... and no other Ray running here
+    check_reachable(None)  # Ray would start a local cluster: nothing to check
+    check_reachable("local")
+    with pytest.raises(ValueError, match="--ray-address auto: Could not find any running Ray instance"):
+        check_reachable("auto")
     with pytest.raises(ValueError, match="expected auto or HOST:PORT"):
         check_reachable("nowhere")
     address = f"127.0.0.1:{free_port()}"
@@ -181,3 +189,42 @@ def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
     args = ["reproduce", "--tier", "smoke", "--only", "arch=oracle", "--out", str(out), "--no-progress"]
     r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", address])
     assert r.exit_code == 2 and "no Ray cluster answers" in r.output and not out.exists()  # nothing made
+
+
+def test_ray_address_checks_the_gcs_not_just_a_tcp_listener(tmp_path, monkeypatch):
+    """A listener on 127.0.0.1 that is not a Ray GCS fails in seconds with one clear line, before --out exists:
+    both where Ray dials 127.0.0.1 as this host's network address and through a loopback name Ray dials as is
+    (where a TCP connection succeeds, so only a real GCS handshake tells)."""
+    import socket
+    import threading
+
+    from windtunnel.executors.ray_cluster import check_reachable
+    from windtunnel.executors.ray_local import loopback_name
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray-tmp"))  # no "current cluster" of this machine's Ray
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:  # an HTTP server's reply to whatever connects
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nnot ray\r\n")
+
+    base = tmp_path / "base.yaml"
+    base.write_text(json.dumps({"task": {"name": "bijection"}, "model": {"arch": "transformer", "preset": "smoke"}}))
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        addresses = [f"127.0.0.1:{port}"] + ([f"{loopback_name()}:{port}"] if loopback_name() else [])
+        for address in addresses:
+            with pytest.raises(ValueError, match=f"no Ray cluster answers at '{address}'"):
+                check_reachable(address, timeout=5)
+            out = tmp_path / "out"
+            args = ["sweep", str(base), "--grid", "seed=0", "--out", str(out), "--no-progress"]
+            r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", address])
+            assert r.exit_code == 2 and not out.exists(), r.output
+            assert r.output.count("\n") == 1 and "no Ray cluster answers" in r.output
+    finally:
+        server.close()

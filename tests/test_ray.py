@@ -1,44 +1,70 @@
 """The Ray executor on a real multi-node cluster on this machine: a head and a worker node, each a `ray start --block`
 subprocess, stopped by their PIDs (never `ray stop`, which would end every Ray process on the machine).
 
-The nodes listen on 127.0.0.1 only (executors/ray_local.py). Same seeds and threads => the same eval.json on Ray as on
-the local executor; a worker killed mid-training is retried
-and resumes from its checkpoint to the numbers of an uninterrupted run; a node that cannot see --out fails at once.
+The nodes listen on 127.0.0.1 only (executors/ray_local.py) and admit only drivers with the cluster's own token. The
+whole module runs with HOME in a temporary folder that holds a world-readable `~/.ray/auth_token` of someone else's,
+as Ray leaves one behind: it must change nothing. Same seeds and threads => the same eval.json on Ray as on the local
+executor; a worker killed mid-training is retried and resumes from its checkpoint to the numbers of an uninterrupted
+run; a node that cannot see --out fails at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from windtunnel import checkpoints, rundir
+from windtunnel.cli import app
 from windtunnel.errors import StorageError
 from windtunnel.executors import Job, LocalExecutor, make_executor, run_job, write_storage_token
+from windtunnel.executors.ray_cluster import AUTH_VARS, check_reachable, driver_auth, with_auth
 from windtunnel.executors.ray_local import LocalCluster
 from windtunnel.lock import read_owner
 from windtunnel.reproduce import reproduce
 from windtunnel.suites import suite
 
+FOREIGN_TOKEN = "f" * 64  # another cluster's token, as `ray` leaves it in ~/.ray/auth_token (mode 0644)
+
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A two-node Ray cluster (head + one worker node, one CPU each) on this machine."""
-    saved = os.environ.get("RAY_DISABLE_USAGE_STATS")
-    os.environ["RAY_DISABLE_USAGE_STATS"] = "1"
+def foreign_home(tmp_path_factory):
+    """HOME, for the whole module, in a temporary folder whose `.ray/auth_token` (0644) is not the test cluster's:
+    the tests pass with it there, and never read or change the real HOME."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    token = home / ".ray" / "auth_token"
+    token.write_text(FOREIGN_TOKEN)
+    token.chmod(0o644)
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_DISABLE_USAGE_STATS", *AUTH_VARS)}
+    os.environ.update(HOME=str(home), RAY_DISABLE_USAGE_STATS="1")
+    for key in AUTH_VARS:  # the user's own Ray settings do not reach the tests either
+        os.environ.pop(key, None)
     try:
-        with LocalCluster(nodes=2, cpus=1, log_dir=tmp_path_factory.mktemp("ray-logs")) as c:
-            yield c
+        yield home
     finally:
-        if saved is None:
-            os.environ.pop("RAY_DISABLE_USAGE_STATS", None)
-        else:
-            os.environ["RAY_DISABLE_USAGE_STATS"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def cluster(foreign_home, tmp_path_factory):
+    """A two-node Ray cluster (head + one worker node, one CPU each) on this machine, with its own token."""
+    with LocalCluster(nodes=2, cpus=1, log_dir=tmp_path_factory.mktemp("ray-logs")) as c:
+        yield c
 
 
 def _evals(out: Path) -> dict[str, dict]:
@@ -156,10 +182,6 @@ def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
 
 
 def test_reproduce_cli_on_ray(cluster, tmp_path):
-    from typer.testing import CliRunner
-
-    from windtunnel.cli import app
-
     out = tmp_path / "cli"
     args = ["reproduce", "--tier", "smoke", "--out", str(out), "--only", "arch=oracle", "--no-probe"]
     r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster.address, "--no-progress"])
@@ -198,7 +220,7 @@ def test_time_to_bayes_on_ray_gives_the_local_curves(cluster, tmp_path):
         ]
 
 
-def test_a_dead_node_s_run_is_retried_on_another_node_and_resumes(tmp_path):
+def test_a_dead_node_s_run_is_retried_on_another_node_and_resumes(foreign_home, tmp_path):
     """A worker node SIGKILLed whole (raylet, workers: as when its machine dies) while it trains a run: Ray marks
     the node dead, retries the task on the head, and the run resumes from its checkpoint to the numbers of an
     uninterrupted run. A cluster of its own, since this one loses a node."""
@@ -234,3 +256,90 @@ def test_a_dead_node_s_run_is_retried_on_another_node_and_resumes(tmp_path):
     fresh = Job("fresh", victim.config, str(tmp_path / "local"), threads=1)
     run_job(fresh)
     assert rundir.read_json(victim.run_dir / rundir.EVAL) == rundir.read_json(fresh.run_dir / rundir.EVAL)
+
+
+WINDTUNNEL = str(Path(sys.executable).parent / "windtunnel")
+
+
+def test_the_cluster_has_a_token_of_its_own(cluster, foreign_home):
+    """The token is a 0600 file in the cluster's own folder; every node process runs with it and with HOME there;
+    this process drives with it while the cluster runs; the token in HOME is neither used nor changed."""
+
+    assert cluster.token_path.parent == Path(cluster.temp_dir)
+    assert cluster.token_path.stat().st_mode & 0o777 == 0o600 and Path(cluster.temp_dir).stat().st_mode & 0o077 == 0
+    assert cluster.token_path.read_text() != FOREIGN_TOKEN
+    for i in range(len(cluster.procs)):
+        for p in cluster.node_processes(i)[:1] + [p for p in cluster.node_processes(i) if "raylet" in p.name()]:
+            env = p.environ()
+            assert env.get("RAY_AUTH_MODE") == "token" and env.get("RAY_AUTH_TOKEN_PATH") == str(cluster.token_path)
+            assert env.get("HOME") == str(cluster.home) and "RAY_AUTH_TOKEN" not in env
+    assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(cluster.token_path)
+    token = foreign_home / ".ray" / "auth_token"
+    assert token.read_text() == FOREIGN_TOKEN and token.stat().st_mode & 0o777 == 0o644
+    assert Path.home() == foreign_home
+
+
+def test_a_driver_without_the_cluster_s_token_is_refused(cluster, tmp_path):
+    """The cluster itself refuses a Ray driver with no token (HOME's foreign token does not let it in), and the
+    windtunnel driver says so in one line, exit 2, before --out is made, for no token and for a wrong one."""
+    check_reachable(cluster.address)  # with the cluster's token: admitted
+    no_token = dict.fromkeys(AUTH_VARS)
+    wrong = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": FOREIGN_TOKEN, "RAY_AUTH_TOKEN_PATH": None}
+    for env, who in ((no_token, "a driver without a token"), (wrong, "this driver's token")):
+        with driver_auth(env):
+            with pytest.raises(ValueError, match=f"refuses {who}"):
+                check_reachable(cluster.address)
+            out = tmp_path / "out"
+            args = ["reproduce", "--tier", "smoke", "--only", "arch=oracle", "--out", str(out), "--no-progress"]
+            r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster.address])
+            assert r.exit_code == 2 and "refuses" in r.output and r.output.count("\n") == 1 and not out.exists()
+    code = "import ray, sys; ray.init(address=sys.argv[1]); print(ray.get(ray.remote(lambda: 'admitted').remote()))"
+    try:
+        raw = subprocess.run(
+            [sys.executable, "-c", code, cluster.address],
+            env=with_auth(os.environ, no_token),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert raw.returncode != 0 and "admitted" not in raw.stdout
+    except subprocess.TimeoutExpired as err:  # still knocking: it never got in either
+        assert "admitted" not in (err.stdout or b"").decode()
+
+
+def test_an_impossible_resource_request_fails_at_once(cluster, tmp_path):
+    """A run that asks for more CPUs than any node has would wait for ever: it fails at once naming the largest."""
+    cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "oracle"}))
+    job = Job("big", cfg, str(tmp_path / "runs"), threads=8)
+    with pytest.raises(ValueError, match=r"--threads 8: no node of the Ray cluster has 8 CPUs; the largest has 1\b"):
+        make_executor("ray", ray_address=cluster.address).run([job])
+    assert not job.run_dir.exists()
+
+
+def test_ray_without_an_address_leaves_no_world_readable_token(foreign_home, tmp_path):
+    """`--executor ray` with no address starts Ray's own local cluster, with a private token (0600, removed after):
+    no `~/.ray/auth_token` is written, and no token file is left anywhere under its temporary folder."""
+    root = Path(tempfile.mkdtemp(prefix="wt-"))  # short: Ray's socket paths live under it
+    home = root / "home"
+    home.mkdir()
+    env = with_auth({k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, {})
+    env.update(HOME=str(home), RAY_TMPDIR=str(root), TMPDIR=str(root), OMP_NUM_THREADS="1")
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_DISABLE_USAGE_STATS="1")  # Ray's servers on 127.0.0.1
+    out = tmp_path / "out"
+    args = ["reproduce", "--tier", "smoke", "--only", "task=bijection", "--only", "arch=oracle", "--out", str(out)]
+    try:
+        r = subprocess.run(
+            [WINDTUNNEL, *args, "--executor", "ray", "--threads", "1", "--no-probe", "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert rundir.read_json(out / "reproduce.json")["executor"] == "ray"
+        assert not (home / ".ray").exists()
+        assert not list(root.glob("windtunnel-ray-auth-*"))  # the private token's folder is gone
+        readable = [p for p in root.rglob("*token*") if p.is_file() and p.stat().st_mode & 0o044]
+        assert not readable, readable
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

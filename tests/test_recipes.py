@@ -171,6 +171,80 @@ def test_muon_takes_the_hidden_matrices_only():
     assert muon.param_groups[0]["lr"] == 0.123
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+@pytest.mark.parametrize("variant", ["reference", "paper"])
+def test_mamba_a_log_and_d_are_never_decayed(variant, optimizer):
+    """A_log ((Di,N) in the reference variant) and D are marked no-decay, as in state-spaces/mamba: AdamW's group
+    without weight decay, never Muon (which decays everything it holds)."""
+    cfg = resolve_config(_smoke(**{"model.arch": "mamba", "model.variant": variant, "train.optimizer": optimizer}))
+    task = runs.build_task(cfg)
+    model = runs.build_model(cfg, task.spec, task)
+    opt = make_optimizer(model, cfg)
+    groups = opt.param_groups
+    undecayed = {id(p) for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    ssm = {n: p for n, p in model.named_parameters() if n.endswith((".A_log", ".D"))}
+    assert len(ssm) == 2 * model.n_layers and all(id(p) in undecayed for p in ssm.values())
+    assert (model.blocks[0].A_log.ndim == 2) == (variant == "reference")
+    decayed = {id(p) for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert id(model.blocks[0].in_proj.weight) in decayed  # the matrices still decay
+    if optimizer == "muon":
+        ortho = {id(p) for g in opt.optimizers[0].param_groups for p in g["params"]}
+        assert ortho and not ortho & {id(p) for p in ssm.values()}
+
+
+def test_a_parameter_marked_no_weight_decay_leaves_both_decayed_groups():
+    from windtunnel.models.common import no_weight_decay
+
+    cfg = resolve_config(_smoke(**{"train.optimizer": "muon"}))
+    task = runs.build_task(cfg)
+    model = runs.build_model(cfg, task.spec, task)
+    w = no_weight_decay(model.blocks[0].attn.qkv.weight)  # a hidden matrix Muon would otherwise take
+    opt = make_optimizer(model, cfg)
+    (where,) = [g["weight_decay"] for g in opt.param_groups if any(p is w for p in g["params"])]
+    assert where == 0.0 and not any(p is w for g in opt.optimizers[0].param_groups for p in g["params"])
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mamba"])
+def test_weight_decay_on_all_decays_every_parameter(arch):
+    """`train.weight_decay_on="all"` is torch.optim.AdamW(model.parameters(), weight_decay=wd), as in the authors'
+    scripts: after one step with zero gradients every parameter (embeddings, norms, biases, Mamba's A_log and D) is
+    scaled by 1 - lr*wd; with the default "matrices" the norms, biases and A_log/D stay as they were."""
+    variant = {"model.variant": "paper"} if arch == "mamba" else {}
+    shrunk = {}
+    for on in ("all", "matrices"):
+        cfg = resolve_config(
+            _smoke(**{"model.arch": arch, **variant, "train.weight_decay": 0.5, "train.weight_decay_on": on})
+        )
+        task = runs.build_task(cfg)
+        model = runs.build_model(cfg, task.spec, task)
+        opt = make_optimizer(model, cfg)
+        assert len(opt.param_groups) == 2  # one state layout for both modes
+        with torch.no_grad():  # nonzero everywhere (zero-initialised biases would look decayed)
+            for p in model.parameters():
+                p.uniform_(0.5, 1.5)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        for g in opt.param_groups:
+            g["lr"] = 0.1
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
+        shrunk[on] = {n for n, p in model.named_parameters() if torch.allclose(p, before[n] * (1 - 0.1 * 0.5))}
+    names = {n for n, _ in model.named_parameters()}
+    assert shrunk["all"] == names
+    kept = names - shrunk["matrices"]
+    assert any(n.endswith(".bias") for n in kept) and any("norm" in n for n in kept)
+    if arch == "mamba":
+        assert {n for n in names if n.endswith((".A_log", ".D"))} <= kept
+
+
+def test_weight_decay_on_is_validated_and_defaults_to_matrices():
+    from windtunnel.config import TrainConfig, validate
+
+    assert TrainConfig().weight_decay_on == "matrices"  # existing configs train exactly as before
+    with pytest.raises(ValueError, match=r"train\.weight_decay_on: Input should be 'matrices' or 'all'"):
+        validate({"train": {"weight_decay_on": "embeddings"}})
+
+
 def test_muon_run_resumes_exactly(tmp_path):
     import shutil
 
@@ -273,13 +347,17 @@ def test_cells_parse_and_build_their_run_configs():
         parse_cell("task=bijection,transformer")
 
 
-def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_name():
+def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_file():
+    from windtunnel.time_to_bayes import cell_runs
+
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "recipes" / "recall-curriculum.yaml"
     cell = parse_cell(
         f"task=recall,arch=transformer,recipe={path},steps=100,set.task.params.N=32,"
         "set.task.params.key_vocab=64,set.task.params.value_vocab=64"
     )
-    assert cell.recipe_name == "recall-curriculum" and "/" not in cell.slug and cell.slug.startswith("recall-")
+    (run,) = cell_runs(cell)
+    assert cell.recipe_name == "recall-curriculum.yaml" and "/" not in run.name
+    assert run.name.startswith("recall-transformer-recall-curriculum.yaml-100x64-lr0.001-s0-")
     cfg = resolve_config(cell_config(cell, seed=0))
     assert [(s.until, s.params["N"]) for s in cfg.train.curriculum] == [(20, 8), (45, 24)]
     assert cfg.task.params["N"] == 32 and cfg.train.schedule == "wsd"  # evaluation keeps the task's own N

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -129,32 +128,6 @@ def test_trusted_import_string_from_an_installed_module_builds(tmp_path, monkeyp
 
 
 # --- 2. one writer per run directory ---------------------------------------------------------------------------
-
-
-HOLDER = """
-import sys, time
-from windtunnel.lock import DirLock
-lock = DirLock(sys.argv[1]).acquire()
-print("locked", flush=True)
-time.sleep(120)
-"""
-
-
-@pytest.fixture
-def holder(tmp_path):
-    """Start a process that holds a directory's lock; yields (directory, process)."""
-    procs = []
-
-    def start(directory: Path) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "locked"
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
 
 
 def test_a_second_writer_fails_at_once_naming_the_holder(trained, holder):

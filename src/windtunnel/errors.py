@@ -1,7 +1,8 @@
 """The errors a user can meet, by what they mean and the exit code the CLI gives them.
 
-bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `StorageError`), FileNotFoundError, ...:
-                        the command (or the cluster's storage) was wrong; fix it and run again
+bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `StorageError`, `RunMismatchError`),
+                        FileNotFoundError, ...: the command (or the cluster's storage, or the --out it names) was
+                        wrong; fix it and run again
 corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
                         match its config; `RunInUseError`: another live process is writing the run directory;
                         `TrainingDiverged`: the loss or gradients became non-finite
@@ -24,6 +25,11 @@ class StorageError(ValueError):
     on storage every node sees."""
 
 
+class RunMismatchError(ValueError):
+    """A driver asked for a run whose directory holds a run of another config: it is neither skipped nor resumed.
+    The message names the directory and the differing keys (dotted paths, old -> new)."""
+
+
 class UntrustedCodeError(ValueError):
     """A config names code to import (`package.module:Class`) and the caller did not opt in with trust_code."""
 
@@ -41,4 +47,11 @@ class TrainingDiverged(RuntimeError):
         self.step, self.what, self.kept = step, what, kept
 
 
-__all__ = ["CheckpointError", "RunInUseError", "StorageError", "TrainingDiverged", "UntrustedCodeError"]
+__all__ = [
+    "CheckpointError",
+    "RunInUseError",
+    "RunMismatchError",
+    "StorageError",
+    "TrainingDiverged",
+    "UntrustedCodeError",
+]

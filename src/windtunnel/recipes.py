@@ -24,6 +24,19 @@ from windtunnel.config import apply_overrides, error_message, read_file
 
 _ALLOWED_PREFIXES = ("train.", "model.")
 _FORBIDDEN = ("model.arch",)  # a recipe trains a given architecture; it does not swap it
+# What a recipe compared at a fixed budget (time-to-Bayes) may set: the optimiser, the schedule and the curriculum
+# (and, in an ablation, the loss); the budget, the evaluation and the model are the benchmark cell's.
+TRAINING_KEYS = (
+    "train.optimizer",
+    "train.weight_decay",
+    "train.betas",
+    "train.grad_clip",
+    "train.schedule",
+    "train.cooldown_frac",
+    "train.min_lr_ratio",
+    "train.curriculum",
+    "train.loss",
+)
 
 
 class Stage(BaseModel):
@@ -83,6 +96,17 @@ class Recipe(BaseModel):
                 {"until": max(1, round(s.frac * steps)), "params": dict(s.params)} for s in stages
             ]
         return out
+
+    def check_training_only(self, task: str, steps: int, where: str) -> None:
+        """A ValueError naming the first key this recipe sets for `task` beyond `TRAINING_KEYS` (`where` names the
+        recipe in the message): a benchmark at a fixed budget must not have its budget or evaluation moved."""
+        for key in self.overrides_for(task, steps):
+            if key not in TRAINING_KEYS:
+                raise ValueError(
+                    f"{where}: {key}: a recipe here may set only the optimiser, schedule and curriculum "
+                    f"({', '.join(TRAINING_KEYS)}); the budget, evaluation and model are the cell's own fields "
+                    "(steps, batch_size, lr, warmup_steps, eval_every, eval_size, set.KEY=V)"
+                )
 
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
         """A copy of a plain config dict (`suites.paper.run_config`) with this recipe applied."""
@@ -150,4 +174,4 @@ def get_recipe(name_or_path: str | Path) -> Recipe:
     raise ValueError(f"recipe: {key!r} is neither a registered recipe ({', '.join(RECIPES)}) nor a YAML/JSON file")
 
 
-__all__ = ["RECIPES", "Recipe", "Stage", "get_recipe", "parse_recipe"]
+__all__ = ["RECIPES", "TRAINING_KEYS", "Recipe", "Stage", "get_recipe", "parse_recipe"]

@@ -1,6 +1,8 @@
 """`reproduce`: train what is missing, evaluate, probe, and write the report, for one tier of the paper suite.
 
-Interruptible: a finished run has `done.json` and is skipped; an unfinished one resumes from its last checkpoint.
+Interruptible: a finished run has `done.json` and is skipped; an unfinished one resumes from its last checkpoint; either
+only when its stored config is the one asked for (`manifest.claim_runs`; `fresh` sets a mismatched one aside). One
+--out holds one tier (default `runs/paper-<tier>`); its manifest lists the runs the report reads.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ from typing import Any
 
 import torch
 
+from windtunnel import manifest
+from windtunnel.config import resolve_config
 from windtunnel.executors import Executor, Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import config_cost, execute
 from windtunnel.lock import DirLock
-from windtunnel.rundir import check_writable, write_json
+from windtunnel.rundir import check_writable, read_json_object, write_json
 from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
+
+KIND = "reproduce"  # the manifest kind of a reproduce's --out
 
 
 def machine_description() -> dict[str, Any]:
@@ -63,13 +69,14 @@ def where_runs_ran(results: list[dict[str, Any]]) -> dict[str, Any]:
 def suite_jobs(
     entries: list[SuiteRun], runs_dir: Path, threads: int, probe: bool, storage: tuple[str, str]
 ) -> list[Job]:
-    """One job per suite run; the geometry probes run on each trained cell's first seed."""
+    """One job per suite run; the geometry probes run on every seed of each trained cell (the report gives
+    across-seed intervals)."""
     return [
         Job(
             e.name,
             e.config,
             str(runs_dir),
-            probe=probe and e.config["model"]["arch"] not in BASELINES and e.config.get("seed", 0) == 0,
+            probe=probe and e.config["model"]["arch"] not in BASELINES,
             threads=threads,
             storage=storage,
         )
@@ -77,9 +84,14 @@ def suite_jobs(
     ]
 
 
+def default_out(tier: str) -> Path:
+    """Where `reproduce --tier TIER` writes without --out: one directory per tier, so tiers never share runs."""
+    return Path(f"runs/paper-{tier}")
+
+
 def reproduce(
     tier: str,
-    out: str | Path,
+    out: str | Path | None = None,
     seeds: int | None = None,
     jobs: int = 1,
     only: dict[str, str] | None = None,
@@ -91,20 +103,60 @@ def reproduce(
     ray_address: str | None = None,
     max_retries: int | None = None,
     progress: bool = False,
+    fresh: bool = False,
 ) -> dict[str, Any]:
-    """Run the paper suite at `tier` into `out/runs/` on `executor` ("local": `jobs` processes; "ray": the cluster at
-    `ray_address`), then write the report into `out/`; holds `out`'s lock. `threads`: CPU threads per run (default:
-    the cores split between the jobs locally, 1 on Ray); runs with equal seeds and threads give equal numbers on
-    every executor. `progress`: live progress on stderr."""
+    """Run the paper suite at `tier` into `out/runs/` (default `default_out(tier)`) on `executor` ("local": `jobs`
+    processes; "ray": the cluster at `ray_address`), then write the report into `out/`; holds `out`'s lock.
+    `threads`: CPU threads per run (default: the cores split between the jobs locally, 1 on Ray); runs with equal
+    seeds and threads give equal numbers on every executor. `progress`: live progress on stderr. A run directory of
+    another config, or an --out of another tier, is refused unless `fresh`, which moves it to `out/superseded/`."""
     threads = threads_per_run(executor, jobs, threads)
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
-    out = Path(out)
+    out = default_out(tier) if out is None else Path(out)
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
+    wanted = {e.name: resolve_config(e.config) for e in entries}
     check_writable(out)
     with DirLock(out, "output directory"):  # one reproduce per output directory; each run also locks itself
-        return _reproduce_locked(tier, out, entries, seeds, jobs, only, probe, echo, runner, threads, progress)
+        previous = _claim(out, tier, wanted, fresh, echo)
+        return _reproduce_locked(
+            tier, out, entries, seeds, jobs, only, probe, echo, runner, threads, progress, previous
+        )
+
+
+def _claim(
+    out: Path, tier: str, wanted: dict[str, Any], fresh: bool, echo: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Make `out` this tier's reproduce: refuse another driver's --out, and one of another tier or with run
+    directories of other configs (with `fresh`: set those aside). Returns the manifest entries to keep."""
+    manifest.refuse_other_kind(out, KIND)
+    recorded = manifest.read_manifest(out)
+    if recorded is not None:
+        old_tier, previous = recorded.get("tier"), recorded["runs"]
+    else:  # an --out written before manifests: its reproduce.json names the tier; its runs are checked one by one
+        legacy = out / "reproduce.json"
+        old_tier, previous = (read_json_object(legacy).get("tier") if legacy.exists() else None), []
+    if old_tier not in (None, tier):
+        if not fresh:
+            raise ValueError(
+                f"--out: {str(out)!r} holds the {old_tier} tier's runs; use another --out (the default is "
+                f"{default_out(tier)}), or --fresh to set them aside (to {out / manifest.SUPERSEDED})"
+            )
+        runs = out / manifest.RUNS
+        if recorded is not None:
+            stale = [runs / e["name"] for e in previous]
+        else:
+            stale = sorted(runs.iterdir()) if runs.is_dir() else []
+        for d in stale:
+            if d.is_dir():
+                echo(f"  {d.name}: a {old_tier}-tier run, set aside -> {manifest.set_aside(d, out)}")
+        previous = []
+    for moved in manifest.claim_runs(out, wanted, fresh):
+        echo(f"  set aside (not the run asked for) -> {moved}")
+    previous = [e for e in previous if (out / manifest.RUNS / e["name"]).is_dir()]  # what --fresh moved is gone
+    manifest.write_manifest(out, KIND, {e["name"]: e["config_hash"] for e in previous}, tier=tier)  # claimed now
+    return previous
 
 
 def _reproduce_locked(
@@ -119,6 +171,7 @@ def _reproduce_locked(
     runner: Executor,
     threads: int,
     progress: bool,
+    previous: list[dict[str, Any]],
 ) -> dict[str, Any]:
     from windtunnel.report import build_report
 
@@ -149,5 +202,8 @@ def _reproduce_locked(
         "deviations": deviations(tier),
     }
     write_json(out / "reproduce.json", meta)
-    build_report([runs_dir], out, meta)
+    finished = manifest.finished_runs(out, [e.name for e in entries])
+    manifest.write_manifest(out, KIND, manifest.accumulate(out, previous, finished), tier=tier)
+    listed: list[str | Path] = [*manifest.run_dirs(out)]  # this tier's runs, never whatever else lies under runs/
+    build_report(listed, out, meta)
     return meta

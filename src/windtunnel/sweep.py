@@ -6,7 +6,8 @@ Every point of the grid is a run directory `out/runs/<name>` (a readable name bu
 `lr=0.001-seed=0`), trained by any executor (`windtunnel.executors`: local processes or a Ray cluster) with the same
 `run_job` as `reproduce`, so a point's numbers do not depend on where it ran. Every point is validated before
 anything is created, the longest runs start first, and a re-run trains only what is missing (a finished run has
-`done.json`).
+`done.json`), reusing a run directory only when it holds the point's resolved config (`manifest.claim_runs`; with
+`fresh` a mismatched one is set aside). `out/manifest.json` lists the sweep's finished points.
 
 The table -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- is picked on the validation stream, never the test stream:
 each run's validation numbers are the last `"split": "eval"` line of its metrics.jsonl at its final step (the
@@ -38,6 +39,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING, Any
 
+from windtunnel import manifest
 from windtunnel.config import RunConfig, apply_overrides, eval_name, parse_value, read_file, resolve_config
 from windtunnel.lock import DirLock
 from windtunnel.rundir import (
@@ -45,7 +47,6 @@ from windtunnel.rundir import (
     EVAL,
     atomic_write,
     check_writable,
-    read_config,
     read_json_object,
     read_metrics,
     write_json,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from windtunnel.executors import Executor
 
 SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
+KIND = "sweep"  # the manifest kind of a sweep's --out
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
 METRIC_TITLES = {"entropy_mae_bits": "entropy error (bits)", "kl_bits": "KL (bits)", "accuracy": "accuracy"}
@@ -245,12 +247,14 @@ def sweep(
     overrides: dict[str, Any] | None = None,
     echo: Callable[[str], None] = lambda _: None,
     progress: bool = False,
+    fresh: bool = False,
 ) -> dict[str, Any]:
     """Train every point of `grid` over the base `config` (a YAML/JSON file or a dict; `overrides`: dotted keys set
     on every point) into `out/runs/`, on `executor` ("local": `jobs` processes; "ray": the cluster at
     `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per run (default: the
     cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on stderr if `progress`;
-    then write the table. Holds `out`'s lock; returns what sweep.json holds."""
+    then write the table. A point's directory holding another config is refused unless `fresh` (set aside to
+    `out/superseded/`). Holds `out`'s lock; returns what sweep.json holds."""
     from windtunnel.executors import make_executor, threads_per_run
 
     overrides = dict(overrides or {})
@@ -278,7 +282,7 @@ def sweep(
         "command": _command(record, out, executor, jobs, threads, ray_address, max_retries),
     }
     with DirLock(out, "output directory"):  # one sweep per output directory; each run also locks itself
-        points = _claim(out, record, points)
+        points = _claim(out, record, points, fresh, echo)
         return _sweep_locked(out, points, record, runner, meta, echo, progress)
 
 
@@ -297,10 +301,13 @@ def _plain(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
-def _claim(out: Path, record: dict[str, Any], points: list[SweepPoint]) -> list[SweepPoint]:
-    """Make `out` this sweep's: refuse a directory of another sweep (another base config or other grid keys) or of
-    other runs, and a finished run whose config is not its point's; record the sweep. Returns the points, in the
-    key order the directory's sweep first used (same keys, same run names)."""
+def _claim(
+    out: Path, record: dict[str, Any], points: list[SweepPoint], fresh: bool, echo: Callable[[str], None]
+) -> list[SweepPoint]:
+    """Make `out` this sweep's: refuse a directory of another driver, of another sweep (another base config or other
+    grid keys) or of other runs, and a run directory whose config is not its point's (`fresh`: set it aside); record
+    the sweep. Returns the points, in the key order the directory's sweep first used (same keys, same run names)."""
+    manifest.refuse_other_kind(out, KIND)
     path, grid = out / SWEEP_CONFIG, record["grid"]
     if path.exists():
         old = read_json_object(path)
@@ -320,10 +327,8 @@ def _claim(out: Path, record: dict[str, Any], points: list[SweepPoint]) -> list[
             points = expand(record["base"], record["grid"])
     elif (out / "runs").exists():
         raise ValueError(f"--out: {str(out)!r} holds runs/ of something other than a sweep; use a new --out")
-    for p in points:
-        run_dir = out / "runs" / p.name
-        if (run_dir / DONE).exists() and read_config(run_dir).model_dump() != p.resolved.model_dump():
-            raise ValueError(f"--out: {str(run_dir)!r} is a finished run of another config; use a new --out")
+    for moved in manifest.claim_runs(out, {p.name: p.resolved for p in points}, fresh):
+        echo(f"  set aside (not the run asked for) -> {moved}")
     write_json(path, _plain(record), sort_keys=False)  # keep the grid's key order
     return points
 
@@ -344,7 +349,7 @@ def _sweep_locked(
     runs_dir.mkdir(parents=True, exist_ok=True)
     storage = write_storage_token(out)  # every node checks it sees --out before it trains
     jobs = [Job(p.name, p.config, str(runs_dir), probe=False, threads=meta["threads"], storage=storage) for p in points]
-    todo = sum(not (runs_dir / p.name / DONE).exists() for p in points)
+    todo = sum(not manifest.is_finished(runs_dir / p.name) for p in points)
     where = placement(runner, meta["jobs"])
     echo(f"{len(points)} runs ({todo} to train), {where} x {meta['threads']} thread(s) -> {out}")
     start = time.time()
@@ -571,7 +576,7 @@ def write_table(
     from windtunnel.report.tables import headline_metric
     from windtunnel.reproduce import machine_description
 
-    done = [p for p in points if (out / "runs" / p.name / DONE).exists()]
+    done = [p for p in points if manifest.is_finished(out / "runs" / p.name)]
     rows = [run_row(p, out / "runs" / p.name) for p in done]
     ranked = rank(settings(rows, list(record["grid"])))
     headline = {t: headline_metric(t) for t in dict.fromkeys(r["task"] for r in rows)}
@@ -591,13 +596,14 @@ def write_table(
         "headline": headline,
         "settings": ranked,
         "rows": rows,
-        "missing": [p.name for p in points if not (out / "runs" / p.name / DONE).exists()],
+        "missing": [p.name for p in points if not manifest.is_finished(out / "runs" / p.name)],
         "trained": sorted(r["name"] for r in results or [] if not r.get("skipped")),
         "skipped": sorted(r["name"] for r in results or [] if r.get("skipped")),
     }
     write_json(out / TABLE_JSON, _plain(data), sort_keys=False)
     atomic_write(out / TABLE_CSV, _csv(rows, list(record["grid"])))
     atomic_write(out / TABLE_MD, _markdown(data, out))
+    manifest.write_manifest(out, KIND, manifest.finished_runs(out, [p.name for p in points]))  # the table's runs
     return data
 
 

@@ -11,23 +11,42 @@ Times are *training* seconds (`train_s`: optimiser steps only, no evaluation or 
 threads and dtype recorded. Results: `time_to_bayes.json`, `time_to_bayes.md` and a log-log plot of error against
 training seconds per cell (`time_to_bayes.png`). Run with `windtunnel time-to-bayes` or
 `benchmarks/bench_time_to_bayes.py`.
+
+A run is named `<task>-<arch>-<recipe>-<steps>x<batch>-lr<lr>-s<seed>-<hash>`, the hash that of its resolved config
+(`manifest.config_hash`), so two cells that differ in anything are two runs; labels are read from the resolved config.
+A recipe here sets only the optimiser, schedule and curriculum (`recipes.TRAINING_KEYS`). The driver holds --out's
+lock, reuses a run only when its stored config is the one asked for (`manifest.claim_runs`), and accumulates: a new
+cell joins the cells already in `time_to_bayes.json` (the same setting replaces its earlier result), provided the
+machine, torch, threads and jobs match (`MACHINE_KEYS`; `allow_mixed` labels each cell with its own machine).
 """
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from windtunnel import rundir
+from windtunnel import manifest, rundir
+from windtunnel.config import RunConfig
+from windtunnel.errors import CheckpointError
 from windtunnel.executors import Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import execute
+from windtunnel.lock import DirLock
 from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, crossings, format_mark, mark_header, summarize_marks
-from windtunnel.recipes import get_recipe
+from windtunnel.recipes import RECIPES, get_recipe
 from windtunnel.report.tables import headline_metric
+
+KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
+RESULTS = "time_to_bayes.json"
+# What must match for training seconds to compare across cells of one table (merge and accumulation).
+MACHINE_KEYS = ("machine", "device", "torch", "threads_per_run", "jobs")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-name part may not contain
 
 
 class Cell(BaseModel):
@@ -50,25 +69,31 @@ class Cell(BaseModel):
 
     @property
     def recipe_name(self) -> str:
-        """The recipe's name: a registered name as given, a recipe file by its stem (no path in run names)."""
-        return Path(self.recipe).stem if Path(self.recipe).suffix in (".yaml", ".yml", ".json") else self.recipe
+        """The recipe as labels show it: a registered name as given, a recipe file by its file name (`wsd.yaml`, never
+        to be read as the registered `wsd`)."""
+        return self.recipe if self.recipe in RECIPES else Path(self.recipe).name
 
-    @property
-    def label(self) -> str:
-        extra = "".join(f",{k.split('.')[-1]}={v}" for k, v in sorted(self.set.items()))
-        return f"{self.task}/{self.arch}/{self.recipe_name} ({self.steps}x{self.batch_size}, lr {self.lr:g}{extra})"
 
-    @property
-    def slug(self) -> str:
-        extra = "".join(f"-{k.split('.')[-1]}{v}" for k, v in sorted(self.set.items()))
-        return f"{self.task}-{self.arch}-{self.recipe_name}-{self.steps}x{self.batch_size}-lr{self.lr:g}{extra}"
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of a cell: its run-directory `name`, the raw `config` it trains and that config `resolved`."""
+
+    seed: int
+    name: str
+    config: dict[str, Any]
+    resolved: RunConfig = field(repr=False, compare=False)
 
 
 def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
-    """The run config of one seed of a cell: the tier's config of (task, arch) with the cell's budget and recipe."""
+    """The run config of one seed of a cell: the tier's config of (task, arch) with the cell's budget and recipe. A
+    task outside the paper suite, or a recipe that sets more than training keys, is a ValueError naming it."""
     from windtunnel.config import apply_overrides
-    from windtunnel.suites.paper import run_config
+    from windtunnel.suites.paper import TASKS, run_config
 
+    if cell.task not in TASKS:
+        raise ValueError(f"--cell task: {cell.task!r} is not a task of the paper suite ({', '.join(TASKS)})")
+    recipe = get_recipe(cell.recipe)
+    recipe.check_training_only(cell.task, cell.steps, f"--cell recipe {cell.recipe!r}")  # before apply reads it
     cfg = run_config(cell.task, cell.arch, cell.tier, seed)
     warmup = cell.warmup_steps if cell.warmup_steps is not None else max(1, cell.steps // 20)
     cfg = apply_overrides(
@@ -86,27 +111,72 @@ def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
             "train.log_every": min(50, cell.eval_every),
         },
     )
-    cfg = get_recipe(cell.recipe).apply(cfg)
+    cfg = recipe.apply(cfg)
     return apply_overrides(cfg, cell.set)
 
 
-def seed_job(cell: Cell, seed: int, out: Path, threads: int, storage: tuple[str, str] | None = None) -> Job:
-    """The job that trains one seed of a cell into `out/runs/<slug>-s<seed>` (no probes)."""
-    return Job(f"{cell.slug}-s{seed}", cell_config(cell, seed), str(out / "runs"), threads=threads, storage=storage)
+def _part(text: str, limit: int = 40) -> str:
+    """Run-name-safe text (the hash beside it keeps the name unique)."""
+    return _UNSAFE.sub("_", text)[:limit] or "_"
 
 
-def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
+def run_name(cell: Cell, cfg: RunConfig) -> str:
+    """`hmm-transformer-wsd-3000x32-lr0.001-s0-3f2a9c01b7de`: a readable prefix read from the resolved config, then
+    the hash of that config (`manifest.config_hash`)."""
+    t = cfg.train
+    prefix = f"{cfg.task.name}-{_part(cfg.model.arch)}-{_part(cell.recipe_name)}-{t.steps}x{t.batch_size}-lr{t.lr:g}"
+    return f"{prefix}-s{cfg.seed}-{manifest.config_hash(cfg)}"
+
+
+def cell_runs(cell: Cell) -> list[SeedRun]:
+    """Every seed of a cell, resolved and named; a bad cell is a ValueError naming the field, and seeds that resolve
+    to one run (`set.seed` fixes every seed's) are refused."""
+    from windtunnel.config import resolve_config
+
+    runs = []
+    for seed in range(cell.seeds):
+        raw = cell_config(cell, seed)
+        resolved = resolve_config(raw)
+        runs.append(SeedRun(seed, run_name(cell, resolved), raw, resolved))
+    if len({r.name for r in runs}) < len(runs):
+        raise ValueError(
+            f"--cell seeds={cell.seeds}: every seed is one run (set.seed fixes the seed of all of them); use seeds=1"
+        )
+    return runs
+
+
+def _at(data: Any, dotted: str) -> Any:
+    """The value at a dotted key of a config dump (None where it is not there)."""
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def cell_label(cell: Cell, cfg: RunConfig) -> str:
+    """`hmm/transformer/wsd (3000x32, lr 0.001, adamw, wsd, d_model=96)`, every value read from the resolved config of
+    the cell's first seed (the preset is named where it is not the quick one; `set` keys by their last part)."""
+    t = cfg.train
+    parts = [f"{t.steps}x{t.batch_size}", f"lr {t.lr:g}", t.optimizer, t.schedule]
+    if cfg.model.preset not in (None, "quick"):
+        parts.append(f"{cfg.model.preset} preset")
+    dump = cfg.model_dump(mode="json")
+    parts += [f"{k.split('.')[-1]}={_at(dump, k)}" for k in sorted(cell.set)]
+    return f"{cfg.task.name}/{cfg.model.arch}/{cell.recipe_name} ({', '.join(parts)})"
+
+
+def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
     """One trained seed of a cell: its validation curve, the marks it crossed, and its final test numbers."""
-    run_dir = job.run_dir
-    final = rundir.read_json(run_dir / "eval.json")["default"]["metrics"]  # the test stream, written by train()
+    run_dir = out / manifest.RUNS / run.name
+    final = rundir.read_json_object(run_dir / rundir.EVAL)["default"]["metrics"]  # the test stream, written by train()
     lines = rundir.read_metrics(run_dir)
     evals = [r for r in lines if r.get("split") == "eval"]
     steps = [r for r in lines if "loss" in r]
-    metric = headline_metric(cell.task)
+    metric = headline_metric(run.resolved.task.name)
     keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest", "horizon")
     return {
-        "seed": seed,
-        "run_dir": f"runs/{run_dir.name}",  # relative to the benchmark's --out: results stay valid when moved
+        "seed": run.resolved.seed,
+        "run_dir": f"{manifest.RUNS}/{run.name}",  # relative to the benchmark's --out: results stay valid when moved
+        "config_hash": manifest.config_hash(run.resolved),
         "metric": metric,
         "curve": [{k: e[k] for k in keep if k in e} for e in evals],
         "crossings": crossings(evals, metric),
@@ -114,24 +184,38 @@ def read_seed(job: Job, cell: Cell, seed: int) -> dict[str, Any]:
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps[1:]) if len(steps) > 1 else None,
         "final_validation": {k: evals[-1].get(k) for k in keep if k in evals[-1]} if evals else None,
         "test": {k: (v["mean"] if v else None) for k, v in final.items()},
-        "dtype": job.config["train"].get("dtype", "float32"),
-        "threads": job.threads,
+        "dtype": run.resolved.train.dtype,
+        "threads": threads,
     }
 
 
-def summarize_cell(cell: Cell, seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """A cell's seeds: their marks (`summarize_marks`) and final test value (mean, min, max)."""
+def summarize_cell(cell: Cell, runs: list[SeedRun], seeds: list[dict[str, Any]], machine: dict[str, Any]) -> dict:
+    """A cell's seeds: their marks (`summarize_marks`) and final test value (mean, min, max); `key` (the first seed's
+    config hash) says which setting it is, so a later result of the same setting replaces it."""
     metric = seeds[0]["metric"]
     test = [s["test"][metric] for s in seeds if s["test"].get(metric) is not None]
     return {
+        "key": manifest.config_hash(runs[0].resolved),
         "cell": cell.model_dump(),
-        "label": cell.label,
+        "label": cell_label(cell, runs[0].resolved),
         "metric": metric,
         "marks": summarize_marks([s["crossings"] for s in seeds]),
         "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
         "recipe": get_recipe(cell.recipe).model_dump(mode="json"),
+        "machine": machine,
         "seeds": seeds,
     }
+
+
+def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
+    """Every cell's seeds, validated before anything is created; two cells that are one setting are refused."""
+    planned = [(c, cell_runs(c)) for c in cells]
+    seen: dict[str, int] = {}
+    for i, (_, runs) in enumerate(planned, 1):
+        first = seen.setdefault(runs[0].name, i)
+        if first != i:
+            raise ValueError(f"--cell: cells {first} and {i} are the same runs (their resolved configs are equal)")
+    return planned
 
 
 def run(
@@ -145,89 +229,208 @@ def run(
     ray_address: str | None = None,
     max_retries: int | None = None,
     progress: bool = False,
+    fresh: bool = False,
+    allow_mixed: bool = False,
 ) -> dict[str, Any]:
     """Run every seed of every cell on `executor` (locally `jobs` in parallel, each with `threads` CPU threads;
-    default: the cores split between the jobs locally, 1 on Ray); write JSON, Markdown and the plot into `out`;
-    returns the results dict. A seed already trained (its eval.json exists) is read back, not trained again."""
-    from windtunnel.config import resolve_config
+    default: the cores split between the jobs locally, 1 on Ray), holding `out`'s lock; add the cells to the results
+    already in `out` (refused where machine, torch, threads or jobs differ, unless `allow_mixed`) and write JSON,
+    Markdown and the plot; returns the results dict. A finished seed is read back, not trained again; a run directory
+    of another config is refused unless `fresh` (set aside to `out/superseded/`)."""
     from windtunnel.reproduce import machine_description
 
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
-    for c in cells:  # fail on a bad recipe or config before any training or any directory is made
-        resolve_config(cell_config(c, 0))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     threads = threads_per_run(executor, jobs, threads)
+    planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
+    machine = {**machine_description(), "threads_per_run": threads, "jobs": jobs, "executor": runner.name}
+    out = Path(out)
+    rundir.check_writable(out)
+    with DirLock(out, "output directory"):  # one driver per --out; each run also locks itself
+        manifest.refuse_other_kind(out, KIND)
+        previous = read_results(out / RESULTS) if (out / RESULTS).exists() else None
+        if previous is not None:
+            _check_machines(
+                [(f"the results already in {out}", previous["machine"]), ("this call", machine)], allow_mixed, "--out"
+            )
+        wanted = {r.name: r.resolved for _, runs in planned for r in runs}
+        for moved in manifest.claim_runs(out, wanted, fresh):
+            echo(f"  set aside (not the run asked for) -> {moved}")
+        manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), {}))  # claimed now
+        return _run_locked(planned, out, runner, jobs, threads, machine, previous, echo, progress)
+
+
+def _run_locked(
+    planned: list[tuple[Cell, list[SeedRun]]],
+    out: Path,
+    runner: Any,
+    jobs: int,
+    threads: int,
+    machine: dict[str, Any],
+    previous: dict[str, Any] | None,
+    echo: Any,
+    progress: bool,
+) -> dict[str, Any]:
     storage = write_storage_token(out)
-    work = [(c, s, seed_job(c, s, out, threads, storage)) for c in cells for s in range(c.seeds)]
+    runs_dir = out / manifest.RUNS
+    work = [Job(r.name, r.config, str(runs_dir), threads=threads, storage=storage) for _, rs in planned for r in rs]
     echo(
-        f"time-to-Bayes: {len(cells)} cell(s), {len(work)} run(s), {placement(runner, jobs)} x {threads} thread(s) "
+        f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s), {placement(runner, jobs)} x {threads} thread(s) "
         f"-> {out}"
     )
     t0 = time.time()
-    todo = [job for _, _, job in work if not (job.run_dir / "eval.json").exists()]
-    execute(todo, runner, echo, progress=progress)
-    results = [summarize_cell(c, [read_seed(job, cc, s) for cc, s, job in work if cc is c]) for c in cells]
-    data = {
-        "machine": {**machine_description(), "threads_per_run": threads, "jobs": jobs, "executor": runner.name},
-        "wall_s": round(time.time() - t0, 1),
-        "cells": results,
-    }
+    execute([j for j in work if not manifest.is_finished(j.run_dir)], runner, echo, progress=progress)
+    cells = [summarize_cell(c, rs, [read_seed(r, out, threads) for r in rs], machine) for c, rs in planned]
+    data = _accumulate(previous, cells, machine, round(time.time() - t0, 1))
+    finished = manifest.finished_runs(out, [j.name for j in work])
+    manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), finished))
     echo(_write(data, out))
     return data
+
+
+def _same_cell(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a stored cell is the setting of a new one: by key, or (results written before keys) by the request."""
+    return old.get("key") == new["key"] if "key" in old else old.get("cell") == new["cell"]
+
+
+def _accumulate(
+    previous: dict[str, Any] | None, cells: list[dict[str, Any]], machine: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    """The results already in --out with this call's cells joined: a cell of the same setting is replaced in place,
+    a new one appended; each earlier cell keeps its machine."""
+    if previous is None:
+        return {"machine": machine, "wall_s": wall_s, "cells": cells}
+    merged = [{**c, "machine": c.get("machine", previous["machine"])} for c in previous["cells"]]
+    for new in cells:
+        i = next((i for i, c in enumerate(merged) if _same_cell(c, new)), None)
+        if i is None:
+            merged.append(new)
+        else:
+            merged[i] = new
+    return {**previous, "wall_s": round(float(previous.get("wall_s", 0.0)) + wall_s, 1), "cells": merged}
 
 
 def _write(data: dict[str, Any], out: Path) -> str:
     """time_to_bayes.json, .md and .png into `out`; returns the Markdown."""
     text = markdown(data)
-    rundir.write_json(out / "time_to_bayes.json", data)
+    rundir.write_json(out / RESULTS, data)
     rundir.atomic_write(out / "time_to_bayes.md", text)
     plot(data, out / "time_to_bayes.png")
     return text
 
 
-def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
+def _need(ok: bool, path: Path, where: str, expected: str, got: Any) -> None:
+    if not ok:
+        raise CheckpointError(f"{path}: {where}: expected {expected}, got {json.dumps(got)[:60]}")
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """A time_to_bayes.json, checked where the table and plot read it (CheckpointError naming the file and field)."""
+    data = rundir.read_json_object(path)
+    _need(isinstance(data.get("machine"), dict), path, "machine", "an object", data.get("machine"))
+    _need(isinstance(data.get("cells"), list), path, "cells", "a list", data.get("cells"))
+    wall = data.get("wall_s", 0.0)
+    _need(isinstance(wall, (int, float)) and not isinstance(wall, bool), path, "wall_s", "a number", wall)
+    for i, c in enumerate(data["cells"]):
+        where = f"cells[{i}]"
+        _need(isinstance(c, dict), path, where, "an object", c)
+        for key, kind, what in (("label", str, "a string"), ("metric", str, "a string"), ("marks", dict, "an object")):
+            _need(isinstance(c.get(key), kind), path, f"{where}.{key}", what, c.get(key))
+        _need(
+            isinstance(c.get("cell"), dict) and isinstance(c["cell"].get("task"), str),
+            path,
+            f"{where}.cell.task",
+            "a task name",
+            c.get("cell"),
+        )
+        seeds = c.get("seeds")
+        _need(
+            isinstance(seeds, list) and bool(seeds) and all(isinstance(s, dict) for s in seeds),
+            path,
+            f"{where}.seeds",
+            "a non-empty list of objects",
+            seeds,
+        )
+    return data
+
+
+def _check_machines(sources: list[tuple[str, dict[str, Any]]], allow_mixed: bool, what: str) -> None:
+    """Refuse results whose seconds do not compare (a `MACHINE_KEYS` value differs) unless `allow_mixed`."""
+    if allow_mixed:
+        return
+    first_name, first = sources[0]
+    for name, m in sources[1:]:
+        for key in MACHINE_KEYS:
+            if m.get(key) != first.get(key):
+                raise ValueError(
+                    f"{what}: results come from different machines or settings ({key}: {first.get(key)!r} in "
+                    f"{first_name}, {m.get(key)!r} in {name}); their seconds do not compare (--allow-mixed combines "
+                    "them anyway, each cell labelled with its own machine)"
+                )
+
+
+def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = False) -> dict[str, Any]:
     """Combine earlier results (directories holding time_to_bayes.json, or the JSON files) into one table and plot
-    in `out`; each cell keeps its own machine line. Returns the merged results dict."""
-    cells, machines, wall = [], [], 0.0
+    in a new `out`, under its lock; each cell keeps its own machine. Refused: no sources, a source given twice, an
+    `out` that is a source or already holds results, two sources with one setting, and (unless `allow_mixed`)
+    sources whose machine, torch, threads or jobs differ. Returns the merged results dict."""
+    if not sources:
+        raise ValueError("merge: nothing to merge")
+    out = Path(out)
+    paths: list[Path] = []
     for src in sources:
-        p = Path(src)
-        p = p / "time_to_bayes.json" if p.is_dir() else p
+        p = Path(src) / RESULTS if Path(src).is_dir() else Path(src)
         if not p.is_file():
-            raise ValueError(f"merge: no time_to_bayes.json at {str(src)!r}")
-        data = rundir.read_json(p)
-        cells += data["cells"]
-        machines.append(data["machine"])
-        wall += float(data.get("wall_s", 0.0))
+            raise ValueError(f"merge: no {RESULTS} at {str(src)!r}")
+        if p.resolve() in [q.resolve() for q in paths]:
+            raise ValueError(f"merge: {str(src)!r} is given twice")
+        paths.append(p)
+    if (out / RESULTS).resolve() in [p.resolve() for p in paths]:
+        raise ValueError(f"merge: --out {str(out)!r} is one of the sources; merge into a new directory")
+    if (out / RESULTS).exists():
+        raise ValueError(f"merge: --out {str(out)!r} already holds time-to-Bayes results; merge into a new directory")
+    loaded = [(str(src), read_results(p)) for src, p in zip(sources, paths, strict=True)]
+    _check_machines([(name, d["machine"]) for name, d in loaded], allow_mixed, "merge")
+    cells: list[dict[str, Any]] = []
+    origin: dict[str, str] = {}
+    for name, d in loaded:
+        for c in d["cells"]:
+            if "key" in c and origin.setdefault(c["key"], name) != name:
+                raise ValueError(f"merge: the cell {c['label']!r} is in both {origin[c['key']]} and {name}")
+            cells.append({**c, "machine": c.get("machine", d["machine"])})
     if not cells:
         raise ValueError("merge: nothing to merge")
-    first = machines[0]
-    if any(m.get("machine") != first.get("machine") for m in machines):
-        raise ValueError("merge: results come from different machines; their seconds do not compare")
+    first = loaded[0][1]["machine"]
     data = {
-        "machine": {
-            **first,
-            "jobs": max(m.get("jobs", 1) for m in machines),
-            "threads_per_run": first.get("threads_per_run"),
-        },
-        "wall_s": round(wall, 1),
+        "machine": first,
+        "wall_s": round(sum(float(d.get("wall_s", 0.0)) for _, d in loaded), 1),
         "cells": cells,
         "merged_from": [str(s) for s in sources],
     }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    _write(data, out)
+    rundir.check_writable(out)
+    with DirLock(out, "output directory"):
+        manifest.refuse_other_kind(out, KIND)
+        _write(data, out)
     return data
 
 
 def markdown(data: dict[str, Any]) -> str:
     """One table per headline metric: training seconds [seed range] @ median step to each mark, and the final test
-    value (mean, min–max over seeds)."""
-    lines = [
-        f"Machine: {data['machine']['machine']}; torch {data['machine']['torch']}; "
-        f"{data['machine']['threads_per_run']} thread(s) per run, {data['machine']['jobs']} run(s) at once.",
-        "",
-    ]
+    value (mean, min–max over seeds). Cells of different machines or settings (`allow_mixed`) are tagged [m1], [m2]
+    after the machine lines they ran on."""
+    setups: dict[str, dict[str, Any]] = {}
+    for c in data["cells"]:
+        m = c.get("machine", data["machine"])
+        setups.setdefault(json.dumps([m.get(k) for k in MACHINE_KEYS]), m)
+    tag = {key: (f" [m{i}]" if len(setups) > 1 else "") for i, key in enumerate(setups, 1)}
+    if len(setups) == 1:
+        lines = [f"Machine: {_machine_line(data['machine'])}", ""]
+    else:
+        lines = [
+            "Cells ran on different machines or settings (combined with --allow-mixed); seconds compare only "
+            "between cells of one:",
+            "",
+        ]
+        lines += [f"- [m{i}] {_machine_line(m)}" for i, m in enumerate(setups.values(), 1)] + [""]
     for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
         cells = [c for c in data["cells"] if c["metric"] == metric]
         present = {m for c in cells for m in c["marks"]}  # in PRECISION_MARKS order (JSON files store keys sorted)
@@ -247,11 +450,22 @@ def markdown(data: dict[str, Any]) -> str:
                 else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else f" ({t['min']:.4f}–{t['max']:.4f})"))
             )
             hits = [(format_mark(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
+            m = c.get("machine", data["machine"])
+            label = c["label"] + tag[json.dumps([m.get(k) for k in MACHINE_KEYS])]
             lines.append(
-                f"| {c['label']} | {len(c['seeds'])} | {c['seeds'][0]['dtype']} | " + " | ".join(hits) + f" | {final} |"
+                f"| {label} | {len(c['seeds'])} | {c['seeds'][0].get('dtype', '?')} | "
+                + " | ".join(hits)
+                + f" | {final} |"
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    return (
+        f"{m.get('machine')}; torch {m.get('torch')}; {m.get('threads_per_run')} thread(s) per run, "
+        f"{m.get('jobs')} run(s) at once."
+    )
 
 
 def plot(data: dict[str, Any], path: str | Path) -> None:
@@ -292,22 +506,21 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
 
 def parse_cell(text: str) -> Cell:
     """`task=bijection,arch=transformer,recipe=wsd,steps=3000` (plus batch_size, lr, seeds, ...; `set.KEY=V` for
-    extra overrides) -> Cell; ValueError names a bad field."""
-    import yaml
+    extra overrides) -> Cell; values read as `--set` values are. ValueError names a bad field or a key given twice."""
     from pydantic import ValidationError
 
-    from windtunnel.config import error_message
+    from windtunnel.config import error_message, parse_value
 
     fields: dict[str, Any] = {"set": {}}
     for item in filter(None, (s.strip() for s in text.split(","))):
         key, sep, value = item.partition("=")
-        if not sep:
+        key = key.strip()
+        if not sep or not key:
             raise ValueError(f"--cell: expected key=value, got {item!r}")
-        parsed = yaml.safe_load(value)
-        if key.startswith("set."):
-            fields["set"][key[4:]] = parsed
-        else:
-            fields[key] = parsed
+        where, name = (fields["set"], key[4:]) if key.startswith("set.") else (fields, key)
+        if name in where:
+            raise ValueError(f"--cell {text!r}: {key} is given twice")
+        where[name] = parse_value(value.strip())
     try:
         return Cell.model_validate(fields)
     except ValidationError as err:

@@ -11,6 +11,7 @@ from windtunnel.cli import app
 from windtunnel.cli.common import (
     executor_option,
     fail,
+    fresh_option,
     guarded,
     max_retries_option,
     progress_option,
@@ -31,21 +32,29 @@ def time_to_bayes(
     jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
     threads: int | None = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),
     merge: list[Path] | None = typer.Option(
-        None, help="instead of training: combine earlier result directories into --out"
+        None, help="instead of training: combine earlier result directories into a new --out"
+    ),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="combine results of different machines, torch versions, threads or jobs (merged, or added to --out's "
+        "earlier cells) instead of an error; each cell is labelled with its own machine",
     ),
     executor: str = executor_option(),
     ray_address: str | None = ray_address_option(),
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
+    fresh: bool = fresh_option(),
 ) -> None:
-    """Train each cell's seeds with frequent validation and report the training seconds to each precision mark."""
+    """Train each cell's seeds with frequent validation and report the training seconds to each precision mark; the
+    cells join those already in --out's time_to_bayes.json."""
     from windtunnel.time_to_bayes import merge as merge_results
     from windtunnel.time_to_bayes import parse_cell, run
 
     if merge:
         if cell:
             fail("--merge: give either --cell (train) or --merge (combine results), not both")
-        merge_results(list(merge), out)
+        merge_results(list(merge), out, allow_mixed=allow_mixed)
         typer.echo(f"merged {len(merge)} result(s) -> {out / 'time_to_bayes.md'}")
         return
     if not cell:
@@ -65,6 +74,8 @@ def time_to_bayes(
         ray_address=ray_address,
         max_retries=max_retries,
         progress=progress,
+        fresh=fresh,
+        allow_mixed=allow_mixed,
     )
     typer.echo(f"results: {out / 'time_to_bayes.json'}, {out / 'time_to_bayes.md'}, {out / 'time_to_bayes.png'}")
 

@@ -118,5 +118,14 @@ def max_retries_option() -> Any:
     return typer.Option(None, help="with --executor ray: retries of a run whose worker or node died (default 3)")
 
 
+def fresh_option() -> Any:
+    return typer.Option(
+        False,
+        "--fresh",
+        help="a run directory under --out that holds another config (or, for reproduce, another tier's runs) is "
+        "moved to --out/superseded/ and trained anew, instead of an error; nothing is deleted",
+    )
+
+
 def progress_option() -> Any:
     return typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)")

@@ -10,6 +10,7 @@ from windtunnel.cli import app
 from windtunnel.cli.common import (
     executor_option,
     fail,
+    fresh_option,
     guarded,
     jobs_option,
     max_retries_option,
@@ -28,7 +29,9 @@ def reproduce(
         help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
         "best recipes, ~2 h) or paper (GPU budgets)",
     ),
-    out: Path = typer.Option(Path("runs/paper-quick"), help="output directory (runs/ and the report)"),
+    out: Path | None = typer.Option(
+        None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"
+    ),
     seeds: int | None = typer.Option(
         None,
         help="seeds per trained cell (default: the tier's, 3 for every "
@@ -42,13 +45,16 @@ def reproduce(
     threads: int | None = threads_option(),
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
+    fresh: bool = fresh_option(),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
+    from windtunnel.reproduce import default_out
     from windtunnel.reproduce import reproduce as run
     from windtunnel.suites import TIERS
 
     if tier not in TIERS:
         fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    out = default_out(tier) if out is None else out
     meta = run(
         tier,
         out,
@@ -62,6 +68,7 @@ def reproduce(
         ray_address=ray_address,
         max_retries=max_retries,
         progress=progress,
+        fresh=fresh,
     )
     typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
 
@@ -69,7 +76,10 @@ def reproduce(
 @app.command()
 @guarded
 def report(
-    run_dirs: list[Path] = typer.Argument(..., help="run directories, or directories containing them"),
+    run_dirs: list[Path] = typer.Argument(
+        ...,
+        help="run directories, a driver's --out (the runs its manifest.json lists), or directories containing runs",
+    ),
     out: Path = typer.Option(Path("report"), help="where to write report.md, report.html, figures/, results.json"),
 ) -> None:
     """Rebuild the report from existing run directories (made here, on a GPU box, anywhere)."""
@@ -99,4 +109,5 @@ def demo(
         threads=None,
         max_retries=None,
         progress=True,
+        fresh=False,
     )

@@ -10,6 +10,7 @@ import typer
 from windtunnel.cli import app
 from windtunnel.cli.common import (
     executor_option,
+    fresh_option,
     guarded,
     jobs_option,
     max_retries_option,
@@ -35,6 +36,7 @@ def sweep(
     ray_address: str | None = ray_address_option(),
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
+    fresh: bool = fresh_option(),
 ) -> None:
     """Train every combination of the --grid values over CONFIG (what is missing only) and tabulate them: settings
     (grid values but seed) best first by their mean validation score, test scores reported beside them."""
@@ -53,6 +55,7 @@ def sweep(
         overrides=parse_kv(set_, "--set"),
         echo=typer.echo,
         progress=progress,
+        fresh=fresh,
     )
     best = [_best(s, table["headline"][s["task"]]) for s in table["settings"] if s["best"]]
     typer.echo(

@@ -2,14 +2,14 @@
 that does it, on whichever process, node or device the executor chose.
 
 A job is plain data (its config as a dict, its run directory as a path), so it travels to a worker process or a Ray
-node unchanged. `run_job` is idempotent: a run with `done.json` is read back, an interrupted one resumes from its last
-checkpoint (the trainer is kill-equal: the resumed run ends with the numbers of an uninterrupted one), so a retried
-job costs only the steps since that checkpoint.
+node unchanged. `run_job` is idempotent: a finished run (`done.json` and `eval.json`) is read back, an interrupted one
+resumes from its last checkpoint (the trainer is kill-equal: the resumed run ends with the numbers of an uninterrupted
+one), so a retried job costs only the steps since that checkpoint. Either only when the directory holds the run asked
+for: its stored resolved config equals the job's (`manifest.check_same_run`), else a `RunMismatchError`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from windtunnel.config import BASELINES
 from windtunnel.errors import StorageError
-from windtunnel.rundir import DONE, atomic_write, write_json
+from windtunnel.manifest import check_same_run, is_finished
+from windtunnel.rundir import DONE, GEOMETRY, atomic_write, read_json_object, write_json
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
 
@@ -86,21 +87,31 @@ def check_storage(storage: tuple[str, str] | None) -> None:
 
 def run_job(job: Job) -> dict[str, Any]:
     """Train (or resume) one run, evaluate it at every length and, if asked, probe it, all on the run's training
-    device; mark it done. A finished run is skipped. Returns {"name", "skipped", "wall_s", ...} (done.json's fields).
-    """
+    device; mark it done. A finished run is skipped; a run directory of another config is a RunMismatchError (never
+    skipped, never resumed); one marked done without its eval.json is evaluated again. Returns {"name", "skipped",
+    "wall_s", ...} (done.json's fields)."""
     import torch
 
     from windtunnel import checkpoints
     from windtunnel import train as training
-    from windtunnel.config import validate
+    from windtunnel.config import resolve_config
 
     check_storage(job.storage)
     run_dir = job.run_dir
-    if (run_dir / DONE).exists():
-        return {"name": job.name, "skipped": True, **json.loads((run_dir / DONE).read_text())}
+    config = resolve_config(job.config)
+    check_same_run(run_dir, config)
+    if is_finished(run_dir):
+        done = read_json_object(run_dir / DONE)  # a garbled or non-object done.json is an error naming it
+        if job.probe and config.model.arch not in BASELINES and not (run_dir / GEOMETRY).exists():
+            # finished without its probe (reproduce once probed only each cell's first seed): probe it now
+            from windtunnel.geometry.run import probe_run
+
+            torch.set_num_threads(max(1, job.threads))
+            probe_run(run_dir, device=training.resolve_device(config.train.device))
+        return {"name": job.name, "skipped": True, **done}
+    (run_dir / DONE).unlink(missing_ok=True)  # marked done but its eval.json is gone: resume (to the end) and evaluate
     torch.set_num_threads(max(1, job.threads))
     start = time.time()
-    config = validate(job.config)
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
     training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
     device = training.resolve_device(config.train.device)

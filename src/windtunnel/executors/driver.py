@@ -3,9 +3,12 @@ run as it arrives. `reproduce`, `sweep` and `time-to-bayes` all run their jobs t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from windtunnel.config import BASELINES
@@ -57,6 +60,25 @@ def finished_line(result: dict[str, Any]) -> str:
     return f"  {result['name']}: finished in {result.get('wall_s', '?')} s{resumed}"
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While a driver runs its jobs, SIGTERM (`kill`, a CI timeout) takes Ctrl-C's path: KeyboardInterrupt, so the
+    executor stops its workers, what finished stays, the driver writes what it can and releases its locks. Only the
+    main thread can set a handler; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def execute(
     jobs: Sequence[Job],
     executor: Executor,
@@ -68,16 +90,17 @@ def execute(
     first second, and each finished run's line above it; returns the results in the jobs' order."""
     costs = {job.name: config_cost(job.config) for job in jobs}
     ordered = sorted(jobs, key=lambda j: costs[j.name], reverse=True)  # parallel runs finish close together
-    if not progress:
-        results = executor.run(ordered, lambda r: echo(finished_line(r)))
-    else:
-        from windtunnel.progress import Progress, Tracked
+    with sigterm_as_interrupt():
+        if not progress:
+            results = executor.run(ordered, lambda r: echo(finished_line(r)))
+        else:
+            from windtunnel.progress import Progress, Tracked
 
-        tracked = [Tracked(j.name, j.run_dir, j.steps, costs[j.name] or 1e-9, headline(j.config)) for j in ordered]
-        with Progress(tracked, stream=stream, title=f"{len(jobs)} runs on {executor.name}") as bar:
-            results = executor.run(ordered, lambda r: bar.log(finished_line(r)))
+            tracked = [Tracked(j.name, j.run_dir, j.steps, costs[j.name] or 1e-9, headline(j.config)) for j in ordered]
+            with Progress(tracked, stream=stream, title=f"{len(jobs)} runs on {executor.name}") as bar:
+                results = executor.run(ordered, lambda r: bar.log(finished_line(r)))
     by_name = {r["name"]: r for r in results}
     return [by_name[j.name] for j in jobs if j.name in by_name]
 
 
-__all__ = ["ARCH_COST", "config_cost", "execute", "finished_line", "headline"]
+__all__ = ["ARCH_COST", "config_cost", "execute", "finished_line", "headline", "sigterm_as_interrupt"]

@@ -1,8 +1,20 @@
 """The embedded executor: jobs in this process (`jobs=1`) or in a pool of local worker processes. Needs nothing but
-the package; `make demo` uses it."""
+the package; `make demo` uses it.
+
+The driver owns its workers: each worker dies with the driver however the driver ends (`watch_parent`), so no
+worker outlives it holding a run's lock or the caller's stdout/stderr pipe.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
@@ -32,7 +44,9 @@ class LocalExecutor:
             for job in jobs:
                 done(run_job(job))
             return results
-        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(jobs)))
+        pool = ProcessPoolExecutor(
+            max_workers=min(self.jobs, len(jobs)), initializer=watch_parent, initargs=(os.getpid(),)
+        )
         failures: list[BaseException] = []
         try:
             for future in as_completed([pool.submit(run_job, job) for job in jobs]):
@@ -47,6 +61,37 @@ class LocalExecutor:
         if failures:
             raise failures[0]
         return results
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+
+def watch_parent(parent: int, poll_s: float = 1.0) -> None:
+    """Pool-worker initializer: die with the driver `parent`. On Linux the kernel sends SIGKILL when the parent ends
+    (PR_SET_PDEATHSIG; the parent is checked right after, in case it ended first); elsewhere a daemon thread polls
+    the parent's pid. SIGTERM gets its default action back, so `stop_workers` ends a worker mid-run."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the driver's SIGTERM -> KeyboardInterrupt, if inherited
+    if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGKILL):
+        if os.getppid() != parent:
+            os._exit(1)
+        return
+
+    def poll() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=poll, name="windtunnel-parent-watch", daemon=True).start()
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    """prctl(PR_SET_PDEATHSIG, sig) through libc; False where it is not available."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    return False
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:

@@ -5,13 +5,23 @@ CPUs -- and runs `run_job` there: train or resume, evaluate and probe on the dev
 whose worker process or node dies is retried (at most `max_retries` times) and resumes from the run's last
 checkpoint; an error of the run itself (bad config, a diverged run, storage the node cannot see) is not retried.
 Run directories live under the driver's --out, which every node must see (docs/scale-out.md).
+
+Authentication: a driver connects with Ray's token settings from its environment (`RAY_AUTH_MODE=token` and
+`RAY_AUTH_TOKEN_PATH`, docs/scale-out.md). Without an address, where Ray would start a new local cluster, the
+executor gives that cluster a token of its own (a 0600 file in a private folder, removed afterwards), so Ray does
+not write a world-readable `~/.ray/auth_token` that later clusters would pick up.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
-import socket
-from collections.abc import Sequence
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from windtunnel.executors.base import Job, OnResult, run_job
@@ -31,6 +41,13 @@ def import_ray() -> Any:
     return ray
 
 
+def ray_internal(name: str) -> Any:
+    """A module of Ray's own internals (`ray._raylet`, `ray._private.services`, ...), untyped: Ray 2.60's are what
+    its own CLI uses to read auth settings and dial a GCS, and ship no complete type stubs."""
+    import_ray()
+    return importlib.import_module(name)
+
+
 def task_resources(job: Job, cluster_gpus: float) -> dict[str, float]:
     """Ray resources for one run: a GPU (and one CPU) on a cluster with GPUs unless the run is pinned to the CPU;
     else its CPU threads."""
@@ -47,21 +64,164 @@ def run_on_node(job: Job) -> dict[str, Any]:
     return {**run_job(job), "node": ray.get_runtime_context().get_node_id()}
 
 
-def check_reachable(address: str | None, timeout: float = 10.0) -> None:
-    """Fail in seconds, not after Ray's own minutes of retries, when nothing listens at a HOST:PORT address (None,
-    "auto" and "local" are Ray's to resolve)."""
-    if address is None or address in ("auto", "local"):
-        return
-    host, sep, port = address.split("://", 1)[-1].rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"--ray-address: expected auto or HOST:PORT (got {address!r})")
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray's token settings, read from the env
+TOKEN_FILE = "auth_token"
+
+
+def write_token(directory: str | Path) -> Path:
+    """A fresh random token in `directory`/auth_token, readable by its owner alone (mode 0600 from creation)."""
+    path = Path(directory) / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def token_env(path: str | Path) -> dict[str, str | None]:
+    """Ray's settings for token authentication with the token in file `path` (None: the variable is unset)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+def with_auth(base: Mapping[str, str], auth: Mapping[str, str | None]) -> dict[str, str]:
+    """The environment `base` with Ray's auth variables replaced by `auth` (None: unset): for a node or a driver
+    started as a subprocess."""
+    env = {k: v for k, v in base.items() if k not in AUTH_VARS}
+    env.update({k: v for k, v in auth.items() if v is not None})
+    return env
+
+
+def refresh_auth() -> None:
+    """Make this process's Ray re-read its auth settings from the environment (Ray caches the mode and the token)."""
+    raylet = ray_internal("ray._raylet")
+    raylet.Config.initialize("")  # the mode first: a token reloaded under a stale mode fails a check inside Ray
+    raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def driver_auth(env: Mapping[str, str | None]) -> Iterator[None]:
+    """This process's Ray auth variables set to `env` (None: unset) while the block runs, then restored; Ray's cache
+    is refreshed both times. For a driver in this process; subprocesses take `env` in theirs."""
+    saved = {k: os.environ.get(k) for k in AUTH_VARS}
+    _set_env(env)
+    refresh_auth()
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as err:
+        yield
+    finally:
+        _set_env(saved)
+        refresh_auth()
+
+
+def _set_env(env: Mapping[str, str | None]) -> None:
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@contextlib.contextmanager
+def private_token() -> Iterator[Path]:
+    """A token of this driver's own (0600, in a 0700 folder) set as Ray's while the block runs, removed after."""
+    folder = tempfile.mkdtemp(prefix="windtunnel-ray-auth-")
+    try:
+        path = write_token(folder)
+        with driver_auth(token_env(path)):
+            yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def starts_local_cluster(address: str | None) -> bool:
+    """Whether `ray.init(address)` would start a new local cluster rather than connect to one (Ray's own rule:
+    "local", or no address with no RAY_ADDRESS and no cluster started on this machine)."""
+    if address == "local":
+        return True
+    if address is not None:
+        return False
+    services = ray_internal("ray._private.services")
+    try:
+        return services.canonicalize_bootstrap_address(None) is None
+    except Exception:  # noqa: BLE001 - Ray could not tell: let it decide, as before
+        return False
+
+
+def wants_private_token(address: str | None) -> bool:
+    """True where the driver should give a new local cluster its own token: Ray would start one, and the user set
+    no token and did not turn authentication off (Ray would then write ~/.ray/auth_token, world-readable)."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return False
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return False
+    return starts_local_cluster(address)
+
+
+def _parse_address(address: str) -> tuple[str, str]:
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"--ray-address: expected auto or HOST:PORT (got {address!r})")
+    return host, port
+
+
+def check_reachable(address: str | None, timeout: float = 10.0) -> None:
+    """Fail in seconds, not after Ray's own minutes of retries, unless a Ray GCS answers at the address Ray will
+    dial (Ray dials 127.0.0.1 and localhost as this host's network address): one GCS RPC, with this process's
+    token where token authentication is on. A listener that is not a Ray GCS, or a GCS that refuses the token, is a
+    ValueError. None where Ray would start a new local cluster, and "local", need no check."""
+    if address is not None and address not in ("auto", "local"):
+        _parse_address(address)  # the form first, before Ray is asked anything
+    if address == "local" or starts_local_cluster(address):
+        return
+    services = ray_internal("ray._private.services")
+    try:
+        target = services.canonicalize_bootstrap_address(address)
+    except ConnectionError as err:  # "auto" and no cluster on this machine
+        raise ValueError(f"--ray-address {address}: {err}") from None
+    if target is None:
+        return
+    _gcs_handshake(address or target, target, timeout)
+
+
+def _gcs_handshake(given: str, target: str, timeout: float) -> None:
+    """One GetClusterId RPC to the GCS at `target`; a clear ValueError for each way it can fail."""
+    grpc = ray_internal("grpc")  # Ray's dependency
+    auth = ray_internal("ray._private.authentication.authentication_utils")
+    pb2 = ray_internal("ray.core.generated.gcs_service_pb2")
+    pb2_grpc = ray_internal("ray.core.generated.gcs_service_pb2_grpc")
+    dialled = f" (Ray dials it as {target})" if target != given else ""
+    channel = ray_internal("ray._private.grpc_utils").init_grpc_channel(target)  # TLS and token, as Ray's clients
+    try:
+        pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(pb2.GetClusterIdRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            which = "this driver's token" if auth.is_token_auth_enabled() else "a driver without a token"
+            raise ValueError(
+                f"--ray-address: the Ray cluster at {given!r} refuses {which}; give the driver the cluster's token: "
+                "RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=FILE (docs/scale-out.md)"
+            ) from None
+        detail = code.name if code is not None else type(err).__name__
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            detail += ": something listens there, but not a Ray GCS"
         raise ValueError(
-            f"--ray-address: no Ray cluster answers at {address!r} ({err.strerror or err}); start one with "
-            "`ray start --head` (docs/scale-out.md) or check the address"
+            f"--ray-address: no Ray cluster answers at {given!r}{dialled} within {timeout:g} s ({detail}); start "
+            "one with `ray start --head` (docs/scale-out.md) or check the address"
         ) from None
+    finally:
+        channel.close()
+
+
+def check_resources(jobs: Sequence[Job], nodes: Sequence[Mapping[str, Any]], cluster_gpus: float) -> None:
+    """ValueError at once for a run no node of the cluster can ever hold (Ray would leave it pending for good):
+    more CPUs than the largest node has, naming that node's CPUs."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    largest = max((float(r.get("CPU", 0)) for r in alive), default=0.0)
+    for job in jobs:
+        need = task_resources(job, cluster_gpus)
+        if need.get("num_cpus", 0) > largest:
+            raise ValueError(
+                f"--threads {job.threads}: no node of the Ray cluster has {need['num_cpus']} CPUs; the largest has "
+                f"{largest:g} (ask for at most {largest:g} threads per run)"
+            )
 
 
 class RayExecutor:
@@ -79,20 +239,21 @@ class RayExecutor:
 
     def run(self, jobs: Sequence[Job], on_result: OnResult | None = None) -> list[dict[str, Any]]:
         ray = import_ray()
-        started = not ray.is_initialized()
-        if started:
+        if ray.is_initialized():
+            return self._run(ray, jobs, on_result)
+        with contextlib.ExitStack() as stack:  # left in reverse: Ray shut down, then the private token removed
+            if wants_private_token(self.address):
+                stack.enter_context(private_token())
             try:
                 ray.init(address=self.address, log_to_driver=False, configure_logging=False)
             except ConnectionError as err:
                 raise ValueError(f"--ray-address: cannot reach a Ray cluster at {self.address!r}: {err}") from None
-        try:
+            stack.callback(ray.shutdown)
             return self._run(ray, jobs, on_result)
-        finally:
-            if started:
-                ray.shutdown()
 
     def _run(self, ray: Any, jobs: Sequence[Job], on_result: OnResult | None) -> list[dict[str, Any]]:
         gpus = float(ray.cluster_resources().get("GPU", 0))
+        check_resources(jobs, ray.nodes(), gpus)
         remote = ray.remote(run_on_node)
         pending: dict[Any, Job] = {}
         for job in jobs:
@@ -131,4 +292,22 @@ class RayExecutor:
         return results
 
 
-__all__ = ["DEFAULT_RETRIES", "RayExecutor", "check_reachable", "import_ray", "run_on_node", "task_resources"]
+__all__ = [
+    "AUTH_VARS",
+    "DEFAULT_RETRIES",
+    "RayExecutor",
+    "check_reachable",
+    "check_resources",
+    "driver_auth",
+    "import_ray",
+    "private_token",
+    "ray_internal",
+    "refresh_auth",
+    "run_on_node",
+    "starts_local_cluster",
+    "task_resources",
+    "token_env",
+    "wants_private_token",
+    "with_auth",
+    "write_token",
+]

@@ -13,6 +13,10 @@ rewrites a loopback `--node-ip-address` or `--address` ("127.0.0.1", "localhost"
     the head from, as the node's address (a `--node-ip-address 127.0.0.1` would be rewritten).
 Where no such name exists, every node is started with `--node-ip-address 127.0.0.1`, which Ray rewrites as above, and
 the cluster listens on every interface while it runs (`loopback_only` is False; docs/scale-out.md).
+
+Every node and the driver use token authentication with a token of the cluster's own (`RAY_AUTH_MODE=token`, a 0600
+file under the cluster's temporary folder), and each node runs with HOME in that folder: nothing in the user's
+`~/.ray` (an `auth_token` another Ray left there) changes how the cluster starts or whom it admits.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from windtunnel.executors.ray_cluster import import_ray
+from windtunnel.executors.ray_cluster import driver_auth, import_ray, token_env, with_auth, write_token
 
 STARTED = "Ray runtime started"
 
@@ -69,16 +73,27 @@ class LocalCluster:
     """`nodes` Ray nodes (the first is the head) with `cpus` CPUs each; `address` is the head's HOST:PORT, and
     `loopback_only` whether the nodes listen on 127.0.0.1 alone (see the module docstring).
 
-    Use as a context manager; logs go to `log_dir` (default: a new temporary folder)."""
+    Use as a context manager; logs go to `log_dir` (default: a new temporary folder). While it runs, this process
+    is the cluster's driver (Ray's auth variables are set to the cluster's token, and restored by `stop`); a driver
+    in another process needs `env` in its environment."""
 
     def __init__(self, nodes: int = 2, cpus: int = 1, log_dir: str | Path | None = None, timeout: float = 90) -> None:
         if nodes < 1 or cpus < 1:
             raise ValueError(f"nodes and cpus: must be >= 1 (got {nodes}, {cpus})")
         self.nodes, self.cpus, self.timeout = nodes, cpus, timeout
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="windtunnel-ray-"))
-        # Ray's own folder for this cluster (sessions, sockets; short, for the socket paths), removed by stop(): the
-        # cluster leaves nothing in /tmp/ray, in particular no "current cluster" that `--ray-address auto` would find
+        # The cluster's own folder (mode 0700, short for the socket paths), removed by stop(): its token, the nodes'
+        # HOME (no ~/.ray of the user's) and Ray's folder (sessions, sockets; Ray makes it 0777, so the token is not
+        # kept there). The cluster leaves nothing in /tmp/ray, in particular no "current cluster" that
+        # `--ray-address auto` would find.
         self.temp_dir = tempfile.mkdtemp(prefix="wt-ray-")
+        self.token_path = write_token(self.temp_dir)
+        self.home = Path(self.temp_dir) / "home"
+        self.home.mkdir()
+        self.ray_dir = Path(self.temp_dir) / "ray"
+        self.ray_dir.mkdir()
+        self.env = token_env(self.token_path)  # Ray's auth settings for any driver of this cluster
+        self._auth = contextlib.ExitStack()
         self.port = free_port()
         name = loopback_name()
         self.loopback_only = name is not None
@@ -90,10 +105,11 @@ class LocalCluster:
         cmd = [ray_cli, "start", "--block", "--num-cpus", str(self.cpus), "--num-gpus", "0"]
         if head or not self.loopback_only:
             cmd += ["--node-ip-address", LOOPBACK]
-        cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats", "--temp-dir", self.temp_dir]
+        cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats", "--temp-dir", str(self.ray_dir)]
         cmd += ["--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()), *args]
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-        env.update(RAY_DISABLE_USAGE_STATS="1", OMP_NUM_THREADS=str(self.cpus))
+        drop = ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+        env = with_auth({k: v for k, v in os.environ.items() if k not in drop}, self.env)
+        env.update(RAY_DISABLE_USAGE_STATS="1", OMP_NUM_THREADS=str(self.cpus), HOME=str(self.home))
         if head and self.loopback_only:
             env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep the head's 127.0.0.1 as given
         log = self.log_dir / f"{name}.log"
@@ -108,9 +124,11 @@ class LocalCluster:
             time.sleep(0.2)
 
     def start(self) -> LocalCluster:
-        """Start the head, then the worker nodes; return once every node has joined."""
+        """Start the head, then the worker nodes; return once every node has joined. From here to `stop` this
+        process drives the cluster with its token."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         try:
+            self._auth.enter_context(driver_auth(self.env))
             head = [
                 "--head",
                 "--port",
@@ -179,6 +197,7 @@ class LocalCluster:
             self._kill(processes)
             proc.wait()
         self.procs = []
+        self._auth.close()  # this process's Ray auth settings as they were before start()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:

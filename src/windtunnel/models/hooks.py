@@ -18,7 +18,10 @@ Every architecture calls `self.hook(name, x)` at the same named places (docs/hoo
     with model.hooks({"blocks.1.resid_pre": lambda x, name: x + steer}):            # replace an activation
         out = model(x)
 
-A hook function gets (activation, name) and returns a tensor of the same shape to replace it, or None to leave it.
+A hook function gets (activation, name) and returns a tensor of the same shape, dtype and device to replace it, or
+None to leave it (anything else is a ValueError naming the hook). Hooks belong to the thread that entered them: a
+forward pass on another thread, of the same model, sees none of them. Each `hooks()` context removes exactly the
+functions it added when it exits, whatever the order its contexts exit in.
 What is not asked is not computed: Mamba keeps its fused scan unless `ssm.h` of that layer is asked, and the
 transformer materialises attention weights only where `attn.pattern` is asked (or its attention mode is explicit).
 Replacing a recurrent state (`ssm.h`, `lstm.h`, `lstm.c`) replaces the recorded sequence of states that the layer
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -52,6 +57,39 @@ class _Active:
     cache: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+@dataclass
+class _Stack:
+    """One thread's hook state for one model: the live `hooks()` entries (in entry order) and `run_with_cache`
+    requests (innermost last); `active` is what they add up to (None: nothing)."""
+
+    entries: list[dict[str, HookFn]] = field(default_factory=list)
+    caches: list[_Active] = field(default_factory=list)
+    active: _Active | None = None
+
+    def rebuild(self) -> None:
+        fns: dict[str, list[HookFn]] = {}
+        for entry in self.entries:
+            for name, fn in entry.items():
+                fns.setdefault(name, []).append(fn)
+        if self.caches:
+            cache = self.caches[-1]
+            cache.fns = fns
+            self.active = cache
+        else:
+            self.active = _Active(fns=fns) if fns else None
+
+
+class _PerThread(threading.local):
+    """Hook state per thread, per model (weakly keyed: a model that is gone takes its state with it)."""
+
+    def __init__(self) -> None:
+        self.models: weakref.WeakKeyDictionary[HookedModel, _Stack] = weakref.WeakKeyDictionary()
+
+
+_THREADS = _PerThread()
+_USERS_LOCK = threading.Lock()  # guards HookedModel._hook_users, the count of threads with hooks on a model
+
+
 class HookedModel:
     """Mixin: named hook points (`hook`), `hooks()`, `run_with_cache()`, `run_with_hooks()` and `ablate()`.
 
@@ -62,11 +100,48 @@ class HookedModel:
     n_layers: int
     n_heads: int = 0  # attention heads per layer (0: no attention)
     layer_hooks: tuple[str, ...] = ()  # names inside blocks.{l}. beyond resid_pre / resid_post
-    _active: _Active | None = None
+    _hook_users: int = 0  # threads with hooks or a cache on this model now (0: the plain forward pass)
 
     if TYPE_CHECKING:  # the mixin is always combined with an nn.Module, whose __call__ runs forward
 
         def __call__(self, inputs: torch.Tensor) -> torch.Tensor: ...
+
+    # ------------------------------------------------------------------ this thread's state
+
+    @property
+    def _active(self) -> _Active | None:
+        """What this thread's hooks and cache request do on this model (None: nothing)."""
+        if not self._hook_users:  # the plain forward pass: one attribute read
+            return None
+        stack = _THREADS.models.get(self)
+        return stack.active if stack is not None else None
+
+    @contextlib.contextmanager
+    def _pushed(self, entry: dict[str, HookFn] | None = None, cache: _Active | None = None) -> Iterator[None]:
+        """Add a `hooks()` entry or a cache request for this thread; on exit remove exactly that one."""
+        models = _THREADS.models  # the entering thread's, even if another thread leaves the context
+        stack = models.get(self)
+        if stack is None:
+            stack = models[self] = _Stack()
+            with _USERS_LOCK:
+                self._hook_users += 1
+        if entry is not None:
+            stack.entries.append(entry)
+        if cache is not None:
+            stack.caches.append(cache)
+        stack.rebuild()
+        try:
+            yield
+        finally:
+            if entry is not None:
+                stack.entries = [e for e in stack.entries if e is not entry]
+            if cache is not None:
+                stack.caches = [c for c in stack.caches if c is not cache]
+            stack.rebuild()
+            if not stack.entries and not stack.caches:
+                models.pop(self, None)
+                with _USERS_LOCK:
+                    self._hook_users -= 1
 
     # ------------------------------------------------------------------ the points
 
@@ -84,11 +159,7 @@ class HookedModel:
         for fn in active.fns.get(name, ()):
             new = fn(x, name)
             if new is not None:
-                if not isinstance(new, torch.Tensor) or new.shape != x.shape:
-                    got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
-                    raise ValueError(
-                        f"hook {name!r}: must return None or a tensor of shape {tuple(x.shape)} (got {got})"
-                    )
+                _check_replacement(name, x, new)
                 x = new
         if name in active.keep:
             active.cache[name] = x
@@ -128,23 +199,15 @@ class HookedModel:
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
         """`with model.hooks({name: fn}):` every forward pass inside calls fn(activation, name) at that point.
 
-        Contexts nest: an inner hook on the same point runs after the outer one, on its result.
+        Contexts nest: an inner hook on the same point runs after the outer one, on its result. The hooks are this
+        thread's only, and leaving a context removes exactly its own hooks, in whatever order contexts are left.
         """
         self.check_hook_names(fns)
         for name, fn in fns.items():
             if not callable(fn):
                 raise ValueError(f"hook {name!r}: expected a function (activation, name) -> tensor or None")
-        previous = self._active
-        merged = {k: list(v) for k, v in (previous.fns.items() if previous else ())}
-        for name, fn in fns.items():
-            merged.setdefault(name, []).append(fn)
-        self._active = _Active(
-            fns=merged, keep=previous.keep if previous else frozenset(), cache=previous.cache if previous else {}
-        )
-        try:
+        with self._pushed(entry=dict(fns)):
             yield
-        finally:
-            self._active = previous
 
     def run_with_cache(
         self, inputs: torch.Tensor, names: Iterable[str] | None = None
@@ -155,13 +218,10 @@ class HookedModel:
         and the attention weights cost memory and the slow paths, so ask for them by name when a probe needs them.
         """
         keep = frozenset(self.check_hook_names(self.hook_names if names is None else names))
-        previous = self._active
-        self._active = _Active(fns=previous.fns if previous else {}, keep=keep, cache={})
-        try:
+        request = _Active(keep=keep)
+        with self._pushed(cache=request):
             out = self(inputs)
-            return out, dict(self._active.cache)
-        finally:
-            self._active = previous
+        return out, dict(request.cache)
 
     def run_with_hooks(self, inputs: torch.Tensor, fns: Mapping[str, HookFn]) -> torch.Tensor:
         """One forward pass with `fns` active (`hooks()` for a single call)."""
@@ -208,6 +268,17 @@ class HookedModel:
                 fns[f"blocks.{l}.{parts}.out"] = _zero
         with self.hooks(fns):
             yield
+
+
+def _check_replacement(name: str, x: torch.Tensor, new: object) -> None:
+    """ValueError naming hook `name` unless `new` can stand in for `x`: a tensor of its shape, dtype and device."""
+    if not isinstance(new, torch.Tensor):
+        raise ValueError(f"hook {name!r}: must return None or a tensor (got {type(new).__name__})")
+    for what, want, got in (("shape", tuple(x.shape), tuple(new.shape)), ("dtype", x.dtype, new.dtype)):
+        if want != got:
+            raise ValueError(f"hook {name!r}: must return None or a tensor of {what} {want} (got {got})")
+    if new.device != x.device:
+        raise ValueError(f"hook {name!r}: must return a tensor on {x.device} (got one on {new.device})")
 
 
 def _zero(x: torch.Tensor, name: str) -> torch.Tensor:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import errors, rundir
+from windtunnel import errors, manifest, rundir
+from windtunnel.config import upgrade_stored
 
 
 @dataclass
@@ -190,7 +191,7 @@ def read_run(path: str | Path) -> RunRecord:
     p = Path(path)
     if not (p / rundir.CONFIG).exists():
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
-    config = _check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG)
+    config = upgrade_stored(_check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG))  # cells compare sizes
     return RunRecord(
         path=p,
         task=config["task"]["name"],
@@ -204,7 +205,8 @@ def read_run(path: str | Path) -> RunRecord:
 
 
 def find_runs(paths: list[str | Path]) -> list[RunRecord]:
-    """Run directories named directly, or found one level below a directory (e.g. a suite's runs/)."""
+    """Run directories named directly; a driver's --out (it has a manifest.json): the runs its manifest lists, never
+    whatever else lies under it; any other directory: the run directories found below it (e.g. a suite's runs/)."""
     found: list[RunRecord] = []
     for raw in paths:
         p = Path(raw)
@@ -212,6 +214,12 @@ def find_runs(paths: list[str | Path]) -> list[RunRecord]:
             raise ValueError(f"report: {p} does not exist")
         if (p / "config.json").exists():
             found.append(read_run(p))
+            continue
+        if (p / manifest.MANIFEST).exists():
+            listed = manifest.run_dirs(p)
+            if not listed:
+                raise ValueError(f"report: {p / manifest.MANIFEST} lists no runs")
+            found.extend(read_run(d) for d in listed)
             continue
         subs = sorted(d for d in p.rglob("config.json") if d.parent != p)
         if not subs:

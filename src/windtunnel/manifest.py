@@ -1,0 +1,274 @@
+"""What a driver's --out holds: the manifest of its own runs, and the one check that a run directory about to be
+skipped or resumed is the run asked for.
+
+Every driver (`reproduce`, `sweep`, `time-to-bayes`) owns its --out and records the runs it finished there:
+
+    out/manifest.json                        {"format": 1, "kind": "reproduce", "tier": "quick",
+                                              "runs": [{"name": "hmm-lstm", "config_hash": "3f2a..."}, ...]}
+    out/runs/<name>/                         the run directories
+    out/superseded/<name>-<YYYYmmddTHHMMSS>/ a run set aside by --fresh (nothing is ever deleted)
+
+A run's `config_hash` is the sha256 (first 12 hex digits) of its config.json as stored, so the manifest says which
+directory content it means. Reports read the runs the manifest lists (`run_dirs`), never everything under runs/.
+
+Reuse: before a driver skips a finished run or resumes an interrupted one, `claim_runs` compares the stored resolved
+config (`rundir.read_config`, old stored configs upgraded) with the requested one (`config.resolve_config`); a
+mismatch is a `RunMismatchError` naming the differing keys, or with `fresh` the old directory is set aside.
+`executors.base.run_job` asks `check_same_run` again on the worker, so no executor can skip or resume another run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import reprlib
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from windtunnel.config import RunConfig, config_to_json
+from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
+from windtunnel.lock import LOCK_FILE, OWNER_FILE, is_locked
+from windtunnel.rundir import CONFIG, DONE, EVAL, read_config, read_json_object, write_json
+
+MANIFEST, SUPERSEDED, RUNS = "manifest.json", "superseded", "runs"
+FORMAT = 1
+KINDS = ("reproduce", "sweep", "time-to-bayes")
+# The file by which an --out written before manifests existed says which driver made it.
+LEGACY_MARKERS = {"sweep-config.json": "sweep", "time_to_bayes.json": "time-to-bayes", "reproduce.json": "reproduce"}
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._+=-]+")  # a run name is one path component (no "/", never "." or "..")
+_SHOWN_KEYS = 6  # differing keys named in a mismatch message before "and N more"
+
+
+# --- the same run ------------------------------------------------------------------------------------------
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """The short hash of a resolved config: the first 12 hex digits of the sha256 of its config.json text."""
+    return _digest(config_to_json(cfg).encode())
+
+
+def stored_hash(run_dir: str | Path) -> str:
+    """The short hash of a run directory's config.json as stored (what its manifest entry records)."""
+    return _digest((Path(run_dir) / CONFIG).read_bytes())
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_ABSENT = _Absent()
+
+
+def _show(value: Any) -> str:
+    return repr(value) if value is _ABSENT else reprlib.repr(json.loads(json.dumps(value)))
+
+
+def config_diff(old: Any, new: Any, where: str = "") -> list[str]:
+    """Where two configs (plain JSON data) differ: `["train.steps: 6 → 400", "eval.n: 64 → 2000"]`, dotted paths
+    in sorted order; lists are compared whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            path = f"{where}.{key}" if where else str(key)
+            out += config_diff(old.get(key, _ABSENT), new.get(key, _ABSENT), path)
+        return out
+    return [] if old == new else [f"{where}: {_show(old)} → {_show(new)}"]
+
+
+def _contents(run_dir: Path) -> list[Path]:
+    """What a directory holds besides its lock (a writer killed before config.json leaves only that)."""
+    return [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)] if run_dir.is_dir() else []
+
+
+def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
+    """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config, False where there is
+    no run yet (no directory, or only a lock). A run of another config is a RunMismatchError naming the differing
+    keys; an unreadable config.json a CheckpointError naming it; a non-empty directory without one a ValueError."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG).exists():
+        if _contents(run_dir):
+            raise ValueError(
+                f"{run_dir}: not empty but not a run directory (no config.json); nothing is reused from it: "
+                "use another --out, or --fresh to set it aside"
+            )
+        return False
+    diff = config_diff(read_config(run_dir).model_dump(mode="json"), cfg.model_dump(mode="json"))
+    if diff:
+        more = f"; and {len(diff) - _SHOWN_KEYS} more" if len(diff) > _SHOWN_KEYS else ""
+        raise RunMismatchError(
+            f"{run_dir}: holds a run of another config ({'; '.join(diff[:_SHOWN_KEYS])}{more}); it is neither "
+            "reused nor resumed: use another --out, or --fresh to set it aside and train this run anew"
+        )
+    return True
+
+
+def is_finished(run_dir: str | Path) -> bool:
+    """A run that needs no more work: marked done (done.json) with its final evaluation (eval.json) present."""
+    return (Path(run_dir) / DONE).exists() and (Path(run_dir) / EVAL).exists()
+
+
+def set_aside(run_dir: Path, out: Path) -> Path:
+    """Move a run directory to `out/superseded/<name>-<time>` (never delete it); returns where it went. A directory
+    a live process writes is a RunInUseError."""
+    if is_locked(run_dir):
+        raise RunInUseError(f"{run_dir}: in use by another process; it cannot be set aside")
+    dest_dir = out / SUPERSEDED
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = base = dest_dir / f"{run_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = base.with_name(f"{base.name}-{n}")
+    os.rename(run_dir, dest)
+    return dest
+
+
+def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False) -> list[Path]:
+    """Check every run directory `out/runs/<name>` a driver is about to skip, resume or create against the config it
+    asks for (`check_same_run`), all before any work. Without `fresh` the first mismatch is raised, counting the
+    others; with it each mismatched (or unreadable) directory is set aside. Returns the directories set aside."""
+    bad: list[tuple[Path, Exception]] = []
+    for name, cfg in wanted.items():
+        run_dir = out / RUNS / name
+        try:
+            check_same_run(run_dir, cfg)
+        except (ValueError, CheckpointError) as err:
+            bad.append((run_dir, err))
+    if bad and not fresh:
+        first = bad[0][1]
+        if len(bad) == 1:
+            raise first
+        others = ", ".join(p.name for p, _ in bad[1:])
+        raise type(first)(f"{first} (and {len(bad) - 1} more not the runs asked for: {others})")
+    return [set_aside(run_dir, out) for run_dir, _ in bad]
+
+
+# --- the manifest ------------------------------------------------------------------------------------------
+
+
+def _bad(path: Path, where: str, expected: str, got: Any) -> CheckpointError:
+    return CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(got)}")
+
+
+def read_manifest(out: str | Path) -> dict[str, Any] | None:
+    """`out/manifest.json`, checked (a CheckpointError names the file and the field), or None where there is none."""
+    path = Path(out) / MANIFEST
+    if not path.exists():
+        return None
+    data = read_json_object(path)
+    if data.get("kind") not in KINDS:
+        raise _bad(path, "kind", f"one of {', '.join(KINDS)}", data.get("kind"))
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        raise _bad(path, "runs", "a list", runs)
+    for i, entry in enumerate(runs):
+        if not isinstance(entry, dict):
+            raise _bad(path, f"runs[{i}]", "an object", entry)
+        name = entry.get("name")
+        if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
+            raise _bad(path, f"runs[{i}].name", "a run directory name", name)
+        if not isinstance(entry.get("config_hash"), str):
+            raise _bad(path, f"runs[{i}].config_hash", "a string", entry.get("config_hash"))
+    return data
+
+
+def listed(out: str | Path) -> list[dict[str, Any]]:
+    """The run entries of `out`'s manifest ({"name", "config_hash"}), [] where it has none."""
+    manifest = read_manifest(out)
+    return manifest["runs"] if manifest is not None else []
+
+
+def out_kind(out: str | Path) -> tuple[str, str] | None:
+    """Which driver's --out this is, and the file that says so: the manifest's kind, or for an --out written before
+    manifests the driver's own result file; None for a new or unclaimed directory."""
+    manifest = read_manifest(out)
+    if manifest is not None:
+        return manifest["kind"], MANIFEST
+    for marker, kind in LEGACY_MARKERS.items():
+        if (Path(out) / marker).exists():
+            return kind, marker
+    return None
+
+
+def refuse_other_kind(out: str | Path, kind: str) -> None:
+    """A ValueError where `out` belongs to another driver: a reproduce never reads a sweep's runs, and so on."""
+    owner = out_kind(out)
+    if owner is not None and owner[0] != kind:
+        raise ValueError(
+            f"--out: {str(out)!r} holds the runs of a {owner[0]} ({owner[1]}); a {kind} writes an --out of its own: "
+            "use another"
+        )
+
+
+def write_manifest(out: str | Path, kind: str, runs: Mapping[str, str], **extra: Any) -> None:
+    """Write `out/manifest.json` atomically: `runs` (name -> config hash, in order) and `extra` fields (e.g. tier)."""
+    entries = [{"name": name, "config_hash": h} for name, h in runs.items()]
+    write_json(Path(out) / MANIFEST, {"format": FORMAT, "kind": kind, **extra, "runs": entries}, sort_keys=False)
+
+
+def finished_runs(out: Path, names: list[str]) -> dict[str, str]:
+    """The finished runs among `names` under `out/runs/`, name -> stored config hash: what a manifest records."""
+    return {n: stored_hash(out / RUNS / n) for n in names if is_finished(out / RUNS / n)}
+
+
+def accumulate(out: Path, previous: list[dict[str, Any]], new: Mapping[str, str]) -> dict[str, str]:
+    """Earlier manifest entries that still exist, then `new`: an earlier entry with a name or config hash of a new
+    one (the same run under another name) gives way to it."""
+    kept = {
+        e["name"]: e["config_hash"]
+        for e in previous
+        if e["name"] not in new and e["config_hash"] not in new.values() and (out / RUNS / e["name"] / CONFIG).exists()
+    }
+    return {**kept, **new}
+
+
+def run_dirs(out: str | Path) -> list[Path]:
+    """The run directories `out`'s manifest lists, each checked to be the run it records (its config.json hashes to
+    the entry's config_hash); a missing or changed one is a CheckpointError naming it."""
+    out = Path(out)
+    manifest = read_manifest(out)
+    if manifest is None:
+        raise ValueError(f"{out}: no {MANIFEST}")
+    dirs = []
+    for entry in manifest["runs"]:
+        run_dir = out / RUNS / entry["name"]
+        if not (run_dir / CONFIG).is_file():
+            raise CheckpointError(f"{out / MANIFEST}: lists {entry['name']}, but {run_dir} has no config.json")
+        if stored_hash(run_dir) != entry["config_hash"]:
+            raise CheckpointError(
+                f"{run_dir}: its config.json changed since {out / MANIFEST} listed it (config hash "
+                f"{stored_hash(run_dir)}, listed {entry['config_hash']})"
+            )
+        dirs.append(run_dir)
+    return dirs
+
+
+__all__ = [
+    "KINDS",
+    "MANIFEST",
+    "SUPERSEDED",
+    "accumulate",
+    "check_same_run",
+    "claim_runs",
+    "config_diff",
+    "config_hash",
+    "finished_runs",
+    "is_finished",
+    "listed",
+    "out_kind",
+    "read_manifest",
+    "refuse_other_kind",
+    "run_dirs",
+    "set_aside",
+    "stored_hash",
+    "write_manifest",
+]
