@@ -9,21 +9,31 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 TOP = ("report.md", "report.html", "results.json", "reproduce.json")
 FIGURE_ARCHS = ("transformer", "mamba")  # the cells the paper makes geometric claims about
 
 
-def publish(src: Path, dest: Path) -> list[Path]:
-    """Copy the report files, figures/ and geometry of `src` (a reproduce --out) into `dest` (replaced)."""
+def tier_figures(run_name: str) -> str | None:
+    """The cell name under which a reproduce run's probe figures are published (seed 0 of `FIGURE_ARCHS`), or None."""
+    cell = run_name.removesuffix("-s0")
+    return cell if cell.split("-", 1)[1] in FIGURE_ARCHS else None
+
+
+def publish(
+    src: Path, dest: Path, top: tuple[str, ...] = TOP, figures_for: Callable[[str], str | None] = tier_figures
+) -> list[Path]:
+    """Copy the `top` files, figures/ and geometry of `src` (a driver's --out with a report.md) into `dest`
+    (replaced): every run's geometry.json, and the probe figures of the runs `figures_for` names (prefixed by it)."""
     if not (src / "report.md").is_file():
         raise SystemExit(f"{src}: no report.md (is it a finished `windtunnel reproduce --out`?)")
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "geometry").mkdir(parents=True)
     written = []
-    for name in TOP:
+    for name in top:
         if (src / name).is_file():
             written.append(Path(shutil.copy2(src / name, dest / name)))
     if (src / "figures").is_dir():
@@ -34,8 +44,8 @@ def publish(src: Path, dest: Path) -> list[Path]:
         if not geometry.is_file():
             continue
         written.append(Path(shutil.copy2(geometry, dest / "geometry" / f"{run.name}-geometry.json")))
-        cell = run.name.removesuffix("-s0")
-        if cell.split("-", 1)[1] in FIGURE_ARCHS:
+        cell = figures_for(run.name)
+        if cell is not None:
             for png in sorted((run / "figures").glob("*.png")):
                 written.append(Path(shutil.copy2(png, dest / "geometry" / f"{cell}-{png.name}")))
     return written

@@ -1,4 +1,5 @@
-"""Command-line arguments shared by the CLI tests: a tiny smoke training run on the CPU."""
+"""Command-line arguments shared by the CLI tests: a tiny smoke training run on the CPU, and a base config a sweep's
+points train in well under a second."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ TINY = ["--preset", "smoke", "--no-progress"] + [
     a for kv in ("task.V=5", "task.L=4", "train.batch_size=4", "eval.n=8", "train.device=cpu") for a in ("--set", kv)
 ]
 SMOKE = [*TINY, "--steps", "2"]  # two steps: a finished run in about a second
+# A smoke-sized bijection transformer as a sweep's base config: a point trains and evaluates in well under a second.
+SWEEP_BASE = {
+    "task": {"name": "bijection", "params": {"V": 6, "L": 5}},
+    "model": {"arch": "transformer", "preset": "smoke"},
+    "train": {"steps": 6, "batch_size": 8, "device": "cpu"},
+    "eval": {"n": 64},
+}
 
 
 def train_args(out: str | Path, *extra: str) -> list[str]:

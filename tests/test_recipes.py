@@ -297,6 +297,21 @@ def test_recipes_cannot_change_the_task_or_the_loss_unless_an_ablation(tmp_path)
         get_recipe("no-such-recipe")
 
 
+@pytest.mark.parametrize("steps", [".inf", "-.inf", ".nan", "1.5", "-1", "lots", "true"])
+def test_a_recipe_step_count_that_is_no_whole_number_is_one_error_naming_the_key(tmp_path, steps):
+    """`train.steps: .inf` was an OverflowError inside `Recipe.apply` (it turns curriculum fractions into steps)."""
+    f = tmp_path / "r.yaml"
+    f.write_text(f"overrides:\n  train.steps: {steps}\n")
+    with pytest.raises(ValueError, match=rf"{f}: recipe: overrides: train.steps: expected a whole number of steps"):
+        get_recipe(f)
+    with pytest.raises(ValueError, match=r"by_task: train.steps: expected a whole number"):
+        parse_recipe({"name": "x", "by_task": {"hmm": {"train.steps": float("inf")}}})
+    base = run_config("hmm", "transformer", "smoke")
+    with pytest.raises(ValueError, match=r"^config: train.steps: expected a whole number of steps >= 0, got inf$"):
+        RECIPES["curriculum"].apply({**base, "train": {**base["train"], "steps": float("inf")}})
+    assert parse_recipe({"name": "x", "overrides": {"train.steps": 40}}).apply(base)["train"]["steps"] == 40
+
+
 # --- time-to-Bayes bookkeeping -------------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
+from cli_args import SWEEP_BASE
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
 from windtunnel.metrics import seed_interval
@@ -20,13 +21,7 @@ from windtunnel.sweep import NO_VALIDATION, SWEEP_CONFIG, expand, key_labels, pa
 
 runner = CliRunner()
 
-# A smoke-sized bijection transformer: a run trains and evaluates in well under a second.
-BASE = {
-    "task": {"name": "bijection", "params": {"V": 6, "L": 5}},
-    "model": {"arch": "transformer", "preset": "smoke"},
-    "train": {"steps": 6, "batch_size": 8, "device": "cpu"},
-    "eval": {"n": 64},
-}
+BASE = SWEEP_BASE  # a smoke-sized bijection transformer: a run trains and evaluates in well under a second
 GRID = ["--grid", "train.lr=1e-3,3e-3", "--grid", "seed=0,1", "--no-progress", "--threads", "1"]
 SAFE = re.compile(r"^[A-Za-z0-9._=+-]+$")
 

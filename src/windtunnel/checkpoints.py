@@ -21,7 +21,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from windtunnel.errors import CheckpointError
-from windtunnel.rundir import CKPT_DIR, atomic_write, read_json_object, write_json
+from windtunnel.rundir import CKPT_DIR, atomic_write, read_json_object, read_regular, write_json
 
 if TYPE_CHECKING:
     from windtunnel.optim import MultiOptimizer
@@ -38,7 +38,10 @@ def _sha256(data: bytes) -> str:
 def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, torch.Tensor]:
     if not path.exists():
         raise CheckpointError(f"{path} is missing")
-    raw = path.read_bytes()
+    try:
+        raw = read_regular(path)
+    except OSError as err:
+        raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
     if expected_sha is not None and _sha256(raw) != expected_sha:
         raise CheckpointError(f"{path} is corrupted or truncated: checksum mismatch")
     try:

@@ -20,7 +20,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from windtunnel.errors import RunInUseError
-from windtunnel.rundir import atomic_write
+from windtunnel.rundir import atomic_write, read_regular
 
 LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"
 
@@ -32,7 +32,7 @@ def _describe(owner: dict) -> str:
 def read_owner(directory: str | Path) -> dict | None:
     """The recorded holder of `directory`'s lock ({"pid", "host", "since"}), or None if none is recorded."""
     try:
-        data = json.loads((Path(directory) / OWNER_FILE).read_text())
+        data = json.loads(read_regular(Path(directory) / OWNER_FILE))  # never blocks on a FIFO
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

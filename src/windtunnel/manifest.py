@@ -32,7 +32,17 @@ from typing import Any
 from windtunnel.config import RunConfig, config_to_json
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, is_locked
-from windtunnel.rundir import CONFIG, DONE, EVAL, read_config, read_json_object, write_json
+from windtunnel.rundir import (
+    CKPT_DIR,
+    CONFIG,
+    DONE,
+    EVAL,
+    METRICS,
+    read_config,
+    read_json_object,
+    read_regular,
+    write_json,
+)
 
 MANIFEST, SUPERSEDED, RUNS = "manifest.json", "superseded", "runs"
 FORMAT = 1
@@ -53,7 +63,7 @@ def config_hash(cfg: RunConfig) -> str:
 
 def stored_hash(run_dir: str | Path) -> str:
     """The short hash of a run directory's config.json as stored (what its manifest entry records)."""
-    return _digest((Path(run_dir) / CONFIG).read_bytes())
+    return _digest(read_regular(Path(run_dir) / CONFIG))
 
 
 def _digest(data: bytes) -> str:
@@ -209,6 +219,16 @@ def refuse_other_kind(out: str | Path, kind: str) -> None:
         )
 
 
+def refuse_run_directory(out: str | Path) -> None:
+    """A ValueError where `out` is a run directory or lies inside one (config.json beside what training writes): a
+    driver's runs nested in a run's files would be read as part of it, and its runs/ as something of the run's."""
+    full = Path(out).absolute()
+    for d in (full, *full.parents):
+        if (d / CONFIG).is_file() and any((d / f).exists() for f in (METRICS, EVAL, DONE, CKPT_DIR)):
+            where = "is" if d == full else f"lies inside {str(d)!r}, which is"
+            raise ValueError(f"--out: {str(out)!r} {where} a run directory; a driver writes an --out of its own")
+
+
 def write_manifest(out: str | Path, kind: str, runs: Mapping[str, str], **extra: Any) -> None:
     """Write `out/manifest.json` atomically: `runs` (name -> config hash, in order) and `extra` fields (e.g. tier)."""
     entries = [{"name": name, "config_hash": h} for name, h in runs.items()]
@@ -267,6 +287,7 @@ __all__ = [
     "out_kind",
     "read_manifest",
     "refuse_other_kind",
+    "refuse_run_directory",
     "run_dirs",
     "set_aside",
     "stored_hash",

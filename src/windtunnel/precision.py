@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instruction sets that compute bf16 dot products natively
+# The x86 instruction sets a CPU's float32 and bf16 matmul speed depends on (a benchmark's header names them).
+SIMD_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", *BF16_FLAGS, "amx_tile")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -26,6 +28,12 @@ def cpu_has_native_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def cpu_simd_flags() -> list[str] | None:
+    """The `SIMD_FLAGS` this CPU has, in that order; None where the CPU flags cannot be read (not x86 Linux)."""
+    flags = _cpu_flags()
+    return None if flags is None else [f for f in SIMD_FLAGS if f in flags]
 
 
 @functools.cache

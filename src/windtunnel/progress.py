@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from windtunnel.lock import OWNER_FILE, read_owner
-from windtunnel.rundir import DONE, METRICS
+from windtunnel.rundir import DONE, METRICS, open_regular
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
 TAIL_MAX_BYTES = 256 * 1024  # ... widened (x4) up to this much while it holds no training or evaluation line
@@ -82,7 +82,7 @@ def _tail_records(path: Path, nbytes: int) -> tuple[list[dict], bool]:
     """The JSON-object lines within the last `nbytes` of `path` (a partial first line and a torn or garbled line
     skipped), and whether the read reached the start of the file."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or device planted there is skipped, never opened blocking
             size = f.seek(0, 2)
             offset = max(size - nbytes, 0)
             f.seek(offset)
@@ -242,8 +242,9 @@ class Progress:
         title: str = "",
     ) -> None:
         self.runs = list(runs)
-        self.stream: TextIO = stream if stream is not None else sys.stderr
-        self.tty = _isatty(self.stream)
+        self.stream: TextIO | None = stream if stream is not None else sys.stderr  # None: stderr closed (2>&-)
+        self._dead = self.stream is None  # nowhere to draw: the display is off, the work goes on
+        self.tty = self.stream is not None and _isatty(self.stream)
         self.interval = float(interval) if interval is not None else (1.0 if self.tty else 60.0)
         self.title = title
         self._lock = threading.Lock()
@@ -274,7 +275,7 @@ class Progress:
 
     def lines(self) -> list[str]:
         """The live block for the runs' current state."""
-        width = _terminal_width(self.stream) if self.tty else PLAIN_WIDTH
+        width = _terminal_width(self.stream) if self.tty and self.stream is not None else PLAIN_WIDTH
         states = [read_progress(r) for r in self.runs]
         elapsed = time.monotonic() - self._t0
         return render(self.runs, states, elapsed, self._initial_done_cost, width=width, title=self.title)
@@ -326,8 +327,14 @@ class Progress:
         return "".join(f"\x1b[2K{line}\n" for line in block)
 
     def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
+        """Write to the stream; one that is closed or broken turns the display off, never the work."""
+        if self._dead or self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # closed (2>&-), a reader gone (EPIPE)
+            self._dead = True
 
 
 def _isatty(stream: TextIO) -> bool:

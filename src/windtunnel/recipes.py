@@ -15,6 +15,7 @@ each was measured to do is in docs/results/time-to-bayes.md.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,10 @@ class Recipe(BaseModel):
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
         """A copy of a plain config dict (`suites.paper.run_config`) with this recipe applied."""
         task = config.get("task", {}).get("name", "bijection")
-        steps = int(config.get("train", {}).get("steps", 1000))
-        if "train.steps" in self.overrides:
-            steps = int(self.overrides["train.steps"])
+        steps = config.get("train", {}).get("steps", 1000)
+        over = {**self.overrides, **self.by_task.get(task, {})}
+        where = f"recipe {self.name!r}: train.steps" if "train.steps" in over else "config: train.steps"
+        steps = _steps(over.get("train.steps", steps), where)
         return apply_overrides(config, self.overrides_for(task, steps))
 
 
@@ -124,6 +126,17 @@ def _check_keys(over: dict[str, Any]) -> None:
                 f"{key}: a recipe may set train.* and model.* (size) keys only, not the task, the "
                 "evaluation or the architecture"
             )
+    if "train.steps" in over:
+        _steps(over["train.steps"], "train.steps")
+
+
+def _steps(value: Any, where: str) -> int:
+    """A step count as an int: a whole number >= 0 (`.inf`, `1.5`, `"x"` are a ValueError naming `where`), read before
+    the curriculum's fractions are turned into steps."""
+    whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 0:
+        raise ValueError(f"{where}: expected a whole number of steps >= 0, got {value!r}")
+    return int(value)
 
 
 def parse_recipe(data: dict[str, Any]) -> Recipe:
@@ -170,7 +183,10 @@ def get_recipe(name_or_path: str | Path) -> Recipe:
         return RECIPES[key]
     p = Path(key)
     if p.suffix in (".yaml", ".yml", ".json") and p.is_file():
-        return parse_recipe({"name": p.stem, **read_file(p)})
+        try:
+            return parse_recipe({"name": p.stem, **read_file(p)})
+        except ValueError as err:
+            raise ValueError(f"{p}: {err}") from None  # name the file as well as the field
     raise ValueError(f"recipe: {key!r} is neither a registered recipe ({', '.join(RECIPES)}) nor a YAML/JSON file")
 
 

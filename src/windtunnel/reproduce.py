@@ -117,6 +117,7 @@ def reproduce(
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
     wanted = {e.name: resolve_config(e.config) for e in entries}
+    manifest.refuse_run_directory(out)
     check_writable(out)
     with DirLock(out, "output directory"):  # one reproduce per output directory; each run also locks itself
         previous = _claim(out, tier, wanted, fresh, echo)

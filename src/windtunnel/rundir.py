@@ -17,11 +17,13 @@ directory's lock (`windtunnel.lock`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from windtunnel.config import RunConfig, config_to_json, upgrade_stored, validate
 from windtunnel.errors import CheckpointError
@@ -108,11 +110,28 @@ def clean_temp_files(run_dir: str | Path) -> list[Path]:
     return removed
 
 
+def open_regular(path: str | Path) -> BinaryIO:
+    """`path` opened for reading, if it is a regular file; anything else (a FIFO, a device, a directory) is an
+    OSError naming it. The open never blocks, so a FIFO planted in a run directory cannot hang a reader."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of a regular file (`open_regular`: never a FIFO or a device, never a blocking open)."""
+    with open_regular(path) as f:
+        return f.read()
+
+
 def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; a truncated, garbled or binary file raises CheckpointError naming it."""
+    """Parse a JSON file; a truncated, garbled or binary file, or one that is not a regular file, raises
+    CheckpointError naming it."""
     path = Path(path)
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path} is missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -150,9 +169,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     if not p.exists():
         return []
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular(p).decode("utf-8")
     except UnicodeDecodeError as err:
         raise CheckpointError(f"{p} is corrupted: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise CheckpointError(f"{p} cannot be read: {err.strerror or err}") from None
     lines = text.split("\n")
     complete, partial = lines[:-1], lines[-1]  # text ends with "\n" after a clean write: partial == ""
     out = [_metrics_record(p, i + 1, line) for i, line in enumerate(complete) if line.strip()]

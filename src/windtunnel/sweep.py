@@ -16,10 +16,11 @@ setting gets the mean over its seeds of the validation metrics and of the test m
 interval over the seeds (two or more; one seed: the run's bootstrap interval on the test stream, none on validation).
 Settings are ranked by the mean validation headline metric of their task (entropy error lower is better, accuracy
 higher), each task's settings together, and ★ marks each task's best. A setting or run without a final validation
-evaluation (train.eval_every = 0, or a baseline, which does not train) or with a NaN/inf value is never ★, sorts last,
-and the table says why. The test-stream numbers -- entropy error, KL and accuracy with their 95% intervals -- are
-reported beside them, never used for the pick. sweep.md has the per-setting table first, then one row per run (its
-validation and test numbers, wall time, training throughput), grouped by setting in rank order.
+evaluation (train.eval_every = 0, or a baseline, which does not train) or with a NaN/inf value (validation, or the
+test stream's headline) is never ★, sorts last, and the table says why. The test-stream numbers -- entropy error,
+KL and accuracy with their 95% intervals -- are reported beside them, never used for the pick. sweep.md has the
+per-setting table first, then one row per run (its validation and test numbers, wall time, training throughput),
+grouped by setting in rank order.
 """
 
 from __future__ import annotations
@@ -40,11 +41,9 @@ from statistics import mean, median
 from typing import TYPE_CHECKING, Any
 
 from windtunnel import manifest
-from windtunnel.config import RunConfig, apply_overrides, eval_name, parse_value, read_file, resolve_config
+from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file, resolve_config
 from windtunnel.lock import DirLock
 from windtunnel.rundir import (
-    DONE,
-    EVAL,
     atomic_write,
     check_writable,
     read_json_object,
@@ -105,8 +104,20 @@ def _split_values(text: str, item: str) -> list[str]:
 
 
 def _check_key(key: str, item: str) -> None:
+    """A grid key is a dotted path to one setting: never malformed, never a section (`train`, `model.size`), whose
+    value would silently replace every setting in it."""
     if not key or not all(p.strip() for p in key.split(".")):
         raise ValueError(f"--grid: malformed key in {item!r}; expected a dotted config key like train.lr")
+    node: Any = RunConfig().model_dump(mode="json")
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return  # a leaf, or a key validation names
+        node = node[part]
+    if isinstance(node, dict):
+        raise ValueError(
+            f"--grid {key}: a grid key must be a leaf setting; {key} is a section, and a value would replace all of "
+            f"it: sweep its settings instead, e.g. --grid {key}.<name>=v1,v2"
+        )
 
 
 def _check_values(key: str, values: Sequence[Any], item: str) -> None:
@@ -268,6 +279,7 @@ def sweep(
     threads_per = threads_per_run(executor, jobs, threads)
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     out = Path(out)
+    manifest.refuse_run_directory(out)
     check_writable(out)
     record = {
         "config": None if isinstance(config, dict) else str(config),
@@ -310,7 +322,7 @@ def _claim(
     manifest.refuse_other_kind(out, KIND)
     path, grid = out / SWEEP_CONFIG, record["grid"]
     if path.exists():
-        old = read_json_object(path)
+        old = _read_record(path)
         if _plain(old.get("base")) != _plain(record["base"]):
             raise ValueError(
                 f"--out: {str(out)!r} holds a sweep of another base config ({old.get('config') or 'a dict'}, "
@@ -331,6 +343,19 @@ def _claim(
         echo(f"  set aside (not the run asked for) -> {moved}")
     write_json(path, _plain(record), sort_keys=False)  # keep the grid's key order
     return points
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    """A sweep's sweep-config.json, its `base`, `grid` and `overrides` checked to be objects and `config` a path or
+    null (a CheckpointError naming the file and the field otherwise)."""
+    from windtunnel.report.collect import checked
+
+    record = read_json_object(path)
+    for key in ("base", "grid", "overrides"):
+        checked(record.get(key, {}), "object", path, key)
+    if record.get("config") is not None:
+        checked(record["config"], "text", path, "config")
+    return record
 
 
 def _sweep_locked(
@@ -420,8 +445,10 @@ def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
     of the default evaluation setting ("metrics": {metric: {"mean", "lo", "hi"}}, None where the task has none;
     reported, never used for the pick), wall time (done.json) and the median training throughput (tokens/s of
     metrics.jsonl's training lines; None for a baseline, which does not train)."""
-    evaluation = read_json_object(run_dir / EVAL)[eval_name({})]["metrics"]
-    done = read_json_object(run_dir / DONE)
+    from windtunnel.report.collect import read_done, read_test_metrics
+
+    evaluation = read_test_metrics(run_dir, METRICS)  # checked: a garbled eval.json or done.json names the field
+    done = read_done(run_dir)
     speeds = [r["tokens_per_s"] for r in read_metrics(run_dir) if "split" not in r and "tokens_per_s" in r]
     return {
         "run": point.name,
@@ -429,10 +456,7 @@ def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
         "seed": point.resolved.seed,
         "task": point.resolved.task.name,
         "validation": final_validation(run_dir, point.resolved.train.steps),
-        "metrics": {
-            m: {k: float(evaluation[m][k]) for k in ("mean", "lo", "hi")} if evaluation.get(m) else None
-            for m in METRICS
-        },
+        "metrics": evaluation,
         "wall_s": done.get("wall_s"),
         "tokens_per_s": round(median(speeds), 1) if speeds else None,
     }
@@ -447,38 +471,43 @@ def _score(item: dict[str, Any], metric: str) -> float | None:
 
 
 def _unranked(item: dict[str, Any], metric: str) -> str | None:
-    """Why an item cannot be ★ (None if it can)."""
-    if _score(item, metric) is not None:
-        return None
-    if item.get("validation") is None:
-        return NO_VALIDATION
-    v = item["validation"].get(metric)
-    v = v["mean"] if isinstance(v, dict) else v
-    what = f"validation {METRIC_TITLES[metric]}"
-    return f"no {what} at the final step" if v is None else f"{what} is {v}"
+    """Why an item cannot be ★ (None if it can): no finite validation value, or a test-stream value that is NaN or
+    inf (a broken final evaluation is never shown as best, whatever its validation said)."""
+    if _score(item, metric) is None:
+        if item.get("validation") is None:
+            return NO_VALIDATION
+        v = item["validation"].get(metric)
+        v = v["mean"] if isinstance(v, dict) else v
+        what = f"validation {METRIC_TITLES[metric]}"
+        return f"no {what} at the final step" if v is None else f"{what} is {v}"
+    test = (item.get("metrics") or {}).get(metric)
+    if test is not None and not math.isfinite(test["mean"]):
+        return f"test {METRIC_TITLES[metric]} is {test['mean']}"
+    return None
 
 
 def rank(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Items (runs or settings) best first by the task's headline metric on the validation stream (entropy error
     ascending, accuracy descending), ties in the order given; an item with no final validation evaluation or a
-    NaN/inf value sorts last and is never best ("unranked" says why). With more than one task, each task's items
-    together. Marks each task's best ("best")."""
+    NaN/inf value (validation, or its test-stream headline) sorts last and is never best ("unranked" says why).
+    With more than one task, each task's items together. Marks each task's best ("best")."""
     from windtunnel.report.tables import headline_metric
 
     tasks_seen = list(dict.fromkeys(r["task"] for r in items))
     headline = {t: headline_metric(t) for t in tasks_seen}
+    for item in items:
+        item["unranked"] = _unranked(item, headline[item["task"]])
 
     def key(item: dict[str, Any]) -> tuple[int, int, float]:
         metric = headline[item["task"]]
         v = _score(item, metric)
-        if v is None:
+        if v is None or item["unranked"] is not None:
             return tasks_seen.index(item["task"]), 1, 0.0
         return tasks_seen.index(item["task"]), 0, -v if metric == "accuracy" else v
 
     ranked = sorted(items, key=key)
     for i, item in enumerate(ranked):
         first = i == 0 or ranked[i - 1]["task"] != item["task"]
-        item["unranked"] = _unranked(item, headline[item["task"]])
         item["best"] = first and item["unranked"] is None
     return ranked
 
@@ -655,7 +684,7 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
             f"{len(data['rows'])} runs. Settings are ranked by the mean over their seeds of the headline metric "
             f"({headline}) on the validation stream, at each run's final step; {BEST} marks the best setting"
             f"{' of each task' if len(data['headline']) > 1 else ''}. A setting or run with no final validation "
-            "evaluation, or a NaN/inf one, is never "
+            "evaluation, or a NaN/inf one (or a NaN/inf test-stream headline), is never "
             f"{BEST} and comes last. Test-stream numbers are reported only, never used for the pick. Intervals are "
             "95%: over seeds (Student t) where a setting has two or more, else the run's bootstrap interval over "
             f"its test sequences (a single validation value has none). Executor {data['executor']}, "

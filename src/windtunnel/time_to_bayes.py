@@ -40,7 +40,9 @@ from windtunnel.executors.driver import execute
 from windtunnel.lock import DirLock
 from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.recipes import RECIPES, get_recipe
+from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.tables import headline_metric
+from windtunnel.suites.paper import MAX_SEEDS
 
 KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
 RESULTS = "time_to_bayes.json"
@@ -64,7 +66,7 @@ class Cell(BaseModel):
     warmup_steps: int | None = Field(default=None, ge=0)  # None: 5% of the steps, as the quick tier
     eval_every: int = Field(default=100, ge=1)
     eval_size: int = Field(default=256, ge=1)
-    seeds: int = Field(default=1, ge=1)
+    seeds: int = Field(default=1, ge=1, le=MAX_SEEDS)  # bounded before any run is resolved
     set: dict[str, Any] = Field(default_factory=dict)  # extra dotted overrides (model.size.*, train.*, task.params.*)
 
     @property
@@ -152,22 +154,30 @@ def _at(data: Any, dotted: str) -> Any:
     return data
 
 
+def _short(value: Any) -> Any:
+    """A label's view of a value: a list of more than four items as `[first, …, last] (n)`."""
+    if isinstance(value, list) and len(value) > 4:
+        return f"[{value[0]}, …, {value[-1]}] ({len(value)})"
+    return value
+
+
 def cell_label(cell: Cell, cfg: RunConfig) -> str:
     """`hmm/transformer/wsd (3000x32, lr 0.001, adamw, wsd, d_model=96)`, every value read from the resolved config of
-    the cell's first seed (the preset is named where it is not the quick one; `set` keys by their last part)."""
+    the cell's first seed (the preset is named where it is not the quick one; `set` keys by their last part, long
+    lists shortened)."""
     t = cfg.train
     parts = [f"{t.steps}x{t.batch_size}", f"lr {t.lr:g}", t.optimizer, t.schedule]
     if cfg.model.preset not in (None, "quick"):
         parts.append(f"{cfg.model.preset} preset")
     dump = cfg.model_dump(mode="json")
-    parts += [f"{k.split('.')[-1]}={_at(dump, k)}" for k in sorted(cell.set)]
+    parts += [f"{k.split('.')[-1]}={_short(_at(dump, k))}" for k in sorted(cell.set)]
     return f"{cfg.task.name}/{cfg.model.arch}/{cell.recipe_name} ({', '.join(parts)})"
 
 
 def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
     """One trained seed of a cell: its validation curve, the marks it crossed, and its final test numbers."""
     run_dir = out / manifest.RUNS / run.name
-    final = rundir.read_json_object(run_dir / rundir.EVAL)["default"]["metrics"]  # the test stream, written by train()
+    final = read_test_metrics(run_dir)  # the test stream, written by train(); checked, naming a bad field
     lines = rundir.read_metrics(run_dir)
     evals = [r for r in lines if r.get("split") == "eval"]
     steps = [r for r in lines if "loss" in r]
@@ -231,12 +241,14 @@ def run(
     progress: bool = False,
     fresh: bool = False,
     allow_mixed: bool = False,
+    probe: bool = False,
 ) -> dict[str, Any]:
     """Run every seed of every cell on `executor` (locally `jobs` in parallel, each with `threads` CPU threads;
     default: the cores split between the jobs locally, 1 on Ray), holding `out`'s lock; add the cells to the results
     already in `out` (refused where machine, torch, threads or jobs differ, unless `allow_mixed`) and write JSON,
     Markdown and the plot; returns the results dict. A finished seed is read back, not trained again; a run directory
-    of another config is refused unless `fresh` (set aside to `out/superseded/`)."""
+    of another config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also
+    gets the geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
     from windtunnel.reproduce import machine_description
 
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
@@ -244,6 +256,7 @@ def run(
     planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
     machine = {**machine_description(), "threads_per_run": threads, "jobs": jobs, "executor": runner.name}
     out = Path(out)
+    manifest.refuse_run_directory(out)
     rundir.check_writable(out)
     with DirLock(out, "output directory"):  # one driver per --out; each run also locks itself
         manifest.refuse_other_kind(out, KIND)
@@ -256,7 +269,7 @@ def run(
         for moved in manifest.claim_runs(out, wanted, fresh):
             echo(f"  set aside (not the run asked for) -> {moved}")
         manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), {}))  # claimed now
-        return _run_locked(planned, out, runner, jobs, threads, machine, previous, echo, progress)
+        return _run_locked(planned, out, runner, jobs, threads, machine, previous, echo, progress, probe)
 
 
 def _run_locked(
@@ -269,16 +282,24 @@ def _run_locked(
     previous: dict[str, Any] | None,
     echo: Any,
     progress: bool,
+    probe: bool = False,
 ) -> dict[str, Any]:
     storage = write_storage_token(out)
     runs_dir = out / manifest.RUNS
-    work = [Job(r.name, r.config, str(runs_dir), threads=threads, storage=storage) for _, rs in planned for r in rs]
+    work = [
+        Job(r.name, r.config, str(runs_dir), probe=probe, threads=threads, storage=storage)
+        for _, rs in planned
+        for r in rs
+    ]
     echo(
         f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s), {placement(runner, jobs)} x {threads} thread(s) "
         f"-> {out}"
     )
     t0 = time.time()
-    execute([j for j in work if not manifest.is_finished(j.run_dir)], runner, echo, progress=progress)
+    todo = [
+        j for j in work if not manifest.is_finished(j.run_dir) or (probe and not (j.run_dir / rundir.GEOMETRY).exists())
+    ]
+    execute(todo, runner, echo, progress=progress)
     cells = [summarize_cell(c, rs, [read_seed(r, out, threads) for r in rs], machine) for c, rs in planned]
     data = _accumulate(previous, cells, machine, round(time.time() - t0, 1))
     finished = manifest.finished_runs(out, [j.name for j in work])
@@ -406,6 +427,7 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = Fal
         "cells": cells,
         "merged_from": [str(s) for s in sources],
     }
+    manifest.refuse_run_directory(out)
     rundir.check_writable(out)
     with DirLock(out, "output directory"):
         manifest.refuse_other_kind(out, KIND)

@@ -1,10 +1,12 @@
-"""Shared CLI helpers: one way to fail (one line on stderr, exit 2 for bad input, 1 for corrupt data) and to parse
-`k=v` options."""
+"""Shared CLI helpers: one way to fail (one line on stderr -- stdout where stderr is closed --, exit 2 for bad input, 1
+for corrupt data) and to parse `k=v` options."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -20,15 +22,30 @@ EXIT_DATA = 1  # corrupt or mismatched data, a directory in use, a diverged run
 DEBUG_ENV = "WINDTUNNEL_DEBUG"  # set to 1 to see the traceback of an unexpected error
 
 
+def error_line(message: str) -> None:
+    """`error: message` on stderr, or on stdout where stderr is closed (`2>&-`) or gone: a failure is never silent."""
+    line = f"error: {message}"
+    try:
+        if sys.stderr is None:  # fd 2 was closed when Python started
+            raise OSError("no stderr")
+        typer.echo(line, err=True)
+        return
+    except (OSError, ValueError):  # closed or broken after start
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        typer.echo(line)
+
+
 def fail(message: str) -> NoReturn:
-    """Print `error: message` to stderr and exit 2 -- never a traceback for bad input."""
-    typer.echo(f"error: {message}", err=True)
+    """Print `error: message` (`error_line`) and exit 2 -- never a traceback for bad input."""
+    error_line(message)
     raise typer.Exit(EXIT_USAGE)
 
 
 def fail_data(message: str) -> NoReturn:
-    """Print `error: message` to stderr and exit 1: the input files are corrupt or in use, not the command wrong."""
-    typer.echo(f"error: {message}", err=True)
+    """Print `error: message` (`error_line`) and exit 1: the input files are corrupt or in use, not the command
+    wrong."""
+    error_line(message)
     raise typer.Exit(EXIT_DATA)
 
 
@@ -75,10 +92,9 @@ def _os_message(err: Exception) -> str:
 def _unexpected(err: Exception) -> NoReturn:
     if os.environ.get(DEBUG_ENV) == "1":
         raise err
-    typer.echo(
-        f"error: internal error ({type(err).__name__}: {err}); this is a bug in windtunnel -- rerun with "
-        f"{DEBUG_ENV}=1 for the traceback and report it",
-        err=True,
+    error_line(
+        f"internal error ({type(err).__name__}: {err}); this is a bug in windtunnel -- rerun with "
+        f"{DEBUG_ENV}=1 for the traceback and report it"
     )
     raise typer.Exit(EXIT_DATA)
 

@@ -26,8 +26,8 @@ from windtunnel.cli.common import (
 def reproduce(
     tier: str = typer.Option(
         "quick",
-        help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
-        "best recipes, ~2 h) or paper (GPU budgets)",
+        help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
+        "twice the quick budget, ~50 min) or paper (the authors' production recipes, a GPU)",
     ),
     out: Path | None = typer.Option(
         None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from windtunnel.config import BASELINES
 from windtunnel.errors import StorageError
 from windtunnel.manifest import check_same_run, is_finished
-from windtunnel.rundir import DONE, GEOMETRY, atomic_write, read_json_object, write_json
+from windtunnel.rundir import DONE, GEOMETRY, atomic_write, write_json
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
 
@@ -95,13 +95,14 @@ def run_job(job: Job) -> dict[str, Any]:
     from windtunnel import checkpoints
     from windtunnel import train as training
     from windtunnel.config import resolve_config
+    from windtunnel.report.collect import read_done
 
     check_storage(job.storage)
     run_dir = job.run_dir
     config = resolve_config(job.config)
     check_same_run(run_dir, config)
     if is_finished(run_dir):
-        done = read_json_object(run_dir / DONE)  # a garbled or non-object done.json is an error naming it
+        done = read_done(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
         if job.probe and config.model.arch not in BASELINES and not (run_dir / GEOMETRY).exists():
             # finished without its probe (reproduce once probed only each cell's first seed): probe it now
             from windtunnel.geometry.run import probe_run

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
@@ -86,10 +87,13 @@ def execute(
     progress: bool = True,
     stream: TextIO | None = None,
 ) -> list[dict[str, Any]]:
-    """Run `jobs` on `executor`, longest first; with `progress`, live progress on `stream` (default stderr) from the
-    first second, and each finished run's line above it; returns the results in the jobs' order."""
+    """Run `jobs` on `executor`, longest first; with `progress`, live progress on `stream` (default stderr; none where
+    stderr is closed) from the first second, and each finished run's line above it, else each line to `echo`;
+    returns the results in the jobs' order."""
     costs = {job.name: config_cost(job.config) for job in jobs}
     ordered = sorted(jobs, key=lambda j: costs[j.name], reverse=True)  # parallel runs finish close together
+    if stream is None and sys.stderr is None:  # stderr closed (2>&-): each finished run's line goes to `echo`
+        progress = False
     with sigterm_as_interrupt():
         if not progress:
             results = executor.run(ordered, lambda r: echo(finished_line(r)))

@@ -148,3 +148,57 @@ def write_figures(results: dict[str, Any], model: nn.Module, data: ProbeData, fi
         ("dynamics", lambda: frame_precision_curves(results["dynamics"], d / "frame_precision.png")),
     ]
     return [str(draw()) for key, draw in todo if _ok(results.get(key))]
+
+
+def arms_across_seeds(rows: list[tuple[str, dict[str, dict[str, Any]], Any]], path: Path) -> Path:
+    """One panel per quantity: each arm's trained mean with its across-seed interval (`geometry.seeds.seed_summary`)
+    and its own init (hollow), the quantity's baseline dashed. rows: (quantity, {arm: across_seeds row}, baseline)."""
+    n = len(rows)
+    cols = min(4, max(n, 1))
+    grid = (n + cols - 1) // cols
+    fig, axes = subplots(grid, cols, figsize=(3.4 * cols, 2.6 * grid), squeeze=False)
+    for ax, (name, arms, baseline) in zip(axes.flat, rows, strict=False):
+        for i, (arm, row) in enumerate(arms.items()):
+            for part, dx, face in (("trained", 0.0, f"C{i}"), ("init", 0.25, "none")):
+                s = row.get(part)
+                if s is None:
+                    continue
+                lo_hi = s["interval"]
+                err = [[s["mean"] - lo_hi[0]], [lo_hi[1] - s["mean"]]] if lo_hi else None
+                label = f"{arm} {part}"
+                ax.errorbar([i + dx], [s["mean"]], yerr=err, fmt="o", color=f"C{i}", mfc=face, capsize=3, label=label)
+                ax.scatter([i + dx] * len(s["values"]), s["values"], s=8, color=f"C{i}", alpha=0.5)
+        if baseline is not None:
+            ax.axhline(baseline["mean"], ls="--", color="k", lw=0.8)
+        ax.set_xticks(range(len(arms)), list(arms))
+        ax.set_title(name, fontsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6)
+    return _save(fig, path)
+
+
+def frame_precision_by_arm(runs: list[tuple[str, int, dict[str, Any]]], path: Path) -> Path:
+    """Entropy error and layer-0 frame cosine to the final checkpoint against step, one colour per arm and one line
+    style per seed. runs: (label, colour index, the run's `dynamics` result)."""
+    from matplotlib.ticker import NullFormatter
+
+    fig, (err_ax, frame_ax) = subplots(1, 2, figsize=(9, 3.4))
+    seen: dict[int, int] = {}
+    for label, colour, result in runs:
+        rows = result["checkpoints"]
+        steps = [r["step"] for r in rows]
+        nth = seen[colour] = seen.get(colour, -1) + 1  # this arm's nth seed
+        style = {"color": f"C{colour}", "ls": ("-", "--", ":", "-.")[nth % 4], "ms": 3}
+        err_ax.loglog(steps, [max(r["entropy_error_bits"], 1e-6) for r in rows], marker="o", **style)
+        if "frame_cosine" in rows[0]:
+            frame_ax.semilogx(steps, [r["frame_cosine"] for r in rows], marker="o", label=label, **style)
+    for ax in (err_ax, frame_ax):
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    err_ax.set_xlabel("step")
+    err_ax.set_ylabel("entropy error (bits)")
+    frame_ax.set_xlabel("step")
+    frame_ax.set_ylabel("layer-0 attention cosine to final")
+    frame_ax.set_ylim(0, 1.05)
+    frame_ax.legend(fontsize=6)
+    return _save(fig, path)

@@ -94,6 +94,14 @@ def seed_summary(values: list[float]) -> dict[str, Any]:
     return out
 
 
+def seed_text(summary: dict[str, Any] | None) -> str:
+    """A `seed_summary` as text: mean [95% interval over seeds], or the mean alone for one seed; "—" for None."""
+    if summary is None:
+        return "—"
+    lo_hi = summary["interval"]
+    return f"{summary['mean']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else "")
+
+
 def across_seeds(geometries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """quantity -> {"trained", "init", "baseline"}: `seed_summary` over the seeds that have the number (None where
     none has), and "baseline_label"; quantities no seed has are left out."""

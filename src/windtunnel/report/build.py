@@ -9,7 +9,7 @@ from typing import Any
 
 from windtunnel import marks, rundir, tasks
 from windtunnel.evaluate import score_controls
-from windtunnel.geometry.seeds import across_seeds
+from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.geometry.seeds import dig as _dig
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
@@ -107,14 +107,6 @@ def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
     ]
 
 
-def _seed_text(summary: dict[str, Any] | None) -> str:
-    """mean [95% interval over seeds], or the mean alone for one seed; "—" when no seed has the number."""
-    if summary is None:
-        return "—"
-    lo_hi = summary["interval"]
-    return f"{summary['mean']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else "")
-
-
 def geometry_across_seeds(records: list[RunRecord]) -> tuple[list[list[str]], list[dict[str, Any]]]:
     """Per cell (runs differing only in the seed) with probed seeds, every `geometry.seeds.SEED_QUANTITIES` number:
     table rows and the JSON for results.json."""
@@ -128,8 +120,8 @@ def geometry_across_seeds(records: list[RunRecord]) -> tuple[list[list[str]], li
             data.append({"task": task, "arch": arch, "config": label, "seeds": [r.seed for r in probed], **summary})
             cell = f"{arch} ({label})" if label else arch
             for name, q in summary.items():
-                base = f"{q['baseline_label']}: {_seed_text(q['baseline'])}"
-                rows.append([task, cell, name, _seed_text(q["trained"]), _seed_text(q["init"]), base, str(len(probed))])
+                base = f"{q['baseline_label']}: {seed_text(q['baseline'])}"
+                rows.append([task, cell, name, seed_text(q["trained"]), seed_text(q["init"]), base, str(len(probed))])
     return rows, data
 
 

@@ -93,11 +93,13 @@ MISSING = _Missing()
 # kind -> (test, what the error says was expected)
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "number": (lambda v: _is_number(v) and math.isfinite(v), "a finite number"),
+    "real": (_is_number, "a number"),  # NaN and inf allowed: a result that is reported, never ranked
     "integer": (_is_int, "an integer"),
     "count": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "positive": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "text": (lambda v: isinstance(v, str), "a string"),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
     "curve": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),  # nan: no data there
 }
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
@@ -105,6 +107,15 @@ TASK_PARAMS = {"N": "positive", "score_at": "text"}
 # metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
 # tables.headline_metric).
 HISTORY_FIELDS = {"elapsed_s": "number", "train_s": "number", "entropy_mae_bits": "number", "accuracy": "number"}
+# done.json fields the drivers read (`executors.run_job` writes them; sweep tables and reproduce's report read them).
+DONE_FIELDS = {
+    "wall_s": "number",
+    "probe": "text",
+    "device": "text",
+    "host": "text",
+    "pid": "integer",
+    "resumed_from": "count",
+}
 
 
 def checked(value: Any, kind: str, path: Path, where: str) -> Any:
@@ -178,6 +189,37 @@ def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, 
         for key, kind in HISTORY_FIELDS.items():
             _optional(h, key, kind, path, f"record {i}.{key}")
     return history
+
+
+def read_done(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's done.json, each field in DONE_FIELDS of its kind or null (CheckpointError naming the file
+    and field otherwise), so a garbled marker never reaches a table as a wrong number or a traceback."""
+    path = Path(run_dir) / rundir.DONE
+    done = rundir.read_json_object(path)
+    for key, kind in DONE_FIELDS.items():
+        _optional(done, key, kind, path, key)
+    return done
+
+
+def read_test_metrics(
+    run_dir: str | Path, metrics: tuple[str, ...] | None = None
+) -> dict[str, dict[str, float] | None]:
+    """The test-stream `metrics` (default: all) of a run's default evaluation (eval.json): {metric: {"mean", "lo",
+    "hi"}}, None where the task has no such metric. NaN and inf are kept (reported, never ranked); a value that is
+    not a number is a CheckpointError naming the file and the field."""
+    path = Path(run_dir) / rundir.EVAL
+    default = _required(rundir.read_json_object(path), "default", "object", path, "default")
+    found = _required(default, "metrics", "object", path, "default.metrics")
+    out: dict[str, dict[str, float] | None] = {}
+    for m in found if metrics is None else metrics:
+        v = found.get(m)
+        if v is None:
+            out[m] = None
+            continue
+        where = f"default.metrics.{m}"
+        checked(v, "object", path, where)
+        out[m] = {k: float(_required(v, k, "real", path, f"{where}.{k}")) for k in ("mean", "lo", "hi")}
+    return out
 
 
 def _read_object(path: Path, default: Any = None) -> Any:

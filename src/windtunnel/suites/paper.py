@@ -29,6 +29,10 @@ TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
 ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 
+# The most training seeds a cell may have (reproduce --seeds, a time-to-bayes cell's seeds), checked before anything is
+# built: an interval over 100 seeds is already ~6x narrower than over 3 (1/sqrt(n)), and a quick-tier table at 100
+# seeds is many hours of CPU; a larger number is a typo, not an experiment (a million took ~22 min just to build).
+MAX_SEEDS = 100
 # Training seeds per cell when `suite(seeds=None)`: the claimed architectures get a seed spread, controls one seed.
 SEEDS: dict[str, dict[str, int]] = {
     "smoke": {},
@@ -277,14 +281,28 @@ def seeds_for(arch: str, tier: str, seeds: int | None = None) -> int:
     return seeds if seeds is not None else SEEDS[tier].get(arch, 1)
 
 
-def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:
-    if not only:
-        return True
+def _check_only(only: dict[str, Any]) -> None:
+    """`only` filters by task and arch, each a comma-separated list of names of the suite: an unknown key, an empty
+    or non-text value, or a name the suite does not have is a ValueError naming it."""
     unknown = set(only) - {"task", "arch"}
     if unknown:
         raise ValueError(f"only: filter keys must be task or arch (got {', '.join(sorted(unknown))})")
+    known = {"task": TASKS, "arch": (*ARCHS, *BASELINES)}
+    for key, value in only.items():
+        names = value.split(",") if isinstance(value, str) else []
+        if not names or not all(n.strip() for n in names):
+            got = "nothing" if value in (None, "") else repr(value)
+            raise ValueError(f"only {key}: expected {key}=NAME[,NAME...] (got {got})")
+        for name in names:
+            if name.strip() not in known[key]:
+                raise ValueError(f"only {key}: {name.strip()!r} is not in the suite (one of {', '.join(known[key])})")
+
+
+def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:
+    if not only:
+        return True
     cell = {"task": task, "arch": arch}
-    return all(cell[k] in v.split(",") for k, v in only.items())
+    return all(cell[k] in (n.strip() for n in v.split(",")) for k, v in only.items())
 
 
 def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = None) -> list[SuiteRun]:
@@ -295,8 +313,10 @@ def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = Non
     """
     if tier not in TIERS:
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
-    if seeds is not None and seeds < 1:
-        raise ValueError(f"seeds: must be >= 1 (got {seeds})")
+    if seeds is not None and not 1 <= seeds <= MAX_SEEDS:
+        raise ValueError(f"seeds: must be between 1 and {MAX_SEEDS} (got {seeds})")
+    if only:
+        _check_only(only)
     runs = []
     for task in TASKS:
         for arch in (*ARCHS, *BASELINES):
@@ -336,16 +356,19 @@ def _prefixed(prefix: str, d: dict[str, Any]) -> dict[str, Any]:
     return {f"{prefix}.{k}": v for k, v in d.items()}
 
 
-def _cell_values(task: str, arch: str, tier: str) -> dict[str, Any]:
-    """Everything a trained cell of `tier` does, under the table's keys: its resolved model size (preset, its own
-    size keys, derived fields such as `init`), train and eval config with defaults, and our fixed forms."""
-    cfg = run_config(task, arch, tier)
-    size = size_class(arch).of({**preset(task, arch, preset_tier(tier)).as_config(), **cfg["model"].get("size", {})})
+def _config_values(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Everything a trained run config (a plain dict, `run_config`'s form) does, under the table's keys: its resolved
+    model size (preset, its own size keys, derived fields such as `init`), train and eval config with defaults, and
+    our fixed forms."""
+    task, arch = cfg["task"]["name"], cfg["model"]["arch"]
+    tier = cfg["model"].get("preset")
+    base = preset(task, arch, tier).as_config() if tier else {}
+    size = size_class(arch).of({**base, **cfg["model"].get("size", {})})
     dumped = size.model_dump()
     return {
         **_prefixed("model", dumped),
-        **_prefixed("train", {**TrainConfig().model_dump(), **cfg["train"]}),
-        **_prefixed("eval", {**EvalConfig().model_dump(), **cfg["eval"]}),
+        **_prefixed("train", {**TrainConfig().model_dump(), **cfg.get("train", {})}),
+        **_prefixed("eval", {**EvalConfig().model_dump(), **cfg.get("eval", {})}),
         **our_forms(task, arch, dumped),
     }
 
@@ -374,19 +397,31 @@ def deviations(tier: str) -> list[str]:
     if tier in BUDGET:
         lines.append(protocol_text(tier))
     for task in TASKS:
-        cfg = run_config(task, "transformer", tier)
-        defaults = tasks.make(task).params.model_dump()
-        task_diff = _diff(
-            _prefixed("task", {**defaults, **cfg["task"]["params"]}),
-            {k: v for k, v in paper_setting(task, "*").items() if k.startswith("task.")},
-        )
+        task_diff = config_deviations(run_config(task, "transformer", tier))["task"]
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
         for arch in ARCHS:
-            sourced = {k: v for k, v in paper_setting(task, arch).items() if not k.startswith("task.")}
-            ours = _cell_values(task, arch, tier)
-            for group in _GROUPS:
-                diff = _diff(ours, {k: v for k, v in sourced.items() if _group(k) == group})
-                if diff:
+            for group, diff in config_deviations(run_config(task, arch, tier)).items():
+                if diff and group != "task":
                     lines.append(f"{task} / {arch} {group}: " + "; ".join(diff))
     return lines
+
+
+def config_deviations(cfg: dict[str, Any]) -> dict[str, list[str]]:
+    """How one trained run config (a plain dict, `run_config`'s form, any tier or overrides) departs from the sourced
+    settings of its (task, arch) cell, by group ("task", "model", "training", "evaluation"; a group with no
+    difference is []), each line naming the source of the value it departs from, fixed forms (loss, data,
+    checkpoint) included: what a benchmark states beside a number it compares with the authors'."""
+    task, arch = cfg["task"]["name"], cfg["model"]["arch"]
+    defaults = tasks.make(task).params.model_dump()
+    sourced = paper_setting(task, arch)
+    out = {
+        "task": _diff(
+            _prefixed("task", {**defaults, **cfg["task"].get("params", {})}),
+            {k: v for k, v in paper_setting(task, "*").items() if k.startswith("task.")},
+        )
+    }
+    ours = _config_values(cfg)
+    for group in _GROUPS:
+        out[group] = _diff(ours, {k: v for k, v in sourced.items() if not k.startswith("task.") and _group(k) == group})
+    return out
