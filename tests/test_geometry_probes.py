@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -333,3 +334,13 @@ def test_heldout_batch_is_drawn_on_the_cpu_and_moved_whole(task_name):
     assert all(v.device.type == "cpu" for v in vars(cpu.posterior).values() if isinstance(v, torch.Tensor))
     again = heldout_batch(task, 4, offset=1, device="meta")
     assert again.inputs.device.type == "meta" and again.inputs.shape == cpu.inputs.shape
+
+
+def test_geometry_json_names_its_run_relative_to_itself(run_dir, tmp_path):
+    """geometry.json stores the probed run relative to where it is written: a published copy holds no machine path."""
+    from windtunnel.geometry.run import probe_run
+
+    out = tmp_path / "probe"
+    stored = probe_run(run_dir, out=out, n=16, figures=False)["run_dir"]
+    assert not Path(stored).is_absolute()
+    assert (out / stored).resolve() == Path(run_dir).resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def probe_run(
         else not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)")
     )
     results = {
-        "run_dir": str(run_dir),
+        "run_dir": os.path.relpath(run_dir, out_dir),  # the run probed, relative to this file: valid when moved
         "arch": run.config.model.arch,
         "task": task.name,
         "step": step,
