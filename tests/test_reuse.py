@@ -15,13 +15,14 @@ from typer.testing import CliRunner
 from cli_args import SWEEP_BASE
 from windtunnel import manifest, rundir
 from windtunnel.cli import app
-from windtunnel.config import apply_overrides
+from windtunnel.config import apply_overrides, resolve_config
 from windtunnel.errors import CheckpointError, RunMismatchError
 from windtunnel.executors import Job, run_job
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.suites import suite
 from windtunnel.sweep import sweep
 from windtunnel.time_to_bayes import cell_label, cell_runs, merge, parse_cell, run
+from windtunnel.train import train
 
 runner = CliRunner()
 SMOKE_ARGS = ["--tier", "smoke", "--only", "task=bijection", "--only", "arch=lstm,uniform", "--no-probe"]
@@ -111,6 +112,25 @@ def test_run_job_never_skips_or_resumes_a_run_of_another_config(tmp_path):
     (job.run_dir / rundir.DONE).unlink()  # interrupted: resuming it as another config is refused too
     with pytest.raises(RunMismatchError, match="train.lr"):
         run_job(other)
+
+
+def test_a_run_trained_by_other_code_is_neither_reused_nor_resumed(tmp_path):
+    """versions.json records windtunnel's and torch's versions; another torch is a mismatch naming it."""
+    (entry,) = suite("smoke", only={"task": "bijection", "arch": "lstm"})
+    job = Job(entry.name, entry.config, str(tmp_path), threads=1)
+    run_job(job)
+    cfg = resolve_config(entry.config)
+    assert rundir.read_versions(job.run_dir) == rundir.code_versions()
+    assert manifest.check_same_run(job.run_dir, cfg)
+    rundir.write_json(job.run_dir / rundir.VERSIONS, {**rundir.code_versions(), "torch": "1.0.0"})
+    with pytest.raises(RunMismatchError, match=r"versions.torch: '1.0.0' → '2\."):
+        manifest.check_same_run(job.run_dir, cfg)
+    with pytest.raises(RunMismatchError, match="versions.torch"):
+        run_job(job)
+    with pytest.raises(ValueError, match="trained by other code"):  # nor does `train --resume` continue it
+        train(cfg, job.run_dir, resume=True, progress=False)
+    (job.run_dir / rundir.VERSIONS).unlink()  # a run from before versions were recorded is judged by config alone
+    assert manifest.check_same_run(job.run_dir, cfg)
 
 
 def test_a_done_run_without_eval_json_is_evaluated_again_and_a_bad_done_json_is_named(tmp_path):

@@ -12,8 +12,9 @@ A run's `config_hash` is the sha256 (first 12 hex digits) of its config.json as 
 directory content it means. Reports read the runs the manifest lists (`run_dirs`), never everything under runs/.
 
 Reuse: before a driver skips a finished run or resumes an interrupted one, `claim_runs` compares the stored resolved
-config (`rundir.read_config`, old stored configs upgraded) with the requested one (`config.resolve_config`); a
-mismatch is a `RunMismatchError` naming the differing keys, or with `fresh` the old directory is set aside.
+config (`rundir.read_config`, old stored configs upgraded) with the requested one (`config.resolve_config`), and
+the code versions the run recorded (versions.json: windtunnel, torch) with this process's; a mismatch is a
+`RunMismatchError` naming the differing keys, or with `fresh` the old directory is set aside.
 `executors.base.run_job` asks `check_same_run` again on the worker, so no executor can skip or resume another run.
 """
 
@@ -41,6 +42,7 @@ from windtunnel.rundir import (
     read_config,
     read_json_object,
     read_regular,
+    version_diff,
     write_json,
 )
 
@@ -101,8 +103,9 @@ def _contents(run_dir: Path) -> list[Path]:
 
 def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
     """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config, False where there is
-    no run yet (no directory, or only a lock). A run of another config is a RunMismatchError naming the differing
-    keys; an unreadable config.json a CheckpointError naming it; a non-empty directory without one a ValueError."""
+    no run yet (no directory, or only a lock). A run of another config, or trained by other code (windtunnel or
+    torch: `rundir.version_diff`), is a RunMismatchError naming the differing keys; an unreadable config.json a
+    CheckpointError naming it; a non-empty directory without one a ValueError."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG).exists():
         if _contents(run_dir):
@@ -112,6 +115,7 @@ def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
             )
         return False
     diff = config_diff(read_config(run_dir).model_dump(mode="json"), cfg.model_dump(mode="json"))
+    diff += version_diff(run_dir)
     if diff:
         more = f"; and {len(diff) - _SHOWN_KEYS} more" if len(diff) > _SHOWN_KEYS else ""
         raise RunMismatchError(

@@ -2,6 +2,7 @@
 of its files (checkpoints: `windtunnel.checkpoints`).
 
     run_dir/config.json                       fully resolved RunConfig
+    run_dir/versions.json                     the code that trained it: {"windtunnel": ..., "torch": ...}
     run_dir/metrics.jsonl                     one JSON object per logged step / evaluation (append-only)
     run_dir/checkpoints/                      weights, optimiser state and RNG per saved step (checkpoints.py)
     run_dir/eval.json                         final evaluation, one entry per evaluation setting
@@ -25,11 +26,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import torch
+
+import windtunnel
 from windtunnel.config import RunConfig, config_to_json, upgrade_stored, validate
 from windtunnel.errors import CheckpointError
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
-GEOMETRY, DONE = "geometry.json", "done.json"
+GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
 TEMP_SUFFIX = ".tmp"
 
 
@@ -223,6 +227,31 @@ def read_config(run_dir: str | Path) -> RunConfig:
 
 def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
     atomic_write(Path(run_dir) / CONFIG, config_to_json(cfg))
+
+
+def code_versions() -> dict[str, str]:
+    """The versions of the code whose numbers a run's files hold: windtunnel's and torch's."""
+    return {"windtunnel": windtunnel.__version__, "torch": torch.__version__}
+
+
+def write_versions(run_dir: str | Path) -> None:
+    """Record the code that trains `run_dir` (`code_versions`), when it is created."""
+    write_json(Path(run_dir) / VERSIONS, code_versions())
+
+
+def read_versions(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run directory's versions.json, or None for a run written before versions were recorded."""
+    path = Path(run_dir) / VERSIONS
+    return read_json_object(path) if path.exists() else None
+
+
+def version_diff(run_dir: str | Path) -> list[str]:
+    """Where the code that trained `run_dir` differs from this process's: `["versions.torch: '2.12.0' → '2.13.0'"]`;
+    [] for the same code, or a run that recorded none."""
+    stored = read_versions(run_dir)
+    if stored is None:
+        return []
+    return [f"versions.{k}: {stored.get(k)!r} → {v!r}" for k, v in code_versions().items() if stored.get(k) != v]
 
 
 def merge_eval(run_dir: str | Path, results: dict) -> dict:

@@ -105,6 +105,12 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
             f"resume: the config differs from {str(run_dir / rundir.CONFIG)!r} in {diff} "
             "(only train.steps may change on resume)"
         )
+    changed = rundir.version_diff(run_dir)
+    if changed:
+        raise ValueError(
+            f"resume: {str(run_dir)!r} was trained by other code ({'; '.join(changed)}); a resumed run would mix "
+            "two versions' numbers: train it anew (--overwrite) or resume it with the code that made it"
+        )
     step = checkpoints.resume_step(run_dir) or 0
     if step > cfg.train.steps:
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
@@ -135,6 +141,7 @@ def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: boo
     if exists:
         _clear(run_dir)  # overwrite (checked by _refuse_existing before the lock was taken)
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
+    rundir.write_versions(run_dir)
     rundir.write_config(run_dir, cfg)
     return 0
 
