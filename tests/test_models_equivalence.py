@@ -137,7 +137,7 @@ def test_lstm_cache_path_equals_fast_path(spec):
     x = tokens(2, 11) if spec.input_kind == "tokens" else torch.randn(2, 11, spec.input_dim)
     fast = model(x)
     names = [f"blocks.{l}.{n}" for l in range(3) for n in ("lstm.c", "lstm.h", "resid_post")]
-    slow, cache = model.run_with_cache(x, names=names)  # asking for c runs every layer's cell loop
+    slow, cache = model.run_with_cache(x, names=names, grad=True)  # asking for c runs every layer's cell loop
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
     for l in range(3):
         torch.testing.assert_close(cache[f"blocks.{l}.lstm.h"], cache[f"blocks.{l}.resid_post"])

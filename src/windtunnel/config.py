@@ -14,13 +14,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 # Predictors that are evaluated like models but never trained (windtunnel.models.baselines).
 BASELINES = ("oracle", "uniform")
 
 # The size tiers of the model presets (windtunnel.models.presets), smallest first.
 SizeTier = Literal["smoke", "quick", "paper"]
+
+# Experiment trackers the training loop can feed (windtunnel.tracking).
+LoggerName = Literal["tensorboard", "wandb"]
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -109,6 +121,21 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bf16"] = "float32"
     compile: bool = False
+    # Trackers fed the metrics.jsonl records (windtunnel.tracking). They change no number, so config.json omits an
+    # empty list (a run's stored text and hash are as before the field existed) and no run comparison reads them.
+    loggers: list[LoggerName] = Field(default_factory=list)
+
+    @field_validator("loggers")
+    @classmethod
+    def _loggers(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(v))  # `--logger tensorboard` given twice means one writer
+
+    @model_serializer(mode="wrap")
+    def _omit_no_loggers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not self.loggers:
+            data.pop("loggers", None)
+        return data
 
     @field_validator("betas")
     @classmethod
@@ -380,6 +407,14 @@ def upgrade_stored(data: Any) -> Any:
     for key, value in _ADDED_SIZE_FIELDS.items():
         if key in declared and key not in size:
             size[key] = value
+    return data
+
+
+def run_identity(cfg: RunConfig) -> dict[str, Any]:
+    """A config's JSON data less what changes no number (`train.loggers`): what must match for a stored run to be
+    the run asked for (manifest.check_same_run, resume) and what a run's `config_hash` is of."""
+    data = cfg.model_dump(mode="json")
+    data["train"].pop("loggers", None)
     return data
 
 

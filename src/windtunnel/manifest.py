@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from windtunnel.config import RunConfig, config_to_json
+from windtunnel.config import RunConfig, config_to_json, run_identity
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, is_locked
 from windtunnel.rundir import (
@@ -59,8 +59,10 @@ _SHOWN_KEYS = 6  # differing keys named in a mismatch message before "and N more
 
 
 def config_hash(cfg: RunConfig) -> str:
-    """The short hash of a resolved config: the first 12 hex digits of the sha256 of its config.json text."""
-    return _digest(config_to_json(cfg).encode())
+    """The short hash of a resolved config: the first 12 hex digits of the sha256 of its config.json text, taken
+    without `train.loggers` (trackers change no number, so they never give a run another name)."""
+    bare = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loggers": []})})
+    return _digest(config_to_json(bare).encode())
 
 
 def stored_hash(run_dir: str | Path) -> str:
@@ -102,10 +104,11 @@ def _contents(run_dir: Path) -> list[Path]:
 
 
 def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
-    """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config, False where there is
-    no run yet (no directory, or only a lock). A run of another config, or trained by other code (windtunnel or
-    torch: `rundir.version_diff`), is a RunMismatchError naming the differing keys; an unreadable config.json a
-    CheckpointError naming it; a non-empty directory without one a ValueError."""
+    """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config (`train.loggers` aside:
+    `config.run_identity`), False where there is no run yet (no directory, or only a lock). A run of another config,
+    or trained by other code (windtunnel or torch: `rundir.version_diff`), is a RunMismatchError naming the
+    differing keys; an unreadable config.json a CheckpointError naming it; a non-empty directory without one a
+    ValueError."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG).exists():
         if _contents(run_dir):
@@ -114,7 +117,7 @@ def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
                 "use another --out, or --fresh to set it aside"
             )
         return False
-    diff = config_diff(read_config(run_dir).model_dump(mode="json"), cfg.model_dump(mode="json"))
+    diff = config_diff(run_identity(read_config(run_dir)), run_identity(cfg))
     diff += version_diff(run_dir)
     if diff:
         more = f"; and {len(diff) - _SHOWN_KEYS} more" if len(diff) > _SHOWN_KEYS else ""

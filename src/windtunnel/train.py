@@ -13,6 +13,7 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical
 
-from windtunnel import checkpoints, rundir, runs
-from windtunnel.config import RunConfig, resolve_config, resolve_loss
+from windtunnel import checkpoints, rundir, runs, tracking
+from windtunnel.config import RunConfig, resolve_config, resolve_loss, run_identity
 from windtunnel.curriculum import Curriculum
 from windtunnel.errors import TrainingDiverged
 from windtunnel.evaluate import evaluate, evaluate_model
@@ -97,7 +98,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
     if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
     stored = rundir.read_config(run_dir)
-    a, b = stored.model_dump(mode="json"), cfg.model_dump(mode="json")
+    a, b = run_identity(stored), run_identity(cfg)  # train.loggers may change too: they change no number
     a["train"].pop("steps"), b["train"].pop("steps")
     if a != b:
         diff = [k for k in a if a[k] != b[k]]
@@ -181,6 +182,7 @@ def train(
     progress: bool = True,
     *,
     trust_code: bool = False,
+    callbacks: Sequence[tracking.Callback] = (),
 ) -> dict:
     """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
 
@@ -188,13 +190,17 @@ def train(
     metrics after that step are dropped and recomputed identically); overwrite=True replaces an existing run
     directory. Everything is validated -- config, task, model, device, the output path -- before anything is
     created, and the run directory's lock is held throughout (RunInUseError if another process holds it).
-    trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf.
+    trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf. `callbacks`
+    (windtunnel.tracking.Callback), then the loggers `train.loggers` names, see every metrics.jsonl line as it is
+    written and the final evaluation.
     """
     cfg = resolve_config(config)
     run_dir = Path(run_dir)
     task = runs.build_task(cfg)
     device = resolve_device(cfg.train.device)
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
+    callbacks = tracking.check_callbacks(callbacks)
+    tracking.check_loggers(cfg.train.loggers)
     rundir.check_writable(run_dir)
     _refuse_existing(run_dir, resume, overwrite)
     created = rundir.first_missing(run_dir)  # what this call creates, removed again if it is refused
@@ -209,7 +215,10 @@ def train(
             shutil.rmtree(created, ignore_errors=True)
         raise
     try:
-        return _train_locked(cfg, run_dir, task, model.to(device), device, start, progress, trust_code)
+        with tracking.opened(cfg, run_dir, start, callbacks) as cbs:
+            results = _train_locked(cfg, run_dir, task, model.to(device), device, start, progress, trust_code, cbs)
+            cbs.on_end(results)
+            return results
     finally:
         lock.release()
 
@@ -223,6 +232,7 @@ def _train_locked(
     start: int,
     progress: bool,
     trust_code: bool,
+    callbacks: tracking.Callback,
 ) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds."""
     if baselines.is_baseline(model) or cfg.train.steps == 0:
@@ -238,7 +248,7 @@ def _train_locked(
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
     ckpt_at = checkpoint_steps(cfg)
-    log = rundir.MetricsLog(run_dir)
+    log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, each line then to callbacks
     bar = _progress_bar(t.steps, start, progress)
     last_eval: float | None = None
     # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every

@@ -59,11 +59,15 @@ def train_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
     no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    logger: list[str] | None = typer.Option(
+        None, "--logger", help="log to tensorboard or wandb too (repeatable; sets train.loggers)"
+    ),
 ) -> None:
     """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory."""
     from windtunnel.train import train
 
-    flags = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed, "train.steps": steps}
+    flags: dict[str, Any] = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed}
+    flags.update({"train.steps": steps, "train.loggers": logger or None})
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_kv(set_, "--set"))
     cfg = build_config(config, overrides)

@@ -148,6 +148,7 @@ def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) ->
     device = model_device(model)
     batch = heldout_batch(task, n, offset, device)
     model.eval()
+    cache: dict[str, torch.Tensor]  # an ActivationCache, or {} for a model without hook points
     with torch.no_grad():
         if hasattr(model, "run_with_cache"):
             hooked = cast(HookedModel, model)  # duck-typed: any model with hook points

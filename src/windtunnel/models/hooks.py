@@ -14,14 +14,19 @@ Every architecture calls `self.hook(name, x)` at the same named places (docs/hoo
     blocks.{l}.lstm.h|c                     (B,T,d)   LSTM: hidden and cell states of layer l
     final                                   (B,T,d)   after the final norm: what the head reads
 
-    out, cache = model.run_with_cache(x, names=["blocks.0.attn.pattern", "final"])   # only what is asked
-    with model.hooks({"blocks.1.resid_pre": lambda x, name: x + steer}):            # replace an activation
+    out, cache = model.run_with_cache(x, names_filter=["blocks.0.attn.pattern", "final"])   # only what is asked
+    cache.stack("resid_post")                   # (n_layers,B,T,d): one point over every layer
+    parts, labels = cache.decompose_resid()     # (n_parts,B,T,d): embed + what each block added; sums to the stream
+    with model.hooks({"blocks.1.resid_pre": lambda x, hook: x + steer}):                   # replace an activation
         out = model(x)
 
-A hook function gets (activation, name) and returns a tensor of the same shape, dtype and device to replace it, or
-None to leave it (anything else is a ValueError naming the hook). Hooks belong to the thread that entered them: a
-forward pass on another thread, of the same model, sees none of them. Each `hooks()` context removes exactly the
-functions it added when it exits, whatever the order its contexts exit in.
+`names_filter` (TransformerLens' name; `names` is the same argument) is a list of names, one name, or a function
+name -> bool; the pass runs without autograd unless `grad=True`. The cache is an `ActivationCache`, a dict.
+A hook function gets (activation, hook) and returns a tensor of the same shape, dtype and device to replace it, or
+None to leave it (anything else is a ValueError naming the hook). `hook` is a `HookPoint`: a str, the name, with
+`.name` and `.layer()` as in TransformerLens, so `fn(x, name)` and `fn(x, hook)` both work unchanged. Hooks belong
+to the thread that entered them: a forward pass on another thread, of the same model, sees none of them. Each
+`hooks()` context removes exactly the functions it added when it exits, whatever the order its contexts exit in.
 What is not asked is not computed: Mamba keeps its fused scan unless `ssm.h` of that layer is asked, and the
 transformer materialises attention weights only where `attn.pattern` is asked (or its attention mode is explicit).
 Replacing a recurrent state (`ssm.h`, `lstm.h`, `lstm.c`) replaces the recorded sequence of states that the layer
@@ -42,10 +47,84 @@ import torch
 
 from windtunnel.models.common import check_choice, check_int
 
-HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
-LayerHook = Callable[[str, torch.Tensor], torch.Tensor]  # (name inside blocks.{l}., x) -> x, from `layer_hook(l)`
-
 _LAYER_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+
+class HookPoint(str):
+    """The name of a hook point as a hook function gets it: a plain `str` for `fn(activation, name)`, with
+    TransformerLens' `.name` and `.layer()` for `fn(activation, hook)`, so both forms work without inspecting fn."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """The hook point's name, e.g. "blocks.0.attn.pattern"."""
+        return str(self)
+
+    def layer(self) -> int:
+        """l of a `blocks.{l}.*` point; ValueError for embed and final, which belong to no layer."""
+        m = _LAYER_NAME.match(self)
+        if m is None:
+            raise ValueError(f"hook {self.name!r}: not a per-layer point (blocks.{{l}}.*), so it has no layer")
+        return int(m.group(1))
+
+
+HookFn = Callable[[torch.Tensor, HookPoint], "torch.Tensor | None"]
+LayerHook = Callable[[str, torch.Tensor], torch.Tensor]  # (name inside blocks.{l}., x) -> x, from `layer_hook(l)`
+NamesFilter = str | Iterable[str] | Callable[[str], bool]  # which points `run_with_cache` keeps (None: all)
+
+
+class ActivationCache(dict[str, torch.Tensor]):
+    """{hook name: activation} from `run_with_cache`: a dict (in forward order) that knows the model's layers, for
+    `stack` (one point over the layers) and `decompose_resid` (the residual stream as a sum of block outputs)."""
+
+    def __init__(self, cache: Mapping[str, torch.Tensor], model: HookedModel) -> None:
+        super().__init__(cache)
+        self.n_layers = model.n_layers
+        self.layer_points = ("resid_pre", *model.layer_hooks, "resid_post")  # names inside blocks.{l}.
+        self.resid_parts = model.resid_parts
+        self.model_name = type(model).__name__
+
+    def __repr__(self) -> str:  # names and shapes: the dict's own repr would print every tensor
+        shapes = ", ".join(f"{name}: {tuple(x.shape)}" for name, x in self.items())
+        return f"ActivationCache({self.model_name}, {{{shapes}}})"
+
+    def stack(self, point: str) -> torch.Tensor:
+        """`blocks.{l}.{point}` of every layer l stacked on a new first dim: (n_layers, *shape of one layer's)."""
+        if point not in self.layer_points:
+            raise ValueError(
+                f"stack({point!r}): not a per-layer point of {self.model_name}, so there is nothing to stack over "
+                f"layers; per-layer points (named without blocks.{{l}}.) are {', '.join(self.layer_points)}"
+            )
+        if not self.n_layers:
+            raise ValueError(f"stack({point!r}): {self.model_name} has no layers")
+        names = [f"blocks.{l}.{point}" for l in range(self.n_layers)]
+        self._require(names, f"stack({point!r})")
+        return torch.stack([self[name] for name in names])
+
+    def decompose_resid(self, layer: int | None = None) -> tuple[torch.Tensor, list[str]]:
+        """The residual stream entering layer `layer` (None: leaving the last one, what the final norm reads) as
+        the sum of what wrote it: parts (n_parts,B,T,d) and their names [embed, blocks.0.<resid_parts>, ...].
+
+        It holds as cached: a hook that replaces the stream itself (a patched resid_*, `ablate(parts="block")`)
+        breaks the sum.
+        """
+        if not self.resid_parts:
+            raise ValueError(
+                f"decompose_resid: {self.model_name}'s layers replace the residual stream rather than add to it "
+                "(no resid_parts), so it is no sum of block outputs"
+            )
+        upto = self.n_layers if layer is None else check_int("layer", layer, 0, self.n_layers)
+        names = ["embed", *(f"blocks.{l}.{part}" for l in range(upto) for part in self.resid_parts)]
+        self._require(names, "decompose_resid")
+        return torch.stack([self[name] for name in names]), names  # (n_parts,B,T,d)
+
+    def _require(self, names: list[str], what: str) -> None:
+        """ValueError naming what `what` needs that was not cached, and how to ask for it."""
+        missing = [name for name in names if name not in self]
+        if missing:
+            shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+            raise ValueError(f"{what}: {shown} not in the cache; ask run_with_cache for them (names_filter=...)")
 
 
 @dataclass
@@ -94,12 +173,14 @@ class HookedModel:
     """Mixin: named hook points (`hook`), `hooks()`, `run_with_cache()`, `run_with_hooks()` and `ablate()`.
 
     An architecture sets `n_layers`, lists its per-layer names in `layer_hooks` and calls `self.hook(name, x)`;
-    `self.wants(name)` tells it whether an activation that costs extra to compute is asked for.
+    `self.wants(name)` tells it whether an activation that costs extra to compute is asked for. `resid_parts` names
+    the points a layer adds to the stream (resid_post = resid_pre + their sum), for `ActivationCache.decompose_resid`.
     """
 
     n_layers: int
     n_heads: int = 0  # attention heads per layer (0: no attention)
     layer_hooks: tuple[str, ...] = ()  # names inside blocks.{l}. beyond resid_pre / resid_post
+    resid_parts: tuple[str, ...] = ()  # layer points that add up to resid_post - resid_pre (): the layer replaces it
     _hook_users: int = 0  # threads with hooks or a cache on this model now (0: the plain forward pass)
 
     if TYPE_CHECKING:  # the mixin is always combined with an nn.Module, whose __call__ runs forward
@@ -156,11 +237,14 @@ class HookedModel:
         active = self._active
         if active is None:  # the plain forward pass: one attribute read per point
             return x
-        for fn in active.fns.get(name, ()):
-            new = fn(x, name)
-            if new is not None:
-                _check_replacement(name, x, new)
-                x = new
+        fns = active.fns.get(name)
+        if fns:
+            point = HookPoint(name)
+            for fn in fns:
+                new = fn(x, point)
+                if new is not None:
+                    _check_replacement(name, x, new)
+                    x = new
         if name in active.keep:
             active.cache[name] = x
         return x
@@ -197,7 +281,7 @@ class HookedModel:
 
     @contextlib.contextmanager
     def hooks(self, fns: Mapping[str, HookFn]) -> Iterator[None]:
-        """`with model.hooks({name: fn}):` every forward pass inside calls fn(activation, name) at that point.
+        """`with model.hooks({name: fn}):` every forward pass inside calls fn(activation, hook) at that point.
 
         Contexts nest: an inner hook on the same point runs after the outer one, on its result. The hooks are this
         thread's only, and leaving a context removes exactly its own hooks, in whatever order contexts are left.
@@ -205,23 +289,47 @@ class HookedModel:
         self.check_hook_names(fns)
         for name, fn in fns.items():
             if not callable(fn):
-                raise ValueError(f"hook {name!r}: expected a function (activation, name) -> tensor or None")
+                raise ValueError(f"hook {name!r}: expected a function (activation, hook) -> tensor or None")
         with self._pushed(entry=dict(fns)):
             yield
 
     def run_with_cache(
-        self, inputs: torch.Tensor, names: Iterable[str] | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(output, {name: activation}) for the asked `names` (default: every hook point), under any active hooks.
+        self,
+        inputs: torch.Tensor,
+        names: NamesFilter | None = None,
+        *,
+        names_filter: NamesFilter | None = None,
+        grad: bool = False,
+    ) -> tuple[torch.Tensor, ActivationCache]:
+        """(output, cache) with the points `names_filter` selects (default: all), under any active hooks.
 
+        `names_filter` (or `names`, its older spelling; not both): a list of names, one name, or a function
+        name -> bool. The pass runs under torch.no_grad() (output and cache carry no graph) unless `grad=True`.
         Only what is asked is computed: Mamba's recurrent state h (B,T,Di,N per layer, the largest activation)
         and the attention weights cost memory and the slow paths, so ask for them by name when a probe needs them.
         """
-        keep = frozenset(self.check_hook_names(self.hook_names if names is None else names))
-        request = _Active(keep=keep)
-        with self._pushed(cache=request):
+        if names is not None and names_filter is not None:
+            raise ValueError("run_with_cache: give names_filter or names (two spellings of one argument), not both")
+        request = _Active(keep=frozenset(self.select_hook_names(names_filter if names is None else names)))
+        with self._pushed(cache=request), contextlib.nullcontext() if grad else torch.no_grad():
             out = self(inputs)
-        return out, dict(request.cache)
+        return out, ActivationCache(request.cache, self)
+
+    def select_hook_names(self, names_filter: NamesFilter | None) -> list[str]:
+        """The hook points a `names_filter` selects, in forward order for a function; unknown names are a
+        ValueError (`check_hook_names`)."""
+        if names_filter is None:
+            return list(self.hook_names)
+        if isinstance(names_filter, str):
+            return self.check_hook_names([names_filter])
+        if callable(names_filter):
+            return [name for name in self.hook_names if names_filter(name)]
+        if not isinstance(names_filter, Iterable):
+            raise ValueError(
+                "names_filter: expected hook names (a list), one name, or a function name -> bool "
+                f"(got {type(names_filter).__name__})"
+            )
+        return self.check_hook_names(names_filter)
 
     def run_with_hooks(self, inputs: torch.Tensor, fns: Mapping[str, HookFn]) -> torch.Tensor:
         """One forward pass with `fns` active (`hooks()` for a single call)."""
@@ -308,4 +416,4 @@ def _recall(stash: dict[str, torch.Tensor]) -> HookFn:
     return fn
 
 
-__all__ = ["HookFn", "HookedModel", "LayerHook"]
+__all__ = ["ActivationCache", "HookFn", "HookPoint", "HookedModel", "LayerHook", "NamesFilter"]

@@ -417,6 +417,7 @@ class Mamba(ResidualModel):
     Size = MambaSize
     size: MambaSize
     layer_hooks = ("ssm.delta", "ssm.B", "ssm.C", "ssm.h", "ssm.y", "ssm.out")
+    resid_parts = ("ssm.out",)
 
     def __init__(self, spec: TaskSpec, size: MambaSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)

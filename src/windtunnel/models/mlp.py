@@ -33,6 +33,7 @@ class _ResidualMLP(ResidualModel):
     """Shared body: embed (subclass) -> n_layers residual FeedForward blocks -> final norm -> head."""
 
     layer_hooks = ("mlp.out",)
+    resid_parts = ("mlp.out",)
 
     def _build_body(
         self, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module, head: OutputHead, init: str | None

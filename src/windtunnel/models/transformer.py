@@ -143,6 +143,7 @@ class Transformer(ResidualModel):
     Size = TransformerSize
     size: TransformerSize
     layer_hooks = ("attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out")
+    resid_parts = ("attn.out", "mlp.out")
 
     def __init__(self, spec: TaskSpec, size: TransformerSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)
