@@ -125,7 +125,8 @@ def test_curriculum_is_validated_when_the_config_resolves():
             overrides={"task.name": "hmm", "task.K": 6, "train.curriculum": [{"until": 5, "params": {"K": 9}}]}
         )
     )
-    assert cfg.model.max_len == runs.build_task(build_config(overrides={"task.name": "hmm", "task.K": 9})).spec.seq_len
+    longest = runs.build_task(build_config(overrides={"task.name": "hmm", "task.K": 9})).spec.seq_len
+    assert cfg.model.max_len - (cfg.model.reserved_positions or 0) == longest  # the rest is reserved for 2.5 x K
 
 
 def test_training_with_a_curriculum_samples_the_stage_lengths(tmp_path, monkeypatch):

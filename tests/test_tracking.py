@@ -10,30 +10,16 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_args import train_args
+from tiny_runs import smoke_config
 from windtunnel import checkpoints, manifest, rundir, tracking
 from windtunnel.cli import app
-from windtunnel.config import RunConfig, build_config, config_to_json, resolve_config, run_identity, validate
+from windtunnel.config import RunConfig, config_to_json, resolve_config, run_identity, validate
 from windtunnel.train import train
 
 
 def _cfg(**extra):
-    o = {
-        "task.name": "bijection",
-        "task.V": 5,
-        "task.L": 4,
-        "model.preset": "smoke",
-        "train.steps": 4,
-        "train.batch_size": 4,
-        "train.log_every": 1,
-        "train.eval_every": 2,
-        "train.eval_size": 8,
-        "train.warmup_steps": 1,
-        "train.checkpoint_every": 2,
-        "eval.n": 8,
-        "eval.batch_size": 8,
-        "train.device": "cpu",
-    }
-    return build_config(overrides={**o, **extra})
+    o = {"task.name": "bijection", "task.V": 5, "task.L": 4, "train.batch_size": 4, "eval.n": 8}
+    return smoke_config(**{**o, **extra})
 
 
 class Recorder(tracking.Callback):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_runs import smoke_config
 from windtunnel import checkpoints, models, rundir, runs
 from windtunnel.config import build_config
 from windtunnel.train import TrainingDiverged, lr_at, train
@@ -28,24 +29,8 @@ TINY_TASKS = {
 
 
 def _cfg(task: str = "bijection", arch: str = "transformer", **extra):
-    o = {
-        "task.name": task,
-        "model.arch": arch,
-        "model.preset": "smoke",
-        "train.steps": 4,
-        "train.batch_size": 8,
-        "train.log_every": 1,
-        "train.eval_every": 2,
-        "train.eval_size": 8,
-        "train.warmup_steps": 1,
-        "train.checkpoint_every": 2,
-        "eval.n": 16,
-        "eval.batch_size": 8,
-        "train.device": "cpu",
-    }
-    o.update({f"task.{k}": v for k, v in TINY_TASKS[task].items()})
-    o.update(extra)
-    return build_config(overrides=o)
+    tiny = {f"task.{k}": v for k, v in TINY_TASKS[task].items()}
+    return smoke_config(**{"task.name": task, "model.arch": arch, **tiny, **extra})
 
 
 @pytest.mark.parametrize("task", list(TINY_TASKS))

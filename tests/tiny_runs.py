@@ -29,3 +29,26 @@ def train_checkpointed(run_dir: Path, task: str, params: dict[str, Any], arch: s
     }
     train(cfg, run_dir, progress=False)
     return run_dir
+
+
+# A few-step smoke run on the CPU, as dotted overrides (the task and anything else are added by each test).
+SMOKE_TRAIN = {
+    "model.preset": "smoke",
+    "train.steps": 4,
+    "train.batch_size": 8,
+    "train.log_every": 1,
+    "train.eval_every": 2,
+    "train.eval_size": 8,
+    "train.warmup_steps": 1,
+    "train.checkpoint_every": 2,
+    "eval.n": 16,
+    "eval.batch_size": 8,
+    "train.device": "cpu",
+}
+
+
+def smoke_config(**overrides: Any) -> Any:
+    """A resolved-ready RunConfig: SMOKE_TRAIN with `overrides` (dotted keys, given as a dict's items) on top."""
+    from windtunnel.config import build_config
+
+    return build_config(overrides={**SMOKE_TRAIN, **overrides})

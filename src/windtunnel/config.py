@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -25,11 +25,17 @@ from pydantic import (
     model_validator,
 )
 
+from windtunnel.text import close_match
+
 # Predictors that are evaluated like models but never trained (windtunnel.models.baselines).
 BASELINES = ("oracle", "uniform")
 
 # The size tiers of the model presets (windtunnel.models.presets), smallest first.
 SizeTier = Literal["smoke", "quick", "paper"]
+
+# Length generalisation: a model with a learned position table reserves positions for its task at this multiple of
+# the task's length parameter (the paper trains the HMM at K = 20 and tests up to K = 50; paper-spec §4.3).
+LENGTH_RESERVE = 2.5
 
 # Experiment trackers the training loop can feed (windtunnel.tracking).
 LoggerName = Literal["tensorboard", "wandb"]
@@ -56,6 +62,17 @@ class _Strict(BaseModel):
     """Unknown keys are an error, not silently ignored; so is a non-finite number in any float field."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Fields added after run directories were first written: left out of the dump while empty (None or []), so every
+    # config that does not use them keeps its stored text, hash and identity.
+    _OMIT_EMPTY: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in self._OMIT_EMPTY:
+            if getattr(self, name) in (None, []):
+                data.pop(name, None)
+        return data
 
 
 class TaskConfig(_Strict):
@@ -68,12 +85,23 @@ class TaskConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """Architecture, optional size preset, size overrides on top of it, and positions to allocate."""
+    """Architecture, optional size preset, size overrides on top of it, and positions to allocate.
+
+    `reserved_positions`: how many of the last of the `max_len` positions are reserved for evaluating sequences
+    longer than any the run trains on or its config evaluates (`common.PositionTable`: never read in training, and
+    drawn so that no weight or later random number of the run changes). None (default): `resolve_config` reserves,
+    for an architecture with a learned position table and no `max_len` given, the positions of the task at
+    LENGTH_RESERVE x its length parameter; 0: none. config.json omits None (a run's stored text and hash are as
+    before the field existed), and a resolved config stores None for no reservation.
+    """
+
+    _OMIT_EMPTY = ("reserved_positions",)
 
     arch: str = "transformer"
     preset: SizeTier | None = None
     size: dict[str, Any] = Field(default_factory=dict)
     max_len: int | None = Field(default=None, ge=1)
+    reserved_positions: int | None = Field(default=None, ge=0)
 
     _size_finite = field_validator("size")(_finite)
 
@@ -97,6 +125,8 @@ class TrainConfig(_Strict):
     weight matrices only, not norms, biases, embeddings or `no_weight_decay`-marked parameters) or "all" (every
     parameter, as `torch.optim.AdamW(model.parameters(), weight_decay=...)` in the authors' scripts).
     """
+
+    _OMIT_EMPTY = ("loggers",)
 
     steps: int = Field(default=1000, ge=0)
     batch_size: int = Field(default=64, ge=1)
@@ -129,13 +159,6 @@ class TrainConfig(_Strict):
     @classmethod
     def _loggers(cls, v: list[str]) -> list[str]:
         return list(dict.fromkeys(v))  # `--logger tensorboard` given twice means one writer
-
-    @model_serializer(mode="wrap")
-    def _omit_no_loggers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        if not self.loggers:
-            data.pop("loggers", None)
-        return data
 
     @field_validator("betas")
     @classmethod
@@ -177,11 +200,30 @@ class EvalConfig(_Strict):
 class RunConfig(_Strict):
     """Everything a run depends on; its JSON form is the run directory's config.json."""
 
+    _OMIT_EMPTY = ("imports",)
+
     task: TaskConfig = Field(default_factory=TaskConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     seed: int = Field(default=0, ge=0, lt=2**31)
+    # Modules imported before the run's task and model are built (`--import`; windtunnel.plugins): they register a
+    # user's own tasks and architectures. Loading a run imports them only where the user says so (--import, or
+    # --trust-code for installed packages). config.json omits an empty list: a run's stored text and hash are as
+    # before the field existed.
+    imports: list[str] = Field(default_factory=list)
+
+    @field_validator("imports")
+    @classmethod
+    def _imports(cls, v: list[str]) -> list[str]:
+        from windtunnel.plugins import check_module_name, unique
+
+        for i, name in enumerate(v):
+            try:
+                check_module_name(name)
+            except ValueError as err:
+                raise ValueError(f"imports[{i}]: {err}") from None
+        return unique(v)  # a module given twice is imported once
 
     @model_validator(mode="after")
     def _baseline_has_no_size(self) -> RunConfig:
@@ -190,10 +232,13 @@ class RunConfig(_Strict):
         return self
 
 
-def error_message(err: ValidationError, where: str = "config", prefix: str = "") -> str:
+def error_message(
+    err: ValidationError, where: str = "config", prefix: str = "", model: type[BaseModel] | None = None
+) -> str:
     """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`, each field name after
     `prefix`. An error of the whole object (a check across fields, whose message names them) is given as is, or after
-    `where` when it names nothing."""
+    `where` when it names nothing. With `model` (the class validated), an unknown key names the closest known one:
+    `train.lrr: Extra inputs are not permitted (got 1; did you mean 'lr'?)`."""
     parts = []
     for e in err.errors():
         msg = e["msg"].removeprefix("Value error, ")
@@ -201,9 +246,37 @@ def error_message(err: ValidationError, where: str = "config", prefix: str = "")
         if not loc:
             parts.append(prefix + msg if ": " in msg else f"{where}: {msg}")
             continue
-        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        parts.append(f"{prefix}{loc}: {msg}{got}")
+        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
+        if e["type"] == "extra_forbidden" and model is not None:
+            match = close_match(e["loc"][-1], _known_keys(model, e["loc"][:-1]))
+            notes += [f"did you mean {match!r}?"] if match else []
+        parts.append(f"{prefix}{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
     return "; ".join(parts)
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the (nested) model at `loc` below `model` (list indices skipped), [] where `loc` leads
+    out of pydantic models (into a dict of task parameters, say)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        current = _model_in(field.annotation) if field is not None else None
+        if current is None:
+            return []
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (`X`, `X | None`, `list[X]`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def validate(data: dict[str, Any]) -> RunConfig:
@@ -211,7 +284,7 @@ def validate(data: dict[str, Any]) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as err:
-        raise ValueError(error_message(err)) from None
+        raise ValueError(error_message(err, model=RunConfig)) from None
 
 
 class _Loader(yaml.SafeLoader):
@@ -331,12 +404,44 @@ def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
         raise ValueError(f"{where}: {err}") from None
     _check_same_shape(task.spec, base.spec, where, "an evaluation")
     limit = cfg.model.size.get("max_len", cfg.model.max_len)  # every architecture's Size has max_len
-    if cfg.model.arch not in BASELINES and limit is not None and task.spec.seq_len > limit:
+    if limit is not None and task.spec.seq_len > limit and _position_limit(cfg):
         raise ValueError(
             f"{where}: its sequences have {task.spec.seq_len} positions, more than the model's "
             f"model.max_len = {limit}; train with a larger model.max_len to evaluate them"
         )
     return task
+
+
+def _position_limit(cfg: RunConfig) -> bool:
+    """Whether the run's model refuses inputs longer than its max_len: a baseline never; a registered architecture
+    as its Size says (`ModelSize.position_limit`: not one without a learned position table); anything else does."""
+    from windtunnel import models
+
+    if cfg.model.arch in BASELINES:
+        return False
+    if cfg.model.arch not in models.names():
+        return True
+    try:
+        return bool(models.size_class(cfg.model.arch).of(cfg.model.size).position_limit())
+    except ValueError:
+        return True
+
+
+def reserved_length(task_name: str, params: dict[str, Any]) -> int | None:
+    """The sequence length a learned position table reserves positions for: that of the task with its length
+    parameter (`tasks.info(name).length_param`) at LENGTH_RESERVE x its value, rounded half up; None when the task
+    declares no length parameter or refuses that value (recall's N beyond its key vocabulary, say)."""
+    from windtunnel import tasks
+
+    name = tasks.info(task_name).length_param
+    value = params.get(name) if name is not None else None
+    if name is None or not isinstance(value, int) or isinstance(value, bool):
+        return None
+    try:
+        longer = tasks.make(task_name, **{**params, name: math.floor(LENGTH_RESERVE * value + 0.5)})
+    except ValueError:
+        return None
+    return int(longer.spec.seq_len)
 
 
 def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
@@ -346,11 +451,20 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     model.size (explicit size keys win) and sets model.max_len to the longest sequence over all evaluation settings
     and curriculum stages. The model size is validated against the architecture's `Size` (an import-string
     architecture's when the run builds it, as importing runs code) and records its derived fields (`init`).
+
+    Length generalisation by default: when model.max_len is not given and the architecture has a learned position
+    table (`ModelSize.learned_positions`: the transformer, and Mamba or the LSTM with pos "learned"; not the
+    capacity-matched MLPs), max_len also covers the task at LENGTH_RESERVE x its length parameter (`reserved_length`),
+    and model.reserved_positions records how many positions past the longest trained or evaluated one that added.
+    Reserving changes no weight and no number of training (`common.PositionTable`).
     """
     from windtunnel import models, tasks
     from windtunnel.models.presets import preset
 
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
+    from windtunnel.plugins import check_imported
+
+    check_imported(cfg.imports)  # a config's own modules are imported by who asked for them (windtunnel.plugins)
     task = tasks.make(cfg.task.name, **cfg.task.params)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
@@ -367,23 +481,48 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
             raise ValueError(f"{where}: {err}") from None
         _check_same_shape(spec, task.spec, where, "a curriculum stage")
         lengths.append(spec.seq_len)
-    max_len = cfg.model.max_len or max(lengths)
-    if max_len < max(lengths):
+    longest = max(lengths)
+    max_len = cfg.model.max_len or longest
+    if max_len < longest:
         raise ValueError(
-            f"model.max_len: must be >= {max(lengths)}, the longest evaluated or trained sequence (got {max_len})"
+            f"model.max_len: must be >= {longest}, the longest evaluated or trained sequence (got {max_len})"
         )
     size = dict(cfg.model.size)
+    table: bool | None = False  # whether the model has a learned position table (None: not known before it is built)
     if cfg.model.arch not in BASELINES:
         models.check(cfg.model.arch)  # unknown arch -> ValueError naming it; imports nothing
         if cfg.model.preset is not None:
             size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec).as_config(), **size}
+        table = None
         if cfg.model.arch in models.names():  # an import string's Size is read when the run builds it (trust_code)
+            typed = models.size_class(cfg.model.arch).of(size, where="model.size.")
+            table = typed.learned_positions()
             # resolved=True: fields derived from others (`init`) are stored at their concrete values
-            size = models.size_class(cfg.model.arch).of(size, where="model.size.").as_config(resolved=True)
+            size = typed.as_config(resolved=True)
+    reserved = cfg.model.reserved_positions
+    if reserved is None:  # the default: reserve for LENGTH_RESERVE x the training length where a table can hold it
+        reserved = 0
+        target = reserved_length(cfg.task.name, params) if table and cfg.model.max_len is None else None
+        if target is not None and target > longest and "max_len" not in size:
+            max_len, reserved = target, target - longest
+    elif reserved:
+        if table is False:
+            raise ValueError(
+                f"model.reserved_positions: {cfg.model.arch!r} has no learned position table to reserve rows in "
+                f"(got {reserved})"
+            )
+        if cfg.model.max_len is None:
+            max_len = longest + reserved
+        elif max_len - reserved < longest:
+            raise ValueError(
+                f"model.reserved_positions: must leave the longest evaluated or trained sequence ({longest}) "
+                f"outside the reserved rows of model.max_len = {max_len} (got {reserved})"
+            )
     data = cfg.model_dump(mode="json")
     data["task"]["params"] = params
     data["model"]["size"] = size
     data["model"]["max_len"] = max_len
+    data["model"]["reserved_positions"] = reserved or None  # None: no reservation (config.json omits it)
     return validate(data)
 
 

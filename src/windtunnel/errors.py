@@ -6,9 +6,14 @@ bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `St
 corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
                         match its config; `RunInUseError`: another live process is writing the run directory;
                         `TrainingDiverged`: the loss or gradients became non-finite
+interrupted (130/143)   `TrainingInterrupted`: SIGINT or SIGTERM stopped training (exit 128 + the signal's number);
+                        the run is resumable from the checkpoint it names
 """
 
 from __future__ import annotations
+
+import shlex
+import signal
 
 
 class CheckpointError(RuntimeError):
@@ -47,11 +52,30 @@ class TrainingDiverged(RuntimeError):
         self.step, self.what, self.kept = step, what, kept
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped training (`train(..., handle_signals=True)`): a KeyboardInterrupt, so code that
+    catches Ctrl-C catches it too. `step` is the checkpoint a resume continues from (written at the step the signal
+    arrived unless `saved` is False: a second signal stopped at once), `exit_code` 128 + the signal's number."""
+
+    def __init__(self, signum: int, run_dir: str, step: int | None, saved: bool) -> None:
+        name = signal.Signals(signum).name
+        if saved:
+            where = f"checkpoint of step {step} written to {run_dir}/checkpoints"
+        elif step is not None:
+            where = f"stopped at once; the latest checkpoint is step {step}"
+        else:
+            where = "stopped at once, before any checkpoint: a resume starts from step 0"
+        super().__init__(f"{name}: {where}; continue with: windtunnel train --resume {shlex.quote(run_dir)}")
+        self.signum, self.run_dir, self.step, self.saved = signum, run_dir, step, saved
+        self.exit_code = 128 + signum
+
+
 __all__ = [
     "CheckpointError",
     "RunInUseError",
     "RunMismatchError",
     "StorageError",
     "TrainingDiverged",
+    "TrainingInterrupted",
     "UntrustedCodeError",
 ]

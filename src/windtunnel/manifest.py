@@ -86,16 +86,27 @@ def _show(value: Any) -> str:
     return repr(value) if value is _ABSENT else reprlib.repr(json.loads(json.dumps(value)))
 
 
+def config_changes(old: Any, new: Any, where: str = "") -> list[tuple[str, Any, Any]]:
+    """Where two configs (plain JSON data) differ, as (dotted path, old value, new value) in sorted path order, a
+    key on one side only with `(absent)` on the other; lists are compared whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(old) | set(new), key=str):
+            path = f"{where}.{key}" if where else str(key)
+            out += config_changes(old.get(key, _ABSENT), new.get(key, _ABSENT), path)
+        return out
+    return [] if old == new else [(where, old, new)]
+
+
+def change_line(path: str, old: Any, new: Any) -> str:
+    """One `config_changes` entry as `model.size.d_model: 128 → 64`."""
+    return f"{path}: {_show(old)} → {_show(new)}"
+
+
 def config_diff(old: Any, new: Any, where: str = "") -> list[str]:
     """Where two configs (plain JSON data) differ: `["train.steps: 6 → 400", "eval.n: 64 → 2000"]`, dotted paths
     in sorted order; lists are compared whole."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            path = f"{where}.{key}" if where else str(key)
-            out += config_diff(old.get(key, _ABSENT), new.get(key, _ABSENT), path)
-        return out
-    return [] if old == new else [f"{where}: {_show(old)} → {_show(new)}"]
+    return [change_line(*change) for change in config_changes(old, new, where)]
 
 
 def _contents(run_dir: Path) -> list[Path]:
@@ -284,8 +295,10 @@ __all__ = [
     "MANIFEST",
     "SUPERSEDED",
     "accumulate",
+    "change_line",
     "check_same_run",
     "claim_runs",
+    "config_changes",
     "config_diff",
     "config_hash",
     "finished_runs",

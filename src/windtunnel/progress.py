@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from windtunnel.lock import OWNER_FILE, read_owner
 from windtunnel.rundir import DONE, METRICS, open_regular
+from windtunnel.text import number
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
 TAIL_MAX_BYTES = 256 * 1024  # ... widened (x4) up to this much while it holds no training or evaluation line
@@ -167,7 +168,7 @@ def format_val(value: float | None, metric: str) -> str:
     """A validation number: accuracy as a percentage (97.1%), other metrics with four decimals."""
     if value is None:
         return NO_VALUE
-    return f"{100 * value:.1f}%" if metric == "accuracy" else f"{value:.4f}"
+    return f"{number(100 * value, '.1f')}%" if metric == "accuracy" else number(value, ".4f")
 
 
 def done_cost(runs: Sequence[Tracked], states: Sequence[RunProgress]) -> float:
@@ -337,6 +338,59 @@ class Progress:
             self._dead = True
 
 
+class StepLines:
+    """Plain progress of one training run for a stream that is not a terminal (CI, nohup, a log file), where no bar
+    is drawn: a "progress: " line each time the run passes another of `parts` equal shares of its steps, and at
+    least every `interval` seconds, e.g.
+
+        progress: train step 230/1000 (23%) · loss 0.4123 · val 0.0512 · 1m10s elapsed · ETA 3m54s
+
+    `val` is the latest validation `metric`; the ETA is at this process's pace since `initial`."""
+
+    def __init__(
+        self,
+        total: int,
+        initial: int = 0,
+        stream: TextIO | None = None,
+        interval: float = 60.0,
+        parts: int = 10,
+        metric: str = "entropy_mae_bits",
+    ) -> None:
+        self.total, self.initial, self.interval, self.parts, self.metric = total, initial, interval, parts, metric
+        self.stream: TextIO | None = stream if stream is not None else sys.stderr
+        self._share = self._share_of(initial)
+        self._t0 = self._last = time.monotonic()
+
+    def _share_of(self, step: int) -> int:
+        return step * self.parts // self.total if self.total > 0 else self.parts
+
+    def line(self, step: int, loss: float | None, val: float | None, elapsed_s: float) -> str:
+        """The line for `step` (without the newline)."""
+        pct = 100 * step // self.total if self.total > 0 else 100
+        parts = [f"train step {step}/{self.total} ({pct}%)"]
+        if loss is not None:
+            parts.append(f"loss {loss:.4f}")
+        if val is not None:
+            parts.append(f"val {format_val(val, self.metric)}")
+        eta = (self.total - step) * elapsed_s / (step - self.initial) if step > self.initial else None
+        parts += [f"{format_duration(elapsed_s)} elapsed", f"ETA {format_duration(eta)}"]
+        return PREFIX + " · ".join(parts)
+
+    def update(self, step: int, loss: float | None = None, val: float | None = None) -> None:
+        """Print the line for `step` if it starts a new share of the steps, is the last, or `interval` has passed."""
+        now, share = time.monotonic(), self._share_of(step)
+        if share <= self._share and step < self.total and now - self._last < self.interval:
+            return
+        self._share, self._last = share, now
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(self.line(step, loss, val, now - self._t0) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # closed (2>&-), a reader gone (EPIPE): the display stops, never the work
+            self.stream = None
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
@@ -358,6 +412,7 @@ def _terminal_width(stream: TextIO) -> int:
 __all__ = [
     "Progress",
     "RunProgress",
+    "StepLines",
     "Tracked",
     "done_cost",
     "format_duration",

@@ -144,7 +144,7 @@ def parse_recipe(data: dict[str, Any]) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as err:
-        raise ValueError(f"recipe: {error_message(err)}") from None
+        raise ValueError(f"recipe: {error_message(err, model=Recipe)}") from None
 
 
 # The registered recipes. "baseline" is each tier's own settings; the others change one thing at a time on top of

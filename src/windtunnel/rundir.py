@@ -89,6 +89,20 @@ def check_writable(path: Path, what: str = "--out") -> None:
         raise ValueError(f"{what}: {str(probe)!r} is not writable")
 
 
+def check_run_dir(path: str | Path, what: str = "run_dir") -> Path:
+    """`path` as a Path if it is a run directory (holds config.json); else an error that says which way it is not:
+    FileNotFoundError "does not exist", NotADirectoryError "is a file, not a run directory", or FileNotFoundError
+    "is not a run directory (no config.json)" -- each one line naming `what` and the path."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what}: {str(p)!r} does not exist")
+    if not p.is_dir():
+        raise NotADirectoryError(f"{what}: {str(p)!r} is a file, not a run directory")
+    if not (p / CONFIG).is_file():
+        raise FileNotFoundError(f"{what}: {str(p)!r} is not a run directory (no {CONFIG})")
+    return p
+
+
 def first_missing(path: Path) -> Path | None:
     """The outermost folder of `path` that does not exist yet (what creating `path` would create), or None."""
     missing = None

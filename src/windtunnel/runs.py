@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from windtunnel import models, tasks
+from windtunnel import models, plugins, tasks
 from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoint
 from windtunnel.config import RunConfig
 from windtunnel.errors import CheckpointError
 from windtunnel.models.baselines import is_baseline
-from windtunnel.rundir import CONFIG, EVAL, read_config, read_json_object, read_metrics
+from windtunnel.rundir import CONFIG, EVAL, check_run_dir, read_config, read_json_object, read_metrics
 from windtunnel.tasks.base import TaskSpec
 
 
@@ -32,13 +32,14 @@ def build_model(
     cfg: RunConfig, spec: TaskSpec, task: Any = None, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()
 ) -> nn.Module:
     """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline, built from its
-    typed size (`model.size` with `model.max_len`).
+    typed size (`model.size` with `model.max_len` and `model.reserved_positions`).
 
     trust_code: allow `model.arch` to be an import string (importing runs code; see `models.resolve`), never from
     the current directory or the directories in `exclude`.
     """
     factory = models.resolve(cfg.model.arch, trust_code=trust_code, exclude=exclude)
-    size = factory.Size.of({"max_len": cfg.model.max_len, **cfg.model.size}, where="model.size.")
+    reserved = {"reserved_positions": cfg.model.reserved_positions} if cfg.model.reserved_positions else {}
+    size = factory.Size.of({"max_len": cfg.model.max_len, **reserved, **cfg.model.size}, where="model.size.")
     torch.manual_seed(cfg.seed)
     return factory(spec, size, task=task) if is_baseline(factory) else factory(spec, size)
 
@@ -97,8 +98,11 @@ class Run:
 
 def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
     """Open a run directory for reading (error if it has no config.json). Importing nothing: an import-string
-    architecture is only built when `trust_code=True`."""
-    p = Path(run_dir)
-    if not (p / CONFIG).is_file():
-        raise FileNotFoundError(f"run_dir: {str(p)!r} is not a run directory (no {CONFIG})")
-    return Run(path=p, config=read_config(p), trust_code=trust_code)
+    architecture is only built when `trust_code=True`, and the modules its config records (`imports`) must be
+    imported already (`--import`) or are imported from an installed package with `trust_code=True`
+    (windtunnel.plugins)."""
+    p = check_run_dir(run_dir)  # "does not exist" / "is a file" / "is not a run directory (no config.json)"
+    cfg = read_config(p)
+    # the modules it records: imported already (--import), or from an installed package with trust_code
+    plugins.require(cfg.imports, trust_code=trust_code, exclude=(p, p.parent), where=str(p / CONFIG))
+    return Run(path=p, config=cfg, trust_code=trust_code)

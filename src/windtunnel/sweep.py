@@ -40,7 +40,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import TYPE_CHECKING, Any
 
-from windtunnel import manifest
+from windtunnel import manifest, plugins
 from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file, resolve_config
 from windtunnel.lock import DirLock
 from windtunnel.rundir import (
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from windtunnel.executors import Executor
 
 SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
+SWEEP_BASE = "sweep-base.json"  # a sweep of a config dict (Python): that dict, for its Command: line to re-run
 KIND = "sweep"  # the manifest kind of a sweep's --out
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
@@ -259,13 +260,15 @@ def sweep(
     echo: Callable[[str], None] = lambda _: None,
     progress: bool = False,
     fresh: bool = False,
+    imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train every point of `grid` over the base `config` (a YAML/JSON file or a dict; `overrides`: dotted keys set
-    on every point) into `out/runs/`, on `executor` ("local": `jobs` processes; "ray": the cluster at
-    `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per run (default: the
-    cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on stderr if `progress`;
-    then write the table. A point's directory holding another config is refused unless `fresh` (set aside to
-    `out/superseded/`). Holds `out`'s lock; returns what sweep.json holds."""
+    on every point; `imports`: modules imported first and added to the base's `imports`, with those that registered
+    its task and architecture: windtunnel.plugins) into `out/runs/`, on `executor` ("local": `jobs` processes;
+    "ray": the cluster at `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per
+    run (default: the cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on
+    stderr if `progress`; then write the table. A point's directory holding another config is refused unless `fresh`
+    (set aside to `out/superseded/`). Holds `out`'s lock; returns what sweep.json holds."""
     from windtunnel.executors import make_executor, threads_per_run
 
     overrides = dict(overrides or {})
@@ -273,6 +276,14 @@ def sweep(
         if key in grid:
             raise ValueError(f"--set {key}: also swept by --grid; give it in one place")
     base = apply_overrides(read_file(config) if not isinstance(config, dict) else config, overrides)
+    # `imports`, and the modules that registered the base's task and architecture in this process (a Python sweep's;
+    # not the running script's, which no command line can import): every point records them, so its run directory
+    # and the sweep's Command: line find those names again
+    found = [m for m in plugins.providers(base) if m != "__main__"]
+    needed = [*plugins.import_plugins(imports), *found]
+    if needed:
+        listed = base.get("imports")
+        base["imports"] = plugins.unique([*(listed if isinstance(listed, list) else []), *needed])
     points = expand(base, grid)
     for p in points:
         _check_builtin(p.resolved)
@@ -293,8 +304,13 @@ def sweep(
         "threads": threads_per,
         "command": _command(record, out, executor, jobs, threads, ray_address, max_retries),
     }
+    note = _command_note(base)
+    if note:
+        meta["command_note"] = note
     with DirLock(out, "output directory"):  # one sweep per output directory; each run also locks itself
         points = _claim(out, record, points, fresh, echo)
+        if isinstance(config, dict):  # the Command: line reads it back
+            write_json(out / SWEEP_BASE, _plain(config), sort_keys=False)
         return _sweep_locked(out, points, record, runner, meta, echo, progress)
 
 
@@ -302,10 +318,28 @@ def _check_builtin(cfg: RunConfig) -> None:
     from windtunnel.models import is_import_string
 
     if is_import_string(cfg.model.arch):
+        module = cfg.model.arch.partition(":")[0]
         raise ValueError(
-            f"model.arch: {cfg.model.arch!r} is an import string; a sweep runs registered architectures only "
-            "(train it with windtunnel train --trust-code)"
+            f"model.arch: {cfg.model.arch!r} is an import string; a sweep runs architectures by name: register the "
+            f"class in {module} (windtunnel.models.register(NAME, Class)) and pass --import {module} with "
+            "model.arch=NAME"
         )
+
+
+def _command_imports(base: dict[str, Any]) -> list[str]:
+    """The modules a re-run must `--import`: the base's `imports`."""
+    listed = base.get("imports")
+    return plugins.unique(m for m in listed if isinstance(m, str)) if isinstance(listed, list) else []
+
+
+def _command_note(base: dict[str, Any]) -> str | None:
+    """Why the Command: line cannot find a name again, where a task or architecture is the running script's own."""
+    if "__main__" not in plugins.providers(base):
+        return None
+    return (
+        "The task or architecture of this sweep was registered by the script that ran it (__main__), which no command "
+        "line can import: move it into a module and add --import MODULE to re-run this command."
+    )
 
 
 def _plain(obj: Any) -> Any:
@@ -410,8 +444,10 @@ def _command(
     ray_address: str | None,
     max_retries: int | None,
 ) -> str:
-    """The `windtunnel sweep` command line of a sweep (for a dict config: `CONFIG`)."""
-    parts = ["windtunnel sweep", record["config"] or "CONFIG"]
+    """The `windtunnel sweep` command line of a sweep (a dict config: the copy written to `out/sweep-base.json`),
+    with an `--import` for each module the base needs (`_command_imports`)."""
+    parts = ["windtunnel sweep", record["config"] or str(out / SWEEP_BASE)]
+    parts += [f"--import {m}" for m in _command_imports(record["base"])]
     parts += [f"--grid {g}" for g in grid_text(record["grid"])]
     parts += [f"--set {k}={_text(v)}" for k, v in record["overrides"].items()]
     parts += [f"--out {out}", f"--executor {executor}"]
@@ -675,6 +711,8 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
         base += " with " + ", ".join(f"{k}={_text(v)}" for k, v in data["overrides"].items())
     doc = Document(f"Sweep of {base} over {' × '.join(grid_text(data['grid']))}")
     doc.add(Paragraph(f"Command: `{data['command']}`"))
+    if data.get("command_note"):
+        doc.add(Paragraph(data["command_note"]))
     headline = ", ".join(f"{t}: {METRIC_TITLES[m]}" for t, m in data["headline"].items())
     metrics = set(data["headline"].values())
     val_title = f"validation {METRIC_TITLES[next(iter(metrics))]}" if len(metrics) == 1 else "validation headline"
@@ -748,6 +786,7 @@ __all__ = [
     "METRICS",
     "NO_VALIDATION",
     "SEED",
+    "SWEEP_BASE",
     "SWEEP_CONFIG",
     "SweepPoint",
     "expand",

@@ -546,4 +546,4 @@ def parse_cell(text: str) -> Cell:
     try:
         return Cell.model_validate(fields)
     except ValidationError as err:
-        raise ValueError(f"--cell {text!r}: {error_message(err)}") from None
+        raise ValueError(f"--cell {text!r}: {error_message(err, model=Cell)}") from None

@@ -5,15 +5,23 @@ Each step's batch is `task.sample(B, seed=train_seed(seed, step))` on the traini
 a checkpoint sees exactly the data it would have seen, with no data-RNG state to save. Periodic evaluation reads
 the validation stream (`val_seed`); the final evaluation, the one reported, reads the test stream (`test_seed`):
 three disjoint seed ranges (runs.py). Checkpoints, metrics and the final evaluation go into the run directory.
+
+Resume continues a run from its latest checkpoint with the run's own config; only the keys in `RESUMABLE_KEYS` may
+differ. With `handle_signals=True` (the CLI), SIGINT and SIGTERM stop the loop after the current step with a
+checkpoint there, which a resume continues exactly (`TrainingInterrupted`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,16 +30,25 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical
 
-from windtunnel import checkpoints, rundir, runs, tracking
-from windtunnel.config import RunConfig, resolve_config, resolve_loss, run_identity
+from windtunnel import checkpoints, manifest, plugins, rundir, runs, tracking
+from windtunnel.config import (
+    BASELINES,
+    RunConfig,
+    apply_overrides,
+    resolve_config,
+    resolve_loss,
+    run_identity,
+    validate,
+)
 from windtunnel.curriculum import Curriculum
-from windtunnel.errors import TrainingDiverged
+from windtunnel.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
+from windtunnel.progress import StepLines
 from windtunnel.seeds import train_seed, val_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
@@ -93,18 +110,63 @@ def _prune(run_dir: Path, cfg: RunConfig) -> None:
         checkpoints.delete_checkpoint(run_dir, s)
 
 
-def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
-    """The step a resume of `run_dir` with `cfg` continues from; refuses a config that differs in more than steps."""
+# The keys a resume may change (`train(..., resume=True)`, `windtunnel train --resume RUN --set ...`), each with why
+# it is safe: none changes a weight of the steps up to the checkpoint, nor what the steps after it train, so the
+# resumed run is the run its new config trains from scratch -- train.steps only where the learning rates up to the
+# checkpoint stay the same (`_schedule_note`). Any other key is a different run, refused key by key.
+RESUMABLE_KEYS: dict[str, str] = {
+    "train.steps": "how long to train; a schedule that depends on it (cosine, wsd's cooldown) is warned about",
+    "train.log_every": "which steps write a training line to metrics.jsonl; every step's loss is computed anyway",
+    "train.eval_every": "when the validation runs: eval mode, its own data stream, nothing drawn from the training RNG",
+    "train.eval_size": "how many validation sequences: the same reasons",
+    "train.checkpoint_every": "which steps are saved: saving reads the state and changes none of it",
+    "train.checkpoint_schedule": "the same, for the checkpoints that are never pruned",
+    "train.keep_checkpoints": "how many periodic checkpoints stay on disk",
+    "train.loggers": "trackers fed the metrics lines (config.run_identity leaves them out of every comparison)",
+    "eval.n": "the final evaluation only, which a resumed run computes anew",
+    "eval.batch_size": "the forward batch of the evaluations, not of training",
+}
+RESUMES = "resumes.json"  # a run's resumes that changed keys: {"resumes": [{"step", "changed", "note"}, ...]}
+
+
+def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The config that continues `run_dir`: its own config.json with dotted `overrides` on top (`--steps`, `--set`),
+    for `train(..., resume=True)`, which refuses any changed key not in `RESUMABLE_KEYS`."""
+    run_dir = rundir.check_run_dir(run_dir, "resume")
+    return validate(apply_overrides(rundir.read_config(run_dir).model_dump(mode="json"), overrides))
+
+
+def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
+    """None where the learning rates of steps 1..`start` are the same under both configs (a changed train.steps
+    leaves the run the one the new config trains from scratch: a constant schedule, warmup, wsd before its
+    cooldown); else the sentence that says how the resumed run differs from that one."""
+    first = next((s for s in range(1, start + 1) if lr_at(s, old) != lr_at(s, new)), None)
+    if first is None:
+        return None
+    a, b, kind = old.train.steps, new.train.steps, new.train.schedule
+    then = f", and step {start + 1} goes on at the {b}-step schedule's {lr_at(start + 1, new):.3g}" if start < b else ""
+    return (
+        f"train.steps {a} → {b} changes the {kind} learning-rate schedule before the checkpoint: steps {first}-{start} "
+        f"were trained at the {a}-step schedule's rates (step {start}: {lr_at(start, old):.3g}){then}; this is not "
+        f"the run a fresh train.steps={b} trains (a constant schedule, or wsd before its cooldown, extends exactly)"
+    )
+
+
+def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str | None]:
+    """The step a resume of `run_dir` with `cfg` continues from, the keys it changes (`path: old → new`, all in
+    RESUMABLE_KEYS) and the schedule note (`_schedule_note`); any other changed key is refused, each one named with
+    its stored and its new value."""
     if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
     stored = rundir.read_config(run_dir)
-    a, b = run_identity(stored), run_identity(cfg)  # train.loggers may change too: they change no number
-    a["train"].pop("steps"), b["train"].pop("steps")
-    if a != b:
-        diff = [k for k in a if a[k] != b[k]]
+    changes = manifest.config_changes(run_identity(stored), run_identity(cfg))
+    refused = [manifest.change_line(*c) for c in changes if c[0] not in RESUMABLE_KEYS]
+    if refused:
         raise ValueError(
-            f"resume: the config differs from {str(run_dir / rundir.CONFIG)!r} in {diff} "
-            "(only train.steps may change on resume)"
+            f"resume: {len(refused)} key{'s' if len(refused) > 1 else ''} differ from the run's own config "
+            f"({str(run_dir / rundir.CONFIG)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
+            "change on resume: drop the other changes to continue this run (`windtunnel train --resume RUN` alone "
+            "uses its own config), or train the new config as a new run (another --out, or --overwrite)"
         )
     changed = rundir.version_diff(run_dir)
     if changed:
@@ -115,7 +177,18 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> int:
     step = checkpoints.resume_step(run_dir) or 0
     if step > cfg.train.steps:
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
-    return step
+    note = _schedule_note(stored, cfg, step) if stored.train.steps != cfg.train.steps else None
+    return step, [manifest.change_line(*c) for c in changes], note
+
+
+def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | None) -> None:
+    """Append a resume that changed keys to the run's resumes.json (its config.json holds only the new values)."""
+    path = run_dir / RESUMES
+    history = rundir.read_json_object(path).get("resumes", []) if path.exists() else []
+    if not isinstance(history, list):
+        raise CheckpointError(f"{path}: resumes must be a list (got {type(history).__name__})")
+    history = [*history, {"step": step, "changed": changed, "note": note}]
+    rundir.write_json(path, {"resumes": history})
 
 
 def _clear(run_dir: Path) -> None:
@@ -129,22 +202,29 @@ def _clear(run_dir: Path) -> None:
             p.unlink()
 
 
-def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> int:
-    """Clear or reopen a run directory whose lock this process holds; returns the step to resume from."""
+def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[int, list[str]]:
+    """Clear or reopen a run directory whose lock this process holds; returns the step to resume from and the keys
+    the resume changed (recorded in resumes.json; a changed learning-rate schedule is also a RuntimeWarning)."""
     _refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
     rundir.clean_temp_files(run_dir)
     exists = (run_dir / rundir.CONFIG).exists() or any(p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
     if exists and resume:
-        step = _check_resumable(run_dir, cfg)
+        step, changed, note = _check_resumable(run_dir, cfg)
+        if changed:
+            _record_resume(run_dir, step, changed, note)
+            for stale in (rundir.DONE, rundir.EVAL, rundir.GEOMETRY):  # they describe the run before the change
+                (run_dir / stale).unlink(missing_ok=True)
+        if note:
+            warnings.warn(f"resume: {note}; recorded in {str(run_dir / RESUMES)!r}", RuntimeWarning, stacklevel=3)
         rundir.truncate_metrics(run_dir, step)
         rundir.write_config(run_dir, cfg)
-        return step
+        return step, changed
     if exists:
         _clear(run_dir)  # overwrite (checked by _refuse_existing before the lock was taken)
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
     rundir.write_versions(run_dir)
     rundir.write_config(run_dir, cfg)
-    return 0
+    return 0, []
 
 
 def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
@@ -167,11 +247,88 @@ def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or sys.stderr is None or not sys.stderr.isatty():
         return None
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+
+
+def _progress_lines(total: int, initial: int, enabled: bool) -> StepLines | None:
+    """Plain `progress: ` lines on a stderr that is not a terminal (CI, nohup, a log file), where no bar is drawn."""
+    if not enabled or sys.stderr is None or sys.stderr.isatty():
+        return None
+    return StepLines(total, initial, stream=sys.stderr)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 10**6 else f"{n / 1e3:.1f}k" if n >= 10**3 else str(n)
+
+
+def size_text(cfg: RunConfig) -> str:
+    """The dimensions of a config's model size (`n_layers=2, d_model=32, ...`: its n_* and d_* fields, defaults of a
+    registered architecture's `Size` included)."""
+    from windtunnel import models
+
+    size: dict[str, Any] = dict(cfg.model.size)
+    if cfg.model.arch in models.names():
+        size = models.size_class(cfg.model.arch).of(size).model_dump(mode="json")
+    dims = [f"{k}={v}" for k, v in size.items() if k.startswith(("n_", "d_")) and type(v) is int]
+    return ", ".join(dims)
+
+
+def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: int = 0) -> str:
+    """What a run trains, in one line: task and its parameters, architecture, preset and size, parameter count,
+    steps x batch, optimiser and learning-rate schedule, seed, device (and the step a resume continues from)."""
+    params = ", ".join(f"{k}={v}" for k, v in cfg.task.params.items())
+    task = f"{cfg.task.name} ({params})" if params else cfg.task.name
+    if cfg.model.arch in BASELINES or baselines.is_baseline(model):
+        return f"evaluate: {task} · {cfg.model.arch} baseline, not trained · {device}"
+    n = sum(p.numel() for p in model.parameters())
+    preset = f"{cfg.model.preset}: " if cfg.model.preset else ""
+    t = cfg.train
+    warmup = f", warmup {t.warmup_steps}" if t.warmup_steps else ""
+    resumed = f" · resuming at step {start}" if start else ""
+    return (
+        f"train: {task} · {cfg.model.arch} ({preset}{size_text(cfg)}), {_count(n)} parameters · {t.steps:,} steps × "
+        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup} · seed {cfg.seed} · {device}{resumed}"
+    )
+
+
+class _Stop:
+    """Where SIGINT/SIGTERM stand in a training loop (`_stopping_on_signals`): `signum` of the first one, which stops
+    the loop after the step it arrived in; `final` once only the final evaluation is left (a signal stops at once)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.final = False
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(enabled: bool, run_dir: Path, last_step: int) -> Iterator[_Stop]:
+    """While training, SIGINT and SIGTERM ask the loop to stop after the current step (it writes a checkpoint there
+    and raises TrainingInterrupted); a second one, or one during the final evaluation (whose checkpoint, of step
+    `last_step`, is written), raises TrainingInterrupted at once. Only the main thread can set handlers: elsewhere,
+    or unless `enabled`, the signals keep their handlers. The previous handlers are restored on leaving."""
+    stop = _Stop()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.final:
+            raise TrainingInterrupted(signum, str(run_dir), last_step, saved=True)
+        if stop.signum is None:
+            stop.signum = signum
+            return
+        raise TrainingInterrupted(signum, str(run_dir), checkpoints.latest_step(run_dir), saved=False)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def train(
@@ -183,6 +340,8 @@ def train(
     *,
     trust_code: bool = False,
     callbacks: Sequence[tracking.Callback] = (),
+    handle_signals: bool = False,
+    echo: Callable[[str], None] | None = None,
 ) -> dict:
     """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
 
@@ -192,10 +351,18 @@ def train(
     created, and the run directory's lock is held throughout (RunInUseError if another process holds it).
     trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf. `callbacks`
     (windtunnel.tracking.Callback), then the loggers `train.loggers` names, see every metrics.jsonl line as it is
-    written and the final evaluation.
+    written and the final evaluation. A resume may change only the keys in `RESUMABLE_KEYS` (`resume_config` builds
+    the config from the run's own). handle_signals=True (main thread only; the CLI sets it): SIGINT or SIGTERM
+    writes a checkpoint at the current step and raises TrainingInterrupted (exit code 130 / 143). `echo`, if given,
+    gets one line saying what is trained (`start_line`) before the first step.
     """
-    cfg = resolve_config(config)
     run_dir = Path(run_dir)
+    plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
+        (config if isinstance(config, RunConfig) else validate(config)).imports,
+        trust_code=trust_code,
+        exclude=(run_dir, run_dir.parent),
+    )
+    cfg = resolve_config(config)
     task = runs.build_task(cfg)
     device = resolve_device(cfg.train.device)
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
@@ -207,7 +374,7 @@ def train(
     lock = DirLock(run_dir)
     try:
         lock.acquire()
-        start = _prepare_run_dir(run_dir, cfg, resume, overwrite)
+        start, changed = _prepare_run_dir(run_dir, cfg, resume, overwrite)
     except BaseException:
         if lock.is_locked:
             lock.release()
@@ -215,8 +382,13 @@ def train(
             shutil.rmtree(created, ignore_errors=True)
         raise
     try:
+        if echo is not None:
+            echo(start_line(cfg, model, device, start) + (f" (changed: {'; '.join(changed)})" if changed else ""))
         with tracking.opened(cfg, run_dir, start, callbacks) as cbs:
-            results = _train_locked(cfg, run_dir, task, model.to(device), device, start, progress, trust_code, cbs)
+            model = model.to(device)
+            results = _train_locked(
+                cfg, run_dir, task, model, device, start, progress, trust_code, cbs, handle_signals=handle_signals
+            )
             cbs.on_end(results)
             return results
     finally:
@@ -233,6 +405,8 @@ def _train_locked(
     progress: bool,
     trust_code: bool,
     callbacks: tracking.Callback,
+    *,
+    handle_signals: bool = False,
 ) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds."""
     if baselines.is_baseline(model) or cfg.train.steps == 0:
@@ -250,6 +424,7 @@ def _train_locked(
     ckpt_at = checkpoint_steps(cfg)
     log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, each line then to callbacks
     bar = _progress_bar(t.steps, start, progress)
+    lines = _progress_lines(t.steps, start, progress)
     last_eval: float | None = None
     # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every
     # (re)start of this run, so an interrupted run reports its true cost.
@@ -258,72 +433,94 @@ def _train_locked(
     train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
     t_start = time.perf_counter()
     train_s_last, step_last, tokens = train_s, start, 0
-    try:
-        model.train()
-        for step in range(start + 1, t.steps + 1):
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            step_task = curriculum.task_at(step)
-            batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
-            with autocast(device, t.dtype):
-                out = fwd(batch.inputs)
-            loss = compute_loss(loss_kind, step_task.spec, out, batch)
-            loss_value = float(loss.detach())
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
-            if not torch.isfinite(gnorm):
-                raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
-            opt.step()
-            train_s += time.perf_counter() - t0
-            tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
-            if step % t.log_every == 0 or step == t.steps:
-                dt = max(train_s - train_s_last, 1e-9)
-                log.write(
-                    {
-                        "step": step,
-                        "loss": loss_value,
-                        "lr": lr,
-                        "grad_norm": float(gnorm),
-                        "time_s": dt / (step - step_last),
-                        "tokens_per_s": tokens / dt,
-                        "train_s": round(train_s, 3),
-                        "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
-                    }
-                )
-                train_s_last, step_last, tokens = train_s, step, 0
-            if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
-                m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, stream="validation")
-                model.train()
-                log.write(
-                    {
-                        "step": step,
-                        "split": "eval",
-                        **validation_line(m),
-                        "train_s": round(train_s, 3),
-                    }
-                )
-                last_eval = m["metrics_point"]["entropy_mae_bits"]
-            if step in ckpt_at:
-                log.sync()
-                checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
-                _prune(run_dir, cfg)
+    with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop:
+        try:
+            model.train()
+            for step in range(start + 1, t.steps + 1):
+                t0 = time.perf_counter()
+                lr = lr_at(step, cfg)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                step_task = curriculum.task_at(step)
+                batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
+                with autocast(device, t.dtype):
+                    out = fwd(batch.inputs)
+                loss = compute_loss(loss_kind, step_task.spec, out, batch)
+                loss_value = float(loss.detach())
+                if not math.isfinite(loss_value):
+                    raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
+                if not torch.isfinite(gnorm):
+                    raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
+                opt.step()
+                train_s += time.perf_counter() - t0
+                tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
+                if step % t.log_every == 0 or step == t.steps:
+                    dt = max(train_s - train_s_last, 1e-9)
+                    log.write(
+                        {
+                            "step": step,
+                            "loss": loss_value,
+                            "lr": lr,
+                            "grad_norm": float(gnorm),
+                            "time_s": dt / (step - step_last),
+                            "tokens_per_s": tokens / dt,
+                            "train_s": round(train_s, 3),
+                            "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
+                        }
+                    )
+                    train_s_last, step_last, tokens = train_s, step, 0
+                if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
+                    m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, stream="validation")
+                    model.train()
+                    log.write(
+                        {
+                            "step": step,
+                            "split": "eval",
+                            **validation_line(m),
+                            "train_s": round(train_s, 3),
+                        }
+                    )
+                    last_eval = m["metrics_point"]["entropy_mae_bits"]
+                if step in ckpt_at:
+                    log.sync()
+                    checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
+                    _prune(run_dir, cfg)
+                if bar is not None:
+                    bar.update(1)
+                    post = {"loss": f"{loss_value:.4f}"}
+                    if last_eval is not None:
+                        post["eval_mae"] = f"{last_eval:.4f}"
+                    bar.set_postfix(post, refresh=False)
+                if lines is not None:
+                    lines.update(step, loss_value, last_eval)
+                if stop.signum is not None:  # SIGINT/SIGTERM: a checkpoint at this step, then stop
+                    if step not in ckpt_at:
+                        log.sync()
+                        extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
+                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra)
+                    raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
+        finally:
+            log.close()
             if bar is not None:
-                bar.update(1)
-                post = {"loss": f"{loss_value:.4f}"}
-                if last_eval is not None:
-                    post["eval_mae"] = f"{last_eval:.4f}"
-                bar.set_postfix(post, refresh=False)
-    finally:
-        log.close()
-        if bar is not None:
-            bar.close()
-    model.eval()
-    return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
+                bar.close()
+        stop.final = True  # the last step's checkpoint is written: a signal now stops the final evaluation at once
+        model.eval()
+        return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
 
 
-__all__ = ["TrainingDiverged", "compute_loss", "lr_at", "train", "train_seed", "val_seed", "validation_line"]
+__all__ = [
+    "RESUMABLE_KEYS",
+    "TrainingDiverged",
+    "TrainingInterrupted",
+    "compute_loss",
+    "lr_at",
+    "resume_config",
+    "start_line",
+    "train",
+    "train_seed",
+    "val_seed",
+    "validation_line",
+]

@@ -13,6 +13,8 @@ from windtunnel.cli.common import (
     fail,
     fresh_option,
     guarded,
+    import_modules,
+    import_option,
     max_retries_option,
     progress_option,
     ray_address_option,
@@ -45,6 +47,9 @@ def time_to_bayes(
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
     fresh: bool = fresh_option(),
+    imports: list[str] | None = import_option(
+        "recorded in every cell's config (imports), e.g. for --cell arch=NAME of an architecture of your own"
+    ),
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark; the
     cells join those already in --out's time_to_bayes.json."""
@@ -60,12 +65,17 @@ def time_to_bayes(
     if not cell:
         fail("--cell: give at least one cell (or --merge to combine earlier results)")
 
+    imported = import_modules(imports)
     if jobs < 1:
         fail(f"--jobs: must be >= 1 (got {jobs})")
     if threads is not None and threads < 1:
         fail(f"--threads: must be >= 1 (got {threads})")
+    cells = [parse_cell(c) for c in cell]
+    if imported:  # each run's config records them (the cell's `set`), so a worker finds the names again
+        for c in cells:
+            c.set["imports"] = imported
     run(
-        [parse_cell(c) for c in cell],
+        cells,
         out,
         jobs=jobs,
         echo=typer.echo,

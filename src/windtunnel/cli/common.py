@@ -145,3 +145,24 @@ def fresh_option() -> Any:
 
 def progress_option() -> Any:
     return typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)")
+
+
+# `--import MODULE` on every command that builds tasks or models (windtunnel.plugins): one definition, one help text.
+IMPORT_HELP = (
+    "import MODULE first (repeatable; a module on sys.path or in the current directory): its code may register "
+    "tasks and architectures (windtunnel.tasks.register, windtunnel.models.register) to use by name. Importing runs "
+    "its code"
+)
+
+
+def import_option(recorded: str = "") -> Any:
+    """The `--import MODULE` option; `recorded`: what the command does with the names beyond importing them."""
+    return typer.Option(None, "--import", metavar="MODULE", help=IMPORT_HELP + (f"; {recorded}" if recorded else ""))
+
+
+def import_modules(names: list[str] | None) -> list[str]:
+    """Import the modules of `--import` (windtunnel.plugins.import_plugins): a module that cannot be found or fails
+    to import is a PluginError (a ValueError: one line, exit 2, under `guarded`). Returns the names, each once."""
+    from windtunnel.plugins import import_plugins
+
+    return import_plugins(names or [])

@@ -8,14 +8,32 @@ from typing import Any
 import typer
 
 from windtunnel.cli import app
-from windtunnel.cli.common import guarded
-from windtunnel.cli.train_cmd import TRUST_HELP
+from windtunnel.cli.common import guarded, import_modules, import_option
+from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
+from windtunnel.text import number
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def _fmt(x: Any) -> str:
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
+    return number(x, ".4g") if isinstance(x, float) else str(x)
+
+
+def _dynamics(p: dict[str, Any]) -> str:
+    """When the frame and the precision settled, or that they had not by the last checkpoint probed."""
+    last = p["checkpoints"][-1]["step"] if p.get("checkpoints") else None
+
+    def when(what: str, step: Any) -> str:
+        if step is not None:
+            return f"{what} at step {step}"
+        return f"{what} not reached by the last checkpoint" + (f" (step {last})" if last is not None else "")
+
+    frame = p.get("frame")
+    if isinstance(frame, dict) and "not_applicable" in frame:
+        head = f"frame n/a ({frame['not_applicable']})"
+    else:
+        head = when("frame 90%", p.get("frame_step_90"))
+    return f"{head}, {when('error within 2x', p.get('precision_step_2x'))}"
 
 
 def _summary(r: dict[str, Any]) -> list[str]:
@@ -34,14 +52,12 @@ def _summary(r: dict[str, Any]) -> list[str]:
         "ablation": lambda p: (
             f"baseline {_fmt(p['baseline_entropy_error_bits'])} bits"
             + (
-                f", frame head L0H{p['frame_head']['head']} {p['frame_head']['delta_bits']:+.4g} bits"
+                f", frame head L0H{p['frame_head']['head']} {number(p['frame_head']['delta_bits'], '+.4g')} bits"
                 if "frame_head" in p
                 else ""
             )
         ),
-        "dynamics": lambda p: (
-            f"frame 90% at step {p.get('frame_step_90')}, error within 2x at step {p['precision_step_2x']}"
-        ),
+        "dynamics": _dynamics,
     }
     for name, pick in picks.items():
         p = r.get(name, {})
@@ -63,6 +79,7 @@ def probe(
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    imports: list[str] | None = import_option(READ_IMPORT_HELP),
     device: str = typer.Option(
         "cpu", "--device", help="auto (CUDA when present), cpu or cuda: where the model and the probe data go"
     ),
@@ -80,6 +97,7 @@ def probe(
     if device == "cuda" and not torch.cuda.is_available():  # said here: resolve_device's message names train.device
         raise ValueError("--device: 'cuda' requested but no CUDA device is available (use auto or cpu)")
     dev = resolve_device(device)
+    import_modules(imports)
     result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev)
     for line in _summary(result):
         typer.echo(line)

@@ -12,6 +12,8 @@ from windtunnel.cli.common import (
     fail,
     fresh_option,
     guarded,
+    import_modules,
+    import_option,
     jobs_option,
     max_retries_option,
     parse_kv,
@@ -46,11 +48,17 @@ def reproduce(
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
     fresh: bool = fresh_option(),
+    imports: list[str] | None = import_option(
+        "imported in this process (and the local workers it starts); the paper suite itself uses the built-in tasks "
+        "and architectures"
+    ),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
     from windtunnel.reproduce import default_out
     from windtunnel.reproduce import reproduce as run
     from windtunnel.suites import TIERS
+
+    import_modules(imports)
 
     if tier not in TIERS:
         fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
@@ -81,10 +89,16 @@ def report(
         help="run directories, a driver's --out (the runs its manifest.json lists), or directories containing runs",
     ),
     out: Path = typer.Option(Path("report"), help="where to write report.md, report.html, figures/, results.json"),
+    imports: list[str] | None = import_option(
+        "the report reads only files, but a task of your own needs its module for its metadata (Table 1 title, "
+        "headline metric, approximate posteriors)"
+    ),
 ) -> None:
     """Rebuild the report from existing run directories (made here, on a GPU box, anywhere)."""
     from windtunnel.report import build_report
     from windtunnel.rundir import check_writable
+
+    import_modules(imports)
 
     check_writable(out)  # before reading anything, so nothing is done for a report that cannot be written
     results = build_report(list(run_dirs), out)

@@ -12,6 +12,8 @@ from windtunnel.cli.common import (
     executor_option,
     fresh_option,
     guarded,
+    import_modules,
+    import_option,
     jobs_option,
     max_retries_option,
     parse_kv,
@@ -37,12 +39,16 @@ def sweep(
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
     fresh: bool = fresh_option(),
+    imports: list[str] | None = import_option(
+        "recorded in every point's config (imports), and in the sweep's Command: line"
+    ),
 ) -> None:
     """Train every combination of the --grid values over CONFIG (what is missing only) and tabulate them: settings
     (grid values but seed) best first by their mean validation score, test scores reported beside them."""
     from windtunnel.sweep import TABLE_CSV, TABLE_JSON, TABLE_MD, parse_grid
     from windtunnel.sweep import sweep as run
 
+    imported = import_modules(imports)
     table = run(
         config,
         parse_grid(grid or []),  # none: the sweep says --grid is required
@@ -56,6 +62,7 @@ def sweep(
         echo=typer.echo,
         progress=progress,
         fresh=fresh,
+        imports=imported,
     )
     best = [_best(s, table["headline"][s["task"]]) for s in table["settings"] if s["best"]]
     typer.echo(

@@ -8,8 +8,9 @@ import typer
 
 from windtunnel import tasks
 from windtunnel.cli import app
-from windtunnel.cli.common import guarded, parse_kv
+from windtunnel.cli.common import guarded, import_modules, import_option, parse_kv
 from windtunnel.metrics import entropy_bits
+from windtunnel.text import number
 
 tasks_app = typer.Typer(
     help="List the wind tunnels, or show one sampled sequence with its exact posterior.",
@@ -25,8 +26,9 @@ def _fmt_params(params: dict) -> str:
 
 @tasks_app.callback()
 @guarded
-def list_tasks(ctx: typer.Context) -> None:
+def list_tasks(ctx: typer.Context, imports: list[str] | None = import_option()) -> None:
     """List every registered task with its default parameters, length, answer classes and hypothesis count."""
+    import_modules(imports)
     if ctx.invoked_subcommand is not None:
         return
     for name in tasks.names():
@@ -44,8 +46,10 @@ def show(
     name: str = typer.Argument(..., help="task name (see `windtunnel tasks`)"),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="task parameter k=v (repeatable)"),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
+    imports: list[str] | None = import_option(),
 ) -> None:
     """Print one sampled sequence: each token, and at scored positions the posterior entropy and the truth."""
+    import_modules(imports)
     task = tasks.make(name, **parse_kv(param, "--param"))
     batch = task.sample(1, seed=seed)
     spec = task.spec
@@ -61,9 +65,10 @@ def show(
             truth = batch.targets[0, t].item()
             if spec.answer_kind == "real":
                 loc, scale = batch.posterior.loc[0, t].item(), batch.posterior.scale[0, t].item()
-                line += f"    H={H[t].item():.3f}  pred=N({loc:.2f}, {scale:.2f}^2)  truth={truth:.2f}"
+                pred = f"N({number(loc, '.2f')}, {number(scale, '.2f')}^2)"
+                line += f"    H={number(H[t].item())}  pred={pred}  truth={number(truth, '.2f')}"
             else:
                 p_true = batch.posterior.probs[0, t, int(truth)].item()
-                line += f"    H={H[t].item():.3f}  truth={int(truth)}  p(truth)={p_true:.3f}"
+                line += f"    H={number(H[t].item())}  truth={int(truth)}  p(truth)={number(p_true)}"
         typer.echo(line)
-    typer.echo(f"mean posterior entropy at scored positions: {H[mask].mean().item():.4f} {unit}")
+    typer.echo(f"mean posterior entropy at scored positions: {number(H[mask].mean().item(), '.4f')} {unit}")

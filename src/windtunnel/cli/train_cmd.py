@@ -3,51 +3,119 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from windtunnel.cli import app
-from windtunnel.cli.common import fail, guarded, parse_kv
-from windtunnel.config import build_config
+from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.config import BASELINES, RunConfig, build_config
+from windtunnel.text import number
 
 TRUST_HELP = (
-    "allow model.arch to be an import string (package.module:Class): importing it runs its code, so only "
-    "for configs you trust; the module must be installed"
+    "allow model.arch to be an import string (package.module:Class), and import the modules the config records "
+    "(imports): importing runs their code, so only for configs you trust; the modules must be installed"
+)
+# What `--import` does in a command that reads a run (eval, probe): the run's own `imports` are found that way.
+READ_IMPORT_HELP = "a run whose config records imports needs each of them here (or --trust-code)"
+
+
+# The table's metric columns: (eval.json key, column title, what it is). The two entropy errors differ in when the
+# absolute value is taken (per sequence and position, or of the mean curves), so they are named and explained apart.
+COLUMNS = (
+    (
+        "entropy_mae_bits",
+        "entropy error, per position",
+        "|H_model - H_exact| averaged over every sequence and scored position",
+    ),
+    (
+        "entropy_mae_curve_bits",
+        "entropy error, mean curve",
+        "|mean H_model - mean H_exact| (means over sequences) averaged over positions: the paper's calibration "
+        "figure, where errors of opposite sign cancel",
+    ),
+    ("kl_bits", "KL(exact ‖ model)", "per scored position"),
+    ("accuracy", "accuracy", "argmax of the model = the realised answer, as a fraction"),
 )
 
 
-def _row(name: str, r: dict[str, Any]) -> str:
-    m = r["metrics"]
+def _bits(x: float, small: bool = True) -> str:
+    """Four decimals; with `small`, two significant digits below 0.001 (a distance of 2e-08 bits is not 0.0000)."""
+    return f"{x:.1e}" if small and 0 < abs(x) < 1e-3 else number(x, ".4f")
 
-    def cell(key: str) -> str:
-        v = m.get(key)
-        return "n/a" if v is None else f"{v['mean']:.4f} [{v['lo']:.4f}, {v['hi']:.4f}]"
 
+def _interval(v: dict[str, Any] | None, small: bool = False) -> str:
+    """`mean [lo, hi]` (`_bits`), "n/a" for a metric that does not apply (accuracy of a real answer)."""
+    return "n/a" if v is None else f"{_bits(v['mean'], small)} [{_bits(v['lo'], small)}, {_bits(v['hi'], small)}]"
+
+
+def _verdict_line(r: dict[str, Any]) -> str | None:
     v = r.get("verdict") or {}
-    why = f"  {v.get('mark', '')} {v.get('level', '')}" + (f" ({'; '.join(v['reasons'])})" if v.get("reasons") else "")
-    closest = f"  closest: {v['closest_text']}" if v.get("closest_text") else ""
-    return (
-        f"{name:<14} {r['n']:>6}  {cell('entropy_mae_bits'):<26} {cell('entropy_mae_curve_bits'):<26} "
-        f"{cell('kl_bits'):<26} {cell('accuracy')}{why}{closest}"
+    if not v.get("level"):
+        return None
+    return f"verdict: {v.get('mark', '')} {v['level']}" + (f" ({'; '.join(v['reasons'])})" if v.get("reasons") else "")
+
+
+def _closest_line(r: dict[str, Any]) -> str | None:
+    """Which posterior the model computes, for a task with approximate posteriors (the HMM's window filters): the
+    closest one and its distance KL(candidate ‖ model), and how much further the runner-up is (95% CI)."""
+    from windtunnel.marks import EXACT
+
+    closest = r.get("closest")
+    if not closest:
+        return None
+    name = str(closest["name"])
+    approx = r.get("approximations") or {}
+    dist = (
+        (r["metrics"].get("kl_bits") or {}).get("mean")
+        if name == EXACT
+        else approx.get(name, {}).get("kl_from_model_bits")
     )
+    details = f"KL({name} ‖ model) {'n/a' if dist is None else _bits(dist)} bits"
+    others = {c: m for c, m in (closest.get("margins") or {}).items() if c != name and m}
+    if others:
+        nxt = min(others, key=lambda c: others[c]["mean"])
+        details += f"; next: {nxt}, {_interval(others[nxt], small=True)} bits further"
+    text = (r.get("verdict") or {}).get("closest_text") or name
+    if text.startswith("none"):  # "none: no better than context-blind": say it, then which one is nearest anyway
+        return f"closest posterior: {text} (nearest: {name}, {details})"
+    return f"closest posterior: {text}, {details}"
 
 
 def print_table(results: dict[str, Any]) -> None:
-    """Human-readable table: one row per evaluation setting, mean [95% CI] per metric."""
-    typer.echo(
-        f"{'setting':<14} {'n':>6}  {'entropy_mae_bits':<26} {'entropy_mae_curve_bits':<26} {'kl_bits':<26} accuracy"
-        "  verdict (windtunnel.marks)"
-    )
-    for name, r in results.items():
-        typer.echo(_row(name, r))
+    """Human-readable table: one row per evaluation setting, mean [95% CI] per metric, each setting's verdict and
+    closest posterior below its row, and what each column is."""
+    header = ["setting", "n", *(title for _, title, _ in COLUMNS)]
+    rows = [
+        [name, str(r["n"]), *(_interval(r["metrics"].get(key)) for key, _, _ in COLUMNS)] for name, r in results.items()
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        padded = (c.rjust(w) if i == 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "  ".join(padded).rstrip()
+
+    typer.echo(line(header))
+    for row, r in zip(rows, results.values(), strict=True):
+        typer.echo(line(row))
+        for extra in (_verdict_line(r), _closest_line(r)):
+            if extra:
+                typer.echo(f"  {extra}")
+    typer.echo("columns: mean [95% CI] over the test sequences, in bits; eval.json key and definition:")
+    width = max(len(title) for _, title, _ in COLUMNS)
+    for key, title, what in COLUMNS:
+        typer.echo(f"  {title:<{width}}  {key}: {what}")
 
 
 @app.command("train")
 @guarded
 def train_command(
-    out: Path = typer.Option(..., "--out", "-o", help="run directory to create"),
+    run: Path | None = typer.Argument(
+        None, metavar="RUN", show_default=False, help="with --resume: the run directory to continue, with its config"
+    ),
+    out: Path | None = typer.Option(None, "--out", "-o", help="run directory to create (with --resume: to continue)"),
     task: str | None = typer.Option(None, "--task", help="task name (see `windtunnel tasks`)"),
     arch: str | None = typer.Option(None, "--arch", help="architecture, or 'oracle' / 'uniform'"),
     preset: str | None = typer.Option(None, "--preset", help="size preset: smoke, quick or paper"),
@@ -55,25 +123,97 @@ def train_command(
     set_: list[str] | None = typer.Option(None, "--set", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"),
     seed: int | None = typer.Option(None, "--seed", help="run seed"),
     steps: int | None = typer.Option(None, "--steps", help="training steps"),
-    resume: bool = typer.Option(False, "--resume", help="continue from the run's latest checkpoint"),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="continue RUN (or --out) from its latest checkpoint with its own config.json; --steps, --set etc. change "
+        "it, where the key may change on resume (train.steps, log/eval/checkpoint cadence, loggers, eval.n)",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    no_progress: bool = typer.Option(
+        False, "--no-progress", help="no progress bar (on a terminal) or progress lines (elsewhere)"
+    ),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
     logger: list[str] | None = typer.Option(
         None, "--logger", help="log to tensorboard or wandb too (repeatable; sets train.loggers)"
     ),
+    imports: list[str] | None = import_option(
+        "recorded in the run's config (imports), so eval, probe and --resume can find it again"
+    ),
 ) -> None:
-    """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory."""
-    from windtunnel.train import train
+    """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory.
+
+    `windtunnel train --resume RUN` continues RUN with its own config (`--out RUN --resume` too); Ctrl-C (SIGINT) or
+    SIGTERM writes a checkpoint at the current step and says how to resume."""
+    from windtunnel.errors import TrainingInterrupted
+    from windtunnel.plugins import unique
+    from windtunnel.rundir import CONFIG
+    from windtunnel.train import resume_config, train
+
+    imported = import_modules(imports)  # before the config is read: its task and arch may be the module's
 
     flags: dict[str, Any] = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed}
     flags.update({"train.steps": steps, "train.loggers": logger or None})
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_kv(set_, "--set"))
-    cfg = build_config(config, overrides)
-    results = train(cfg, out, resume=resume, overwrite=overwrite, progress=not no_progress, trust_code=trust_code)
-    typer.echo(f"run: {out}")
+    target = _run_dir(run, out, resume)
+    stored = resume and (target / CONFIG).is_file()  # a run to continue: its config.json is the base
+    cfg = resume_config(target, overrides) if stored and config is None else build_config(config, overrides)
+    default_size = not stored and cfg.model.preset is None and not cfg.model.size and cfg.model.arch not in BASELINES
+
+    def start(line: str) -> None:  # train() calls it once everything is checked, just before the first step
+        if default_size:
+            typer.echo(f"warning: {_default_size_warning(cfg)}", err=True)
+        typer.echo(line)
+
+    if imported and not stored:  # recorded in a new run's config, after any the config file lists (a resumed run
+        # keeps its own: --import only imports, so a run trained from Python resumes here as it is)
+        cfg = cfg.model_copy(update={"imports": unique([*cfg.imports, *imported])})
+    try:
+        results = train(
+            cfg,
+            target,
+            resume=resume,
+            overwrite=overwrite,
+            progress=not no_progress,
+            trust_code=trust_code,
+            handle_signals=True,
+            echo=start,
+        )
+    except TrainingInterrupted as err:  # the message ends with the resume command: the run's modules go with it
+        again = [f" --import {shlex.quote(m)}" for m in cfg.imports] + ([" --trust-code"] if trust_code else [])
+        typer.echo(f"interrupted: {err}{''.join(again)}", err=True)
+        raise typer.Exit(err.exit_code) from None
+    typer.echo(f"run: {target}")
     print_table(results)
+
+
+def _run_dir(run: Path | None, out: Path | None, resume: bool) -> Path:
+    """The run directory of `windtunnel train`: --out, or RUN (an existing run, for --resume)."""
+    from windtunnel.rundir import check_run_dir
+
+    if run is None:
+        if out is None:
+            fail("--out: missing: the run directory to create (or `--resume RUN` to continue a run)")
+        return out
+    if not resume:
+        fail(f"RUN {str(run)!r}: a run directory argument is for --resume (continue it); to start a run, use --out")
+    if out is not None and out.resolve() != run.resolve():
+        fail(f"--out {str(out)!r} and RUN {str(run)!r}: two run directories; --resume continues one")
+    return check_run_dir(run, "--resume")
+
+
+def _default_size_warning(cfg: RunConfig) -> str:
+    """What a config without preset or size trains (its architecture's built-in defaults), and what to pass."""
+    from windtunnel.train import size_text
+
+    dims = size_text(cfg)
+    return (
+        f"no --preset and no model size: this trains the {cfg.model.arch} architecture's built-in default size"
+        f"{f' ({dims})' if dims else ''} for {cfg.train.steps:,} step{'' if cfg.train.steps == 1 else 's'}, not a size "
+        "fitted to the task; pass "
+        "--preset quick (smoke: a check that it runs; paper: the paper's sizes) or set model.size"
+    )
 
 
 @app.command("eval")
@@ -85,6 +225,7 @@ def eval_command(
     batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    imports: list[str] | None = import_option(READ_IMPORT_HELP),
 ) -> None:
     """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
     from windtunnel.config import check_override
@@ -102,6 +243,7 @@ def eval_command(
         if not key.startswith("task.") or key.count(".") != 1 or key == "task.name":
             fail(f"--set {key}: eval only takes task parameters (task.NAME=value, not task.name)")
         override[key.split(".", 1)[1]] = value
+    import_modules(imports)
     run = load_run(run_dir, trust_code=trust_code)
     check_writable(run.path, "run_dir")  # eval.json is written there: fail now, not after the work
     if override:

@@ -95,10 +95,14 @@ def run_job(job: Job) -> dict[str, Any]:
     from windtunnel import checkpoints
     from windtunnel import train as training
     from windtunnel.config import resolve_config
+    from windtunnel.plugins import import_plugins
     from windtunnel.report.collect import read_done
 
     check_storage(job.storage)
     run_dir = job.run_dir
+    # the config's own modules (`imports`): the driver imported them (--import) before it made the job, so a worker
+    # process or node imports them as the user asked (windtunnel.plugins)
+    import_plugins(job.config.get("imports") or [], where="imports")
     config = resolve_config(job.config)
     check_same_run(run_dir, config)
     if is_finished(run_dir):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +68,41 @@ def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Pat
     return _save(fig, path)
 
 
+def state_colours(n: int) -> list[Any]:
+    """`n` distinct colours for discrete states: tab10 up to 10, tab20 up to 20, then evenly spaced hues."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["hsv"](i / n) for i in range(n)]
+
+
 def cluster_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Path:
-    """PC1-PC2 of the final-layer representation coloured by the posterior's MAP state."""
+    """PC1-PC2 of the final-layer representation coloured by the posterior's MAP state: one discrete colour per
+    state and a legend naming them (states are categories, not a scale)."""
     labels = map_labels(data)
     assert labels is not None  # drawn only where state_clusters applied: a class posterior
     lab, _ = labels
     x, _, idx = scored_points(data, data.final, max_points)
     y = lab[data.mask][idx.to(lab.device)].cpu().numpy()
     _, scores = pca(x)
-    fig, ax = subplots(figsize=(4.5, 3.8))
-    sc = ax.scatter(scores[:, 0], scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0], c=y, s=5, cmap="tab10")
-    fig.colorbar(sc, ax=ax, label="MAP state")
+    pc2 = scores[:, 1] if scores.shape[1] > 1 else 0 * scores[:, 0]
+    fig, ax = subplots(figsize=(5.2, 3.8))
+    states = np.unique(y)
+    for state, colour in zip(states, state_colours(len(states)), strict=True):
+        at = y == state
+        ax.scatter(scores[at, 0], pc2[at], s=5, color=colour, label=f"{int(state)}")
+    ax.legend(
+        title="MAP state",
+        fontsize=7,
+        title_fontsize=7,
+        markerscale=2,
+        ncol=max(1, math.ceil(len(states) / 10)),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+    )
     ax.set_xlabel("PC1")
     ax.set_ylabel("PC2")
     return _save(fig, path)

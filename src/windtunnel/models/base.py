@@ -41,7 +41,12 @@ S = TypeVar("S", bound="ModelSize")
 
 class ModelSize(BaseModel):
     """Typed size of an architecture (subclass it per architecture): unknown fields, wrong types, values out of range
-    and non-finite numbers are errors naming the field. `max_len` (positions to allocate) is every model's."""
+    and non-finite numbers are errors naming the field. `max_len` (positions to allocate) is every model's, and so
+    is `reserved_positions`: how many of the last of them are reserved for longer evaluations (`PositionTable`).
+
+    An architecture with a learned table of positions says so in `learned_positions` (and passes
+    `reserved_positions` to its table: `InputEmbedding(..., reserved=...)`); one that can read any length says so in
+    `position_limit`."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
@@ -51,6 +56,26 @@ class ModelSize(BaseModel):
     resolved_fields: ClassVar[tuple[str, ...]] = ()
 
     max_len: int | None = Field(default=None, ge=1)  # None: the task's sequence length
+    reserved_positions: int = Field(default=0, ge=0, strict=True)  # rows of the learned table no training reads
+
+    def learned_positions(self) -> bool:
+        """Whether this model reads a learned table of `max_len` absolute positions whose rows past the training
+        length `resolve_config` may reserve (`reserved_positions`). False unless an architecture says otherwise (the
+        MLPs hold weights per position too, but are capacity-matched at the training length: they reserve none)."""
+        return False
+
+    def position_limit(self) -> bool:
+        """Whether inputs longer than `max_len` are refused. True unless an architecture says otherwise: one
+        without a learned table or other weights per position reads any length."""
+        return True
+
+    @model_validator(mode="after")
+    def _reserved_fit(self) -> ModelSize:
+        if self.reserved_positions and not self.learned_positions():
+            raise ValueError("reserved_positions: this model has no learned position table to reserve rows in")
+        if self.max_len is not None and self.reserved_positions >= self.max_len:
+            raise ValueError(f"reserved_positions: must be < max_len = {self.max_len} (got {self.reserved_positions})")
+        return self
 
     @classmethod
     def of(
@@ -67,7 +92,7 @@ class ModelSize(BaseModel):
         except ValidationError as err:
             from windtunnel.config import error_message
 
-            raise ValueError(error_message(err, cls.__name__, where)) from None
+            raise ValueError(error_message(err, cls.__name__, where, model=cls)) from None
 
     def as_config(self, resolved: bool = False) -> dict[str, Any]:
         """The fields that were given (the config form of a size: defaults stay implicit), JSON-ready; with

@@ -8,6 +8,7 @@ tokens' embedding rows when the spec says the answers are input tokens), real an
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, get_args
@@ -42,12 +43,15 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
 
 
 def init_weights(module: nn.Module, std: float = INIT_STD) -> None:
-    """N(0, std) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`)."""
+    """N(0, std) for Linear and Embedding weights, zero biases (apply with `model.apply(init_weights)`); a
+    `PositionTable` draws its reserved rows from its private generator."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
         bias = getattr(module, "bias", None)  # Embedding has none
         if bias is not None:
             nn.init.zeros_(bias)
+    if isinstance(module, PositionTable):
+        module.init_reserved(std)
 
 
 def initialise(model: nn.Module, init: str | None, std: float = INIT_STD, residual_layers: int | None = None) -> None:
@@ -83,17 +87,90 @@ def scale_residual_projections(
             nn.init.normal_(p, mean=0.0, std=std)
 
 
-class InputEmbedding(nn.Module):
-    """Token embedding (token inputs) or Linear (real inputs), plus an optional learned absolute position embedding.
+class PositionTable(nn.Embedding):
+    """A learned absolute position embedding of `max_len` rows whose last `reserved` rows are positions reserved for
+    evaluating longer sequences than the run trains on (`config.resolve_config` reserves them by default).
 
-    `(B,T)` long ids or `(B,T,D)` floats -> `(B,T,d_model)`.
+    The trained rows are this `nn.Embedding` itself, `weight` (max_len - reserved, d): what the same model without
+    reserved rows has, drawn from the global RNG exactly as it draws them, under PyTorch's init (N(0, 1), at
+    construction) and `init_weights` alike. The reserved rows are a buffer, `reserved_weight` (reserved, d): in the
+    state_dict and moved with the model, but no parameter, so no optimiser, weight decay, gradient norm or parameter
+    count sees them; they are drawn from a private generator seeded from a hash of the global RNG's state, which
+    they leave as it is. So every weight, and every later random number and step of a run (the next module's
+    init, dropout, the optimiser), is bitwise what the same model without reserved rows draws and computes
+    (tests/test_positions.py). What a reserved row holds is that random init: a position past the training length
+    was never trained. A table without reserved rows is a plain nn.Embedding, state_dict included.
     """
 
-    def __init__(self, spec: TaskSpec, d_model: int, max_len: int | None = None, pos: str = "learned") -> None:
+    def __init__(self, max_len: int, embedding_dim: int, reserved: int = 0) -> None:
+        reserved = check_int("reserved positions", reserved, 0, max_len - 1)
+        super().__init__(max_len - reserved, embedding_dim)
+        self.reserved_weight: torch.Tensor | None
+        self.register_buffer("reserved_weight", torch.empty(reserved, embedding_dim) if reserved else None)
+        self.init_reserved(1.0)  # nn.Embedding's N(0, 1)
+
+    @property
+    def max_len(self) -> int:
+        """Positions the table holds: trained and reserved."""
+        return self.num_embeddings + (0 if self.reserved_weight is None else self.reserved_weight.shape[0])
+
+    def reset_parameters(self) -> None:
+        """nn.Embedding's own init, N(0, 1), of every row (the reserved ones from the private generator)."""
+        super().reset_parameters()
+        if getattr(self, "reserved_weight", None) is not None:  # None while nn.Embedding.__init__ runs
+            self.init_reserved(1.0)
+
+    @torch.no_grad()
+    def init_reserved(self, std: float) -> None:
+        """N(0, std) on the reserved rows, from the private generator (the global RNG is not advanced)."""
+        w = self.reserved_weight
+        if w is None or w.is_meta:
+            return
+        g = torch.Generator(device="cpu").manual_seed(_private_seed((self.max_len, self.embedding_dim), len(w)))
+        w.copy_(nn.init.normal_(torch.empty(w.shape, dtype=w.dtype, device="cpu"), mean=0.0, std=std, generator=g))
+
+    def rows(self, T: int, device: torch.device) -> torch.Tensor:
+        """The embeddings of positions 0..T-1, (T, d): the trained rows as `self(arange)` reads them, then, past
+        them, the reserved ones."""
+        n = self.num_embeddings
+        if T <= n or self.reserved_weight is None:
+            return self(torch.arange(T, device=device))
+        return torch.cat([self(torch.arange(n, device=device)), self.reserved_weight[: T - n]])
+
+
+def _private_seed(shape: tuple[int, ...], drawn: int) -> int:
+    """A seed that is a function of the global CPU RNG's current state (so of the run's seed and of everything drawn
+    before) and of the table's shape, read without advancing that RNG."""
+    h = hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=8, person=b"wt-reserved-pos")
+    h.update(repr((tuple(shape), drawn)).encode())
+    return int.from_bytes(h.digest(), "little") >> 1  # < 2^63
+
+
+class InputEmbedding(nn.Module):
+    """Token embedding (token inputs) or Linear (real inputs), plus an optional learned absolute position embedding
+    (a `PositionTable` of `max_len` rows, the last `reserved` of them reserved for longer evaluations).
+
+    `(B,T)` long ids or `(B,T,D)` floats -> `(B,T,d_model)`. `limit`: whether inputs longer than `max_len` are a
+    ValueError; None (default): only with a learned table, the one part of the embedding that has a row per position
+    (an architecture with weights of its own per position passes True).
+    """
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        d_model: int,
+        max_len: int | None = None,
+        pos: str = "learned",
+        reserved: int = 0,
+        limit: bool | None = None,
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.max_len = check_int("max_len", spec.seq_len if max_len is None else max_len, 1)
         self.pos_kind = check_choice("pos", pos, POSITIONS)
+        if reserved and pos != "learned":
+            raise ValueError(f"reserved positions: only a learned position table has rows to reserve (pos={pos!r})")
+        self.limit = self.max_len if (pos == "learned" if limit is None else limit) else None
         self.tok: nn.Embedding | nn.Linear
         if spec.input_kind == "tokens":
             assert spec.vocab_size is not None  # TaskSpec: token inputs have a vocab_size
@@ -101,7 +178,7 @@ class InputEmbedding(nn.Module):
         else:
             assert spec.input_dim is not None  # TaskSpec: real inputs have an input_dim
             self.tok = nn.Linear(int(spec.input_dim), d_model)
-        self.pos = nn.Embedding(self.max_len, d_model) if pos == "learned" else None
+        self.pos = PositionTable(self.max_len, d_model, reserved) if pos == "learned" else None
 
     @property
     def token_weight(self) -> torch.Tensor | None:
@@ -109,7 +186,7 @@ class InputEmbedding(nn.Module):
         return self.tok.weight if isinstance(self.tok, nn.Embedding) else None
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        check_inputs(self.spec, inputs, self.max_len)
+        check_inputs(self.spec, inputs, self.limit)
         if self.spec.input_kind == "tokens":
             x = self.tok(inputs)  # (B,T,d)
         else:
@@ -119,12 +196,13 @@ class InputEmbedding(nn.Module):
             with torch.autocast(inputs.device.type, enabled=False):
                 x = self.tok(inputs.to(self.tok.weight.dtype))  # (B,T,d)
         if self.pos is not None:
-            x = x + self.pos(torch.arange(inputs.shape[1], device=inputs.device))  # (T,d) broadcast
+            x = x + self.pos.rows(inputs.shape[1], inputs.device)  # (T,d) broadcast
         return x
 
 
-def check_inputs(spec: TaskSpec, inputs: torch.Tensor, max_len: int) -> None:
-    """ValueError for inputs of the wrong shape/type/length, before they reach an opaque kernel error."""
+def check_inputs(spec: TaskSpec, inputs: torch.Tensor, max_len: int | None) -> None:
+    """ValueError for inputs of the wrong shape/type/length (longer than `max_len`, None: any length), before they
+    reach an opaque kernel error."""
     want = 2 if spec.input_kind == "tokens" else 3
     if inputs.dim() != want:
         shape = "(B,T) token ids" if want == 2 else f"(B,T,{spec.input_dim}) real vectors"
@@ -133,7 +211,9 @@ def check_inputs(spec: TaskSpec, inputs: torch.Tensor, max_len: int) -> None:
         raise ValueError(f"inputs: token ids must be an integer tensor (got {inputs.dtype})")
     if spec.input_kind == "real" and inputs.shape[-1] != spec.input_dim:
         raise ValueError(f"inputs: last dim must be input_dim={spec.input_dim} (got {inputs.shape[-1]})")
-    if not 1 <= inputs.shape[1] <= max_len:
+    if inputs.shape[1] < 1:
+        raise ValueError(f"inputs: sequence length must be >= 1 (got {inputs.shape[1]})")
+    if max_len is not None and inputs.shape[1] > max_len:
         raise ValueError(
             f"inputs: sequence length must be in [1, max_len={max_len}] (got {inputs.shape[1]}); "
             "build the model with a larger max_len"

@@ -49,6 +49,12 @@ class LSTMSize(InitSize):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     logit_scale: bool = False
 
+    def learned_positions(self) -> bool:
+        return self.pos == "learned"
+
+    def position_limit(self) -> bool:
+        return self.learned_positions()
+
 
 class LSTM(ResidualModel):
     """Stacked LSTM; its size is an `LSTMSize`.
@@ -64,7 +70,7 @@ class LSTM(ResidualModel):
         super().__init__(spec, size, **fields)
         s = self.size
         self.n_layers, self.d_model = s.n_layers, s.d_model
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=s.pos)
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=s.pos, reserved=s.reserved_positions)
         self.max_len = self.embed.max_len
         self.layers = nn.ModuleList(nn.LSTM(s.d_model, s.d_model, batch_first=True) for _ in range(s.n_layers))
         self.dropout = nn.Dropout(s.dropout)

@@ -400,6 +400,16 @@ class MambaSize(InitSize):
     def default_init(self) -> Init:
         return "torch" if self.variant == "paper" else "normal"
 
+    def positions(self) -> str:
+        """`pos` resolved: "learned" or "none"."""
+        return ("learned" if self.variant == "paper" else "none") if self.pos is None else self.pos
+
+    def learned_positions(self) -> bool:
+        return self.positions() == "learned"
+
+    def position_limit(self) -> bool:
+        return self.learned_positions()
+
     @field_validator("dt_rank", mode="before")
     @classmethod
     def _dt_rank(cls, v: Any) -> int | Literal["auto"]:
@@ -424,8 +434,7 @@ class Mamba(ResidualModel):
         s = self.size
         self.n_layers, self.d_conv, self.variant, self.scan = s.n_layers, s.d_conv, s.variant, s.scan
         dt_rank = math.ceil(s.d_model / 16) if s.dt_rank == "auto" else s.dt_rank
-        pos = ("learned" if s.variant == "paper" else "none") if s.pos is None else s.pos
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=s.positions(), reserved=s.reserved_positions)
         self.max_len = self.embed.max_len
         self.blocks = nn.ModuleList(
             MambaBlock(s.d_model, s.d_state, s.expand, s.d_conv, dt_rank, s.variant) for _ in range(s.n_layers)

@@ -59,7 +59,7 @@ class PrefixEmbedding(nn.Module):
         self, spec: TaskSpec, d_model: int, d_emb: int, max_len: int | None, init: str | None = "normal"
     ) -> None:
         super().__init__()
-        self.slot = InputEmbedding(spec, d_emb, max_len, pos="none")  # e(x_s), (B,T,d_emb)
+        self.slot = InputEmbedding(spec, d_emb, max_len, pos="none", limit=True)  # e(x_s), (B,T,d_emb); W_s per slot
         self.max_len = self.slot.max_len
         self.weight = nn.Parameter(torch.empty(self.max_len, d_emb, d_model))  # W_s blocks
         self.bias = nn.Parameter(torch.zeros(d_model))

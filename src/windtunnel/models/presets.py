@@ -93,15 +93,43 @@ def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -
     `models.make(arch, spec, size)`.
 
     `spec` is only needed for the MLPs of a task that is not registered (their sizes depend on the vocabulary
-    and length); registered tasks are looked up at default parameters.
+    and length); registered tasks are looked up at default parameters. An architecture of the user's own (registered,
+    or an import string whose module is imported) gets the tier's generic sizes (`user_preset`).
     """
     check_choice("tier", tier, _TIERS)
-    check_choice("arch", arch, _ARCHS)
+    if arch not in _ARCHS:
+        return user_preset(arch, tier)
     if arch not in ("mlp", "mlp-pointwise"):
         fields = _OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch])
     else:
         fields = _matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name))
     return size_class(arch).of(fields)
+
+
+def user_preset(arch: str, tier: str) -> ModelSize:
+    """The size at `tier` of an architecture without presets of its own: the generic transformer sizes of the tier
+    (smoke 2 x 32, quick 4 x 128, paper 6 x 192; n_heads and d_ff too where its Size declares them), each field
+    only where its `Size` declares it. A ValueError where it is unknown, not importable here, or declares neither
+    n_layers nor d_model."""
+    from windtunnel.models.registry import check, peek
+
+    check_choice("tier", tier, _TIERS)
+    factory = peek(arch)
+    if factory is None:
+        check(arch)  # not registered and no import string: a ValueError naming it
+        raise ValueError(
+            f"model.preset: the size of {arch!r} is read only when the run builds it (importing runs code); pass "
+            "--import MODULE (its module) to read it now, or register the class there and give --arch NAME, or give "
+            "model.size instead of a preset"
+        )
+    declared = factory.Size.model_fields
+    fields = {k: v for k, v in _GENERIC[tier]["transformer"].items() if k in declared}
+    if not {"n_layers", "d_model"} & set(fields):
+        raise ValueError(
+            f"model.preset: {arch!r} has no presets, and its Size declares neither n_layers nor d_model, the fields "
+            "the generic presets set; give its size in model.size instead"
+        )
+    return factory.Size.of(fields, where="model.size.")
 
 
 def _default_spec(task_name: str) -> TaskSpec:

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from windtunnel.errors import UntrustedCodeError
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
+from windtunnel.text import did_you_mean
 
 if TYPE_CHECKING:
     from windtunnel.models.base import ModelSize
 
-_REGISTRY = Registry("arch")
+_REGISTRY = Registry("arch", entry_points="windtunnel.models")
 
 unregister = _REGISTRY.unregister
 names = _REGISTRY.names
@@ -67,7 +68,7 @@ def check(arch: str) -> None:
     if arch in _REGISTRY or is_import_string(arch):
         return
     raise ValueError(
-        f"arch: unknown architecture {arch!r}; choose one of {', '.join(names())} "
+        f"arch: unknown architecture {arch!r}{did_you_mean(arch, names())}; choose one of {', '.join(names())} "
         "or give an import string 'package.module:Class'"
     )
 
@@ -109,6 +110,23 @@ def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, .
     except (ImportError, AttributeError) as err:
         raise ValueError(f"arch: cannot import {arch!r} from an installed package: {err}") from None
     return _check_sized(arch, obj)
+
+
+def peek(arch: str) -> ArchFactory | None:
+    """The factory of a registered architecture, or of an import string whose module is already imported (by
+    `--import` or the caller), else None; imports nothing."""
+    if arch in _REGISTRY:
+        return cast(ArchFactory, _REGISTRY.get(arch))
+    if not is_import_string(arch):
+        return None
+    mod_name, _, attr = arch.partition(":")
+    obj: Any = sys.modules.get(mod_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    try:
+        return _check_sized(arch, obj) if obj is not None else None
+    except ValueError:
+        return None
 
 
 def size_class(arch: str, *, trust_code: bool = False) -> Any:

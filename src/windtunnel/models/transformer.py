@@ -120,6 +120,12 @@ class TransformerSize(InitSize):
     logit_scale: bool = False
     attn_sink: bool = False
 
+    def learned_positions(self) -> bool:
+        return self.pos in ("learned", "learned+rotary")
+
+    def position_limit(self) -> bool:
+        return self.learned_positions()  # rotary and "none" read any length
+
     @model_validator(mode="after")
     def _heads_fit(self) -> TransformerSize:
         if self.init == "torch" and "init_std" in self.model_fields_set:
@@ -152,7 +158,7 @@ class Transformer(ResidualModel):
         rope = s.pos in ("rotary", "learned+rotary")
         self.attention = "explicit" if s.explicit else s.attention
         pos = "learned" if s.pos.startswith("learned") else "none"
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos)
+        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos, reserved=s.reserved_positions)
         self.max_len = self.embed.max_len
         d_ff = 4 * s.d_model if s.d_ff is None else s.d_ff
         self.blocks = nn.ModuleList(

@@ -14,6 +14,7 @@ from windtunnel.geometry.seeds import dig as _dig
 from windtunnel.report import figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
+from windtunnel.text import number
 
 
 def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]:
@@ -76,7 +77,7 @@ GEOMETRY_COLUMNS = [
 
 def _f3(x: Any) -> str:
     """A geometry number to 3 decimals; "—" for anything else (a probe that does not apply, or a garbled value)."""
-    return f"{x:.3f}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
+    return number(x, ".3f") if isinstance(x, (int, float)) and not isinstance(x, bool) else "—"
 
 
 def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
@@ -85,7 +86,7 @@ def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
         init = _dig(g, "keys", "init_authors_signed_mean_cos_per_layer", 0)
         gauss = _dig(g, "keys", "authors_gaussian_baseline")
         gauss_s = f"{_f3(_dig(gauss, 'mean'))} ± {_f3(_dig(gauss, 'std'))}" if isinstance(gauss, dict) else "—"
-        return f"{v:.3f} / {_f3(init)} / {gauss_s}"
+        return f"{_f3(v)} / {_f3(init)} / {gauss_s}"
     if path[:2] == ("keys", "layer0_direction") and isinstance(v, dict):
         return f"ours: {v.get('ours_mean_abs_cos', '—')}; authors': {v.get('authors_signed_mean_cos', '—')}"
     if path[0] == "lens" and isinstance(v, list) and v:

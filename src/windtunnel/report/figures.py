@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +20,19 @@ ARCH_COLORS = {
     "uniform": "C7",
     "oracle": "k",
 }
+# Colours of the architectures ARCH_COLORS does not know (a user's own), none of them a built-in's: each name gets
+# one by a hash of the name, so it has the same colour in every figure and every report.
+# Hues apart from the built-ins' blue, orange, green, red, purple, grey and black: brown, pink, olive, cyan, gold,
+# magenta, ochre.
+USER_COLORS = ("C5", "C6", "C8", "C9", "#e6ab02", "#e7298a", "#a6761d")
+
+
+def arch_color(arch: str) -> str:
+    """The colour of an architecture in every figure: the built-ins' own, else one of USER_COLORS, stable per name."""
+    if arch in ARCH_COLORS:
+        return ARCH_COLORS[arch]
+    digest = hashlib.sha256(arch.encode()).digest()
+    return USER_COLORS[int.from_bytes(digest[:4], "big") % len(USER_COLORS)]
 
 
 def _label(text: str) -> str:
@@ -54,7 +68,7 @@ def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path |
     ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
     for arch, c in curves.items():
         ys = c["model_entropy_bits"]
-        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=ARCH_COLORS.get(arch), label=_label(arch))
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=arch_color(arch), label=_label(arch))
     ax.set_xlabel("scored position")
     ax.set_ylabel("predictive entropy (bits)")
     ax.set_title(f"{_label(task)}: model entropy vs exact posterior entropy")
@@ -94,9 +108,11 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
         return None
     fig, axes = subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
     for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
+        labelled: set[str] = set()  # one legend entry per architecture, however many runs (seeds, configs) it has
         for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
             xs, ys = zip(*r.eval_curve, strict=True)
-            ax.plot(xs, ys, color=ARCH_COLORS.get(r.arch), label=_label(r.arch) if r.seed == 0 else None)
+            ax.plot(xs, ys, color=arch_color(r.arch), label=None if r.arch in labelled else _label(r.arch))
+            labelled.add(r.arch)
         ax.set_title(_label(task))
         ax.set_xlabel("step")
         accuracy = headline_metric(task) == "accuracy"

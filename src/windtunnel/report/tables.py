@@ -15,6 +15,7 @@ from typing import Any
 from windtunnel import marks, tasks
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import paper_result, paper_setting, values
+from windtunnel.text import number
 
 CONTEXT_BLIND = ("uniform", "oracle", "mlp-pointwise")  # predictors that cannot (or need not) read the stored pairs
 ROW_ORDER = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise", "oracle", "uniform"]
@@ -159,10 +160,10 @@ def fmt(value: float, metric: str) -> str:
     if not math.isfinite(value):
         return "nan"
     if metric == "accuracy":
-        return f"{100 * value:.1f}%"
+        return f"{number(100 * value, '.1f')}%"
     if value != 0 and abs(value) < 1e-3:
         return f"{value:.1e}"
-    return f"{value:.3f}"
+    return number(value, ".3f")  # never "-0.000"
 
 
 def _interval(m: dict[str, float] | None, metric: str) -> str:

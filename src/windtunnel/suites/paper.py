@@ -24,6 +24,7 @@ from windtunnel.config import BASELINES, EvalConfig, TrainConfig
 from windtunnel.models import size_class
 from windtunnel.models.presets import preset
 from windtunnel.suites.settings import Sourced, our_forms, paper_setting, values
+from windtunnel.text import did_you_mean
 
 TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
@@ -295,7 +296,10 @@ def _check_only(only: dict[str, Any]) -> None:
             raise ValueError(f"only {key}: expected {key}=NAME[,NAME...] (got {got})")
         for name in names:
             if name.strip() not in known[key]:
-                raise ValueError(f"only {key}: {name.strip()!r} is not in the suite (one of {', '.join(known[key])})")
+                raise ValueError(
+                    f"only {key}: {name.strip()!r} is not in the suite{did_you_mean(name.strip(), known[key])} "
+                    f"(one of {', '.join(known[key])})"
+                )
 
 
 def _matches(task: str, arch: str, only: dict[str, str] | None) -> bool:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.distributions import Distribution
 
 from windtunnel.tasks._util import generic_controls
+from windtunnel.text import close_match
 
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
@@ -114,11 +115,12 @@ class TaskParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def validation_message(err: ValidationError, task: str) -> str:
+def validation_message(err: ValidationError, task: str, params: type[BaseModel] | None = None) -> str:
     """Turn a pydantic error into one line per field: `task.field: message (got value)`.
 
     A cross-field check (model validator, no location) whose message starts with `field: ` is reported
-    as `task.field: ...`, so every message names the parameter.
+    as `task.field: ...`, so every message names the parameter. With `params` (the task's parameter class), an
+    unknown parameter names the closest known one (`bijection.VV: ... (got 5; did you mean 'V'?)`).
     """
     parts = []
     for e in err.errors():
@@ -127,8 +129,11 @@ def validation_message(err: ValidationError, task: str) -> str:
             parts.append(f"{task}.{msg}")
             continue
         loc = ".".join(str(p) for p in e["loc"]) or "params"
-        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        parts.append(f"{task}.{loc}: {msg}{got}")
+        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
+        if e["type"] == "extra_forbidden" and params is not None and len(e["loc"]) == 1:
+            match = close_match(e["loc"][0], params.model_fields)
+            notes += [f"did you mean {match!r}?"] if match else []
+        parts.append(f"{task}.{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
     return "; ".join(parts)
 
 
@@ -161,6 +166,9 @@ class WindTunnel(Protocol):
         headline_metric  "entropy_mae_bits" (default) or "accuracy": what Table 1 reports and marks
         default_loss     "ce" on sampled targets (default) or "soft_ce" on the exact posterior (real answers always
                          train with gaussian_nll)
+        length_param     the integer parameter that sets the sequence length ("K" for the HMM), or None (default)
+                         when no parameter lengthens a sequence without changing what a model is sized for: a model
+                         with a learned position table reserves positions for 2.5x its value (`config.resolve_config`)
 
     Optional: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
     exact one: the report's closest-posterior column and the ✓ rule) and `approximations_note` (what they are, for the
@@ -198,7 +206,8 @@ class Task(Generic[P]):
     """Base class: holds validated `params`, exposes `spec`, and samples batches (a `WindTunnel`).
 
     Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`; they set the
-    metadata of `WindTunnel` (primitive, title, headline_metric, default_loss) where the defaults do not fit.
+    metadata of `WindTunnel` (primitive, title, headline_metric, default_loss, length_param) where the defaults do
+    not fit.
     A subclass names its Params class as the type argument too (`class Coin(Task[CoinParams])`), so a type checker
     knows the fields of `self.params`; a plain `class Coin(Task)` runs the same.
     """
@@ -210,6 +219,7 @@ class Task(Generic[P]):
     title: ClassVar[str] = ""
     headline_metric: ClassVar[str] = "entropy_mae_bits"
     default_loss: ClassVar[str] = "ce"
+    length_param: ClassVar[str | None] = None
     capacity: ClassVar[tuple[str, str] | None] = None
     approximations_note: ClassVar[str] = ""
     controls_note: ClassVar[str] = (
@@ -227,7 +237,7 @@ class Task(Generic[P]):
             # `Params` is the class of P by the subclass contract; a ClassVar cannot name a type variable.
             self.params = cast(P, self.Params(**params))
         except ValidationError as err:
-            raise ValueError(validation_message(err, self.name)) from None
+            raise ValueError(validation_message(err, self.name, self.Params)) from None
 
     @property
     def spec(self) -> TaskSpec:

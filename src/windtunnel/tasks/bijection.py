@@ -113,6 +113,7 @@ class Bijection(Task[BijectionParams]):
     description = "belief accumulation: infer a random permutation from revealed pairs"
     primitive = "belief accumulation"
     title = "Bijection"
+    length_param = None  # L <= V without replacement: V, the vocabulary, fixes the longest sequence (paper §4.3)
     controls_note = Task.controls_note + (
         " Bijection: 'context-blind support' (uniform over the fixed values 0..m-1, m the number still possible, "
         "a point mass on value 0 at a revealed key: never reads which values were revealed); 'keys for values' "

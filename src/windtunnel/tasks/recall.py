@@ -62,6 +62,7 @@ class Recall(Task[RecallParams]):
     primitive = "random-access binding"
     title = "Recall"
     headline_metric = "accuracy"
+    length_param = "N"
     capacity = ("N", "stored pairs")
     controls_note = Task.controls_note + (
         " Recall (N >= 2): 'confident wrong value' (a point mass on the value stored in the pair after the queried "

@@ -8,7 +8,7 @@ from typing import Any
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import DEFAULT_LOSSES, HEADLINE_METRICS
 
-_REGISTRY = Registry("task")
+_REGISTRY = Registry("task", entry_points="windtunnel.tasks")
 
 register = _REGISTRY.register  # register(name, factory, overwrite=False); factory(**params) -> task
 unregister = _REGISTRY.unregister
@@ -29,6 +29,7 @@ class TunnelInfo:
     title: str
     headline_metric: str
     default_loss: str
+    length_param: str | None = None  # the parameter that sets the sequence length (None: none does)
 
 
 def info(name: str) -> TunnelInfo:
@@ -44,10 +45,14 @@ def info(name: str) -> TunnelInfo:
         raise ValueError(f"{name}.headline_metric: must be one of {', '.join(HEADLINE_METRICS)} (got {metric!r})")
     if loss not in DEFAULT_LOSSES:
         raise ValueError(f"{name}.default_loss: must be one of {', '.join(DEFAULT_LOSSES)} (got {loss!r})")
+    length = getattr(factory, "length_param", None)
+    if length is not None and not isinstance(length, str):
+        raise ValueError(f"{name}.length_param: must be a parameter name or None (got {length!r})")
     return TunnelInfo(
         name=name,
         primitive=str(getattr(factory, "primitive", "") or ""),
         title=str(getattr(factory, "title", "") or name.capitalize()),
         headline_metric=metric,
         default_loss=loss,
+        length_param=length,
     )

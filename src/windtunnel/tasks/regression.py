@@ -20,6 +20,7 @@ from torch.distributions import Distribution, Normal
 from windtunnel.tasks._util import other_sequence, scatter_normal, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
+from windtunnel.text import number
 
 
 class RegressionParams(TaskParams):
@@ -65,6 +66,7 @@ class Regression(Task[RegressionParams]):
     description = "continuous inference: Gaussian posterior predictive of a random linear map"
     primitive = "continuous inference"
     title = "Regression"
+    length_param = "n"
     controls_note = Task.controls_note + (
         " Regression (each with the exact predictive variance, which depends on the x's alone): 'blind mean' (mean "
         "0, the prior mean: reads no y); 'negated mean' (the exact mean reflected about the prior mean); 'mispaired "
@@ -127,11 +129,12 @@ class Regression(Task[RegressionParams]):
         d = self.params.d
         out = []
         for i, v in enumerate(batch.inputs[index].tolist()):
-            x = "x=[" + ", ".join(f"{a:.2f}" for a in v[:d]) + "]"
+            x = "x=[" + ", ".join(number(a, ".2f") for a in v[:d]) + "]"
             if i % 2 == 0:
                 out.append(x)
             else:
-                out.append(f"({x}, y={v[d]:.2f})" if self.params.pair_tokens else f"y={v[d]:.2f}")
+                y = number(v[d], ".2f")
+                out.append(f"({x}, y={y})" if self.params.pair_tokens else f"y={y}")
         return out
 
 

@@ -1,0 +1,276 @@
+"""Plugins: a user's own tasks and architectures, by name, on every command.
+
+Two ways in:
+
+    --import MODULE      every command that builds tasks or models (train, eval, probe, report, sweep, reproduce,
+                         time-to-bayes, tasks) imports MODULE first; its code registers tasks
+                         (`windtunnel.tasks.register`) and architectures (`windtunnel.models.register`). MODULE is
+                         looked up on sys.path and in the current directory (as `python -m` would).
+    entry points         an installed package declares, in its pyproject.toml,
+                             [project.entry-points."windtunnel.tasks"]
+                             coin = "mypkg.tasks:Coin"
+                             [project.entry-points."windtunnel.models"]
+                             gru = "mypkg.models:GRU"
+                         each is loaded the first time its name is looked up and not found among the registered
+                         names (or when the names are listed) and registered under the entry point's name. A broken
+                         one is a `PluginWarning` naming it, never an error of an unrelated command.
+
+The imports of `windtunnel train` are recorded in the run's config (`imports`; config.json omits an empty list, so a
+run without plugins keeps its config text, hash and identity). Importing a module runs its code, and a run directory
+may come from anyone, so the rule for a config that records imports (a run directory's, a config file's, a sweep's
+base) is that of an import-string architecture (`models.resolve`): its modules are imported only where the user says
+so. A module already imported (by `--import`, or by the Python caller) is used as it is; otherwise `trust_code=True`
+(CLI: `--trust-code`) imports it, from an installed package only (never the current directory or the run
+directory); otherwise it is an `UntrustedCodeError` naming the module and both flags. A worker of a sweep or a suite
+imports its job's modules itself: the driver has already imported them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from windtunnel.errors import UntrustedCodeError
+
+TASKS_GROUP = "windtunnel.tasks"
+MODELS_GROUP = "windtunnel.models"
+# entry-point group -> the registry module whose `register(name, obj)` takes what an entry point names
+GROUPS = {TASKS_GROUP: "windtunnel.tasks.registry", MODELS_GROUP: "windtunnel.models.registry"}
+
+DEBUG_ENV = "WINDTUNNEL_DEBUG"  # as the CLI's: 1 shows the traceback of a module that fails to import
+_MODULE_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+class PluginError(ValueError):
+    """A module named by `--import` (or a config's `imports`) is not a module name, cannot be found, or failed to
+    import; the message names it."""
+
+
+class PluginWarning(UserWarning):
+    """An installed package's entry point could not be loaded or registered (the command goes on without it)."""
+
+
+def check_module_name(name: Any) -> str:
+    """`name` if it is a dotted module name (`mygru`, `my_pkg.models`), else a ValueError saying what is expected."""
+    if not isinstance(name, str) or not _MODULE_NAME.match(name):
+        raise ValueError(
+            f"must be a module name like mygru or my_pkg.models (got {name!r}); a file: name its module, without .py"
+        )
+    return name
+
+
+def unique(names: Iterable[str]) -> list[str]:
+    """`names` in their first order, each once."""
+    return list(dict.fromkeys(names))
+
+
+# --- importing modules ----------------------------------------------------------------------------------------
+
+
+def import_plugins(names: Iterable[str], *, where: str = "--import") -> list[str]:
+    """Import each module of `names` (in order, each once), as the user asked: from sys.path or the current
+    directory. Returns the names. A name that is no module name, a module that cannot be found and a module whose
+    code raises are each a PluginError naming it (`--import mygru: no module named 'mygru' ...`)."""
+    done = []
+    for name in unique(names):
+        try:
+            check_module_name(name)
+        except ValueError as err:
+            raise PluginError(f"{where} {name}: {err}") from None
+        if name not in sys.modules:
+            _import_here(name, where)
+        done.append(name)
+    return done
+
+
+def _import_here(name: str, where: str) -> None:
+    cwd = os.getcwd()
+    saved = list(sys.path)
+    if not any(os.path.realpath(p or os.curdir) == os.path.realpath(cwd) for p in saved):
+        sys.path.insert(0, cwd)  # for the import only: later imports see the path as it was
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (name == err.name or name.startswith(err.name + ".")):
+            raise PluginError(
+                f"{where} {name}: no module named {err.name!r} (not installed, and not in the current directory {cwd})"
+            ) from err
+        raise PluginError(f"{where} {name}: importing it failed: {err}") from err
+    except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
+        if os.environ.get(DEBUG_ENV) == "1":  # the module's own traceback, to debug it
+            raise
+        raise PluginError(
+            f"{where} {name}: importing it raised {type(err).__name__}: {err} ({DEBUG_ENV}=1 for the traceback)"
+        ) from err
+    finally:
+        sys.path[:] = saved
+
+
+def _not_imported(names: Sequence[str], where: str, trust_flag: bool) -> None:
+    missing = [n for n in unique(names) if n not in sys.modules]
+    if not missing:
+        return
+    flags = " ".join(f"--import {n}" for n in missing)
+    trust = f" (or --trust-code to import {'it' if len(missing) == 1 else 'them'} from an installed package)"
+    raise UntrustedCodeError(
+        f"{where}: the config imports {', '.join(map(repr, missing))}, which this process has not imported; "
+        f"importing a module runs its code: pass {flags}{trust if trust_flag else ''}"
+    )
+
+
+def require(
+    names: Sequence[str], *, trust_code: bool = False, exclude: tuple[str | Path, ...] = (), where: str = "imports"
+) -> None:
+    """Make sure the modules a config records (`names`) are imported, by the rule of this module's docstring:
+    already imported, or imported now from an installed package with `trust_code`; else an UntrustedCodeError that
+    names each module and the flags. `exclude`: directories (a run directory) an import may not come from."""
+    missing = [n for n in unique(names) if n not in sys.modules]
+    if not trust_code:
+        _not_imported(missing, where, trust_flag=True)
+        return
+    from windtunnel.models.registry import _import_installed
+
+    for name in missing:
+        try:
+            _import_installed(check_module_name(name), exclude)
+        except ModuleNotFoundError as err:
+            raise PluginError(
+                f"{where}: cannot import {name!r} from an installed package ({err}); --trust-code never imports from "
+                f"the current directory or a run directory: for a module of your own, pass --import {name}"
+            ) from None
+        except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
+            raise PluginError(f"{where}: importing {name!r} raised {type(err).__name__}: {err}") from err
+
+
+def check_imported(names: Sequence[str], where: str = "imports") -> None:
+    """`require` without trust: every module `names` lists is already imported, else an UntrustedCodeError naming
+    each and `--import` (imports nothing)."""
+    _not_imported(names, where, trust_flag=False)
+
+
+# --- entry points ---------------------------------------------------------------------------------------------
+
+# (group, sys.path) -> entry points of that group, and the (name, value) pairs already loaded or tried: a new
+# sys.path entry (an installed package, a test's dist-info) is looked at again.
+_SEEN: dict[tuple[str, tuple[str, ...]], tuple[list[Any], set[tuple[str, str]]]] = {}
+_BUSY: set[str] = set()  # groups being loaded: a plugin module that lists names while it loads loads nothing more
+_FROM_ENTRY_POINTS: dict[tuple[str, str], str] = {}  # (group, registered name) -> the entry point's value
+
+
+def _state(group: str) -> tuple[list[Any], set[tuple[str, str]]]:
+    key = (group, tuple(sys.path))
+    if key not in _SEEN:
+        try:
+            found = list(metadata.entry_points(group=group))
+        except Exception as err:  # noqa: BLE001 - a broken installed distribution: say so, go on without plugins
+            warnings.warn(f"entry points {group}: cannot list them ({type(err).__name__}: {err})", PluginWarning, 3)
+            found = []
+        _SEEN[key] = (found, set())
+    return _SEEN[key]
+
+
+def _dist(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return f" of {dist.name} {dist.version}" if dist is not None else ""
+
+
+def load_entry_points(group: str, name: str | None = None) -> list[str]:
+    """Load the entry points of `group` ("windtunnel.tasks" or "windtunnel.models") called `name` (None: all) that
+    were not loaded yet, and register each object under its entry point's name; returns the names registered. One
+    that fails to load or register, or whose name is taken by another object, is a PluginWarning naming it."""
+    if group not in GROUPS:
+        raise ValueError(f"entry points: group must be one of {', '.join(GROUPS)} (got {group!r})")
+    if group in _BUSY:
+        return []
+    _BUSY.add(group)
+    try:
+        registry = importlib.import_module(GROUPS[group])
+        found, tried = _state(group)
+        added = []
+        for ep in found:
+            if (name is not None and ep.name != name) or (ep.name, ep.value) in tried:
+                continue
+            tried.add((ep.name, ep.value))
+            what = f"entry point {group} {ep.name!r} ({ep.value}{_dist(ep)})"
+            try:
+                obj = ep.load()
+            except Exception as err:  # noqa: BLE001 - a broken plugin must not break unrelated commands
+                warnings.warn(f"{what}: cannot load it ({type(err).__name__}: {err}); ignored", PluginWarning, 3)
+                continue
+            current = registry._REGISTRY.peek(ep.name)
+            if current is obj:  # its module registered it when the entry point imported it
+                _FROM_ENTRY_POINTS[(group, ep.name)] = ep.value
+                continue
+            if current is not None:  # a built-in, or another plugin's: the first one stays
+                warnings.warn(f"{what}: the name is taken by {_qualname(current)}; ignored", PluginWarning, 3)
+                continue
+            try:
+                registry.register(ep.name, obj)
+            except (ValueError, TypeError) as err:
+                warnings.warn(f"{what}: cannot register it ({err}); ignored", PluginWarning, 3)
+                continue
+            _FROM_ENTRY_POINTS[(group, ep.name)] = ep.value
+            added.append(ep.name)
+        return added
+    finally:
+        _BUSY.discard(group)
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def reset() -> None:
+    """Forget which entry points were seen and loaded (tests that install and remove a plugin)."""
+    _SEEN.clear()
+    _FROM_ENTRY_POINTS.clear()
+
+
+# --- what a command line needs to find a name again -----------------------------------------------------------
+
+
+def provider(group: str, name: str) -> str | None:
+    """The module a command line must `--import` to find the registered task or architecture `name` again: the
+    module that defines its factory; None for a built-in, an entry point's (found by name) or a name not registered.
+    "__main__" for one defined in the running script, which no command line can import."""
+    if (group, name) in _FROM_ENTRY_POINTS:
+        return None
+    registry = importlib.import_module(GROUPS[group])
+    factory = registry._REGISTRY.peek(name)
+    module = getattr(factory, "__module__", None) if factory is not None else None
+    if not isinstance(module, str) or module == "windtunnel" or module.startswith("windtunnel."):
+        return None
+    return module
+
+
+def providers(config: dict[str, Any]) -> list[str]:
+    """`provider` of a raw config's task and architecture (those that are registered from a module)."""
+    task = (config.get("task") or {}).get("name", "bijection")
+    arch = (config.get("model") or {}).get("arch", "transformer")
+    found = [provider(TASKS_GROUP, task) if isinstance(task, str) else None]
+    found.append(provider(MODELS_GROUP, arch) if isinstance(arch, str) else None)
+    return unique(m for m in found if m is not None)
+
+
+__all__ = [
+    "MODELS_GROUP",
+    "TASKS_GROUP",
+    "PluginError",
+    "PluginWarning",
+    "check_imported",
+    "check_module_name",
+    "import_plugins",
+    "load_entry_points",
+    "provider",
+    "providers",
+    "require",
+    "reset",
+    "unique",
+]
