@@ -16,8 +16,11 @@ ratio of training seconds to 0.02 bits is the headline.
 Training, validation marks (0.05 / 0.02 / 0.01 bits), run reuse, --out's lock and manifest are time-to-Bayes's own
 (`windtunnel.time_to_bayes`): an interrupted call re-run with the same options resumes, and a finished run is read
 back. Each --out gets report.md, its JSON (geometry_control.json or side_by_side.json), figures/ and time-to-Bayes's
-files. Our code trains the bijection with a V-way loss; the authors' 2V-way loss is not implemented here, and the
-report says so beside every other difference from their production code (`suites.paper.config_deviations`).
+files. `--loss-form authors` (the default) trains the authors arm with the authors' loss form (the bijection's 2V-way
+cross-entropy over every tied token logit, `train.loss: ce_vocab`) and ours with our V-way loss over the value logits;
+`--loss-form v-way` trains both arms with the V-way loss, as the committed results in docs/results/geometry-control
+and docs/results/time-to-bayes-side-by-side were measured. The report states the loss form beside every other
+difference from their production code (`suites.paper.config_deviations`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from windtunnel.marks import EXACT_FILTER, crossings, format_mark, mark_header, 
 from windtunnel.precision import cpu_has_native_bf16, cpu_simd_flags
 from windtunnel.recipes import get_recipe
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
-from windtunnel.suites.paper import config_deviations, dense_schedule, run_config
+from windtunnel.suites.paper import authors_loss, config_deviations, dense_schedule, run_config
 from windtunnel.suites.settings import paper_setting, values
 from windtunnel.time_to_bayes import Cell, cell_runs
 from windtunnel.time_to_bayes import run as time_to_bayes
@@ -64,11 +67,22 @@ OUR_BEST: dict[str, dict[str, Any]] = {
     "hmm": {"recipe": "muon", "lr": 1e-3, "source": "docs/results/time-to-bayes.md: muon (1e-3), HMM, batch 32"},
 }
 OUR_SET = {"model.size.init": "normal", "train.weight_decay": 0.01, "train.weight_decay_on": "matrices"}
-LOSS_NOTE = (
+# --loss-form: the authors arm's loss. "authors": the authors' loss form (`suites.paper.authors_loss`: the bijection's
+# 2V-way tied loss, train.loss ce_vocab); "v-way": the config's own loss (auto: V-way cross-entropy over the value
+# logits for the bijection), what the committed results were measured with. The ours arm always trains with auto.
+LOSS_FORMS = ("authors", "v-way")
+V_WAY = "auto"
+_THEIR_LOSS = (
     "Loss form: the authors train the bijection with a 2V-way cross-entropy over all 2V tied token logits (key "
-    "tokens included); our code implements only the V-way loss over the value logits, so both arms train with it "
-    "(the authors arm has their other ingredients, not their loss)."
+    "tokens included)"
 )
+LOSS_NOTES = {
+    "authors": _THEIR_LOSS + "; the authors arm trains with it (train.loss ce_vocab, --loss-form authors), ours with "
+    "our V-way loss over the value logits.",
+    "v-way": _THEIR_LOSS + "; with --loss-form v-way both arms train with our V-way loss over the value logits (the "
+    "authors arm has their other ingredients, not their loss).",
+}
+LOSS_NOTE = LOSS_NOTES["authors"]  # the default --loss-form's
 FIGURE_CAPTIONS = {
     "geometry": "probe numbers per arm: trained mean with its across-seed interval (filled), own init (hollow), seeds "
     "(dots), baseline (dashed)",
@@ -115,15 +129,19 @@ def arm_cells(
     eval_every: int,
     eval_size: int,
     dense: bool,
+    loss_form: str = "authors",
 ) -> dict[str, Cell]:
     """The two arms of one task as time-to-Bayes cells at one size and budget: "authors" (their ingredients, warmup
-    the same fraction of the steps as theirs) and "ours" (`OUR_BEST` with `OUR_SET`); `dense` adds the frame-precision
-    checkpoint schedule (`suites.paper.dense_schedule`)."""
+    the same fraction of the steps as theirs, and with `loss_form` "authors" their loss form) and "ours" (`OUR_BEST`
+    with `OUR_SET`, the V-way loss); `dense` adds the frame-precision checkpoint schedule
+    (`suites.paper.dense_schedule`). A loss the tier's config already has is not set again, so with "v-way" the cells
+    are those from before --loss-form existed."""
     theirs = authors_recipe(task)
     extra: dict[str, Any] = {"train.checkpoint_schedule": dense_schedule(steps)} if dense else {}
     common: dict[str, Any] = {"task": task, "arch": ARCH, "tier": tier, "steps": steps, "batch_size": batch_size}
     common |= {"eval_every": eval_every, "eval_size": eval_size, "seeds": seeds}
     authors_set = {f"train.{k}": theirs[k] for k in AUTHORS_TRAIN_KEYS} | {"model.size.init": theirs["init"]}
+    authors_set["train.loss"] = arm_loss(task, check_loss_form(loss_form))
     warmup = round(steps * theirs["warmup_steps"] / theirs["steps"])
     best = OUR_BEST[task]
     return {
@@ -135,9 +153,25 @@ def arm_cells(
             **common,
         ),
         "ours": Cell(
-            recipe=best["recipe"], lr=best["lr"], set=_changes(task, tier, best["recipe"], OUR_SET) | extra, **common
+            recipe=best["recipe"],
+            lr=best["lr"],
+            set=_changes(task, tier, best["recipe"], OUR_SET | {"train.loss": V_WAY}) | extra,
+            **common,
         ),
     }
+
+
+def check_loss_form(loss_form: str) -> str:
+    """`loss_form` if it is one of `LOSS_FORMS`, else a ValueError naming --loss-form."""
+    if loss_form not in LOSS_FORMS:
+        raise ValueError(f"--loss-form: must be one of {', '.join(LOSS_FORMS)} (got {loss_form!r})")
+    return loss_form
+
+
+def arm_loss(task: str, loss_form: str) -> str:
+    """The authors arm's train.loss under `loss_form`: the authors' loss form ("ce_vocab" for the bijection; auto where
+    auto is already theirs, as the HMM's soft targets) or, for "v-way", auto."""
+    return (authors_loss(task, ARCH) or V_WAY) if loss_form == "authors" else V_WAY
 
 
 def _changes(task: str, tier: str, recipe: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +195,7 @@ def arm_settings(cell: Cell) -> dict[str, Any]:
         "weight_decay": t.weight_decay,
         "weight_decay_on": t.weight_decay_on,
         "grad_clip": t.grad_clip,
+        "loss": t.loss,
         "init": cfg.model.size.get("init"),
         "model": {k: v for k, v in cfg.model.size.items() if k != "init"},
         "steps": t.steps,
@@ -280,12 +315,15 @@ def control(
     eval_size: int = 256,
     tier: str = "quick",
     fresh: bool = False,
+    loss_form: str = "authors",
     command: str = "",
     echo: Any = print,
 ) -> dict[str, Any]:
-    """The geometry control: train and probe both arms of every task (`arm_cells`, dense checkpoints), then write
-    report.md, geometry_control.json and figures/ into `out`; returns the JSON."""
+    """The geometry control: train and probe both arms of every task (`arm_cells`, dense checkpoints; the authors
+    arm's loss by `loss_form`), then write report.md, geometry_control.json and figures/ into `out`; returns the
+    JSON."""
     out = Path(out)
+    check_loss_form(loss_form)
     cells = {
         task: arm_cells(
             task,
@@ -297,6 +335,7 @@ def control(
             eval_every=eval_every,
             eval_size=eval_size,
             dense=True,
+            loss_form=loss_form,
         )
         for task in tasks
     }
@@ -311,7 +350,7 @@ def control(
         "machine": machine(ttb),
         "wall_s": ttb["wall_s"],
         "marks": list(MARKS),
-        "loss_form": LOSS_NOTE,
+        "loss_form": LOSS_NOTES[loss_form],
         "authors_lr": AUTHORS_LR_NOTE.format(lr=authors_lr, theirs=their_runs),
         "tasks": {
             task: {name: arm_result(name, cell, ttb, out, None) for name, cell in arms.items()}
@@ -340,13 +379,16 @@ def side_by_side(
     eval_every: int = 100,
     eval_size: int = 256,
     fresh: bool = False,
+    loss_form: str = "authors",
     command: str = "",
     echo: Any = print,
 ) -> dict[str, Any]:
     """Time-to-Bayes of the bijection transformer at `tier`'s size (the paper tier: the authors' model): the authors'
-    recipe (their batch and lr unless given; schedule laid over `cap_steps`) and ours, `seeds` each, in one call on one
-    machine; marks within `cap_seconds` of training; writes report.md, side_by_side.json and figures/."""
+    recipe (their batch and lr unless given; schedule laid over `cap_steps`; their loss by `loss_form`) and ours,
+    `seeds` each, in one call on one machine; marks within `cap_seconds` of training; writes report.md,
+    side_by_side.json and figures/."""
     out = Path(out)
+    check_loss_form(loss_form)
     theirs = authors_recipe("bijection")
     cells = arm_cells(
         "bijection",
@@ -358,6 +400,7 @@ def side_by_side(
         eval_every=eval_every,
         eval_size=eval_size,
         dense=False,
+        loss_form=loss_form,
     )
     ttb = time_to_bayes(list(cells.values()), out, jobs, echo, threads, fresh=fresh)
     arms = {name: arm_result(name, cell, ttb, out, cap_seconds) for name, cell in cells.items()}
@@ -375,7 +418,7 @@ def side_by_side(
         "marks": list(MARKS),
         "headline_mark": HEADLINE_MARK,
         "ratio_authors_over_ours": ratios,
-        "loss_form": LOSS_NOTE,
+        "loss_form": LOSS_NOTES[loss_form],
         "schedule_note": (
             f"The authors' schedule is laid over the {cap_steps:,} capped steps (warmup "
             f"{theirs['warmup_steps'] / theirs['steps']:.0%} of them as their {theirs['warmup_steps']:,} of "
@@ -508,16 +551,17 @@ def control_markdown(data: dict[str, Any], out: Path) -> str:
         Paragraph(
             "Each task's transformer trains in two arms with the same model, task, budget and data seeds: authors "
             "(the init, optimiser betas, weight decay and what it applies to, schedule, clip and warmup fraction of "
-            "the authors' production cell of that task, from suites.settings) and ours (N(0, 0.02) init, our best "
-            "recipe for the cell). Every seed is probed at its final checkpoint; intervals are Student-t 95% over "
-            "seeds (geometry.seeds.across_seeds). Results are as measured; this report draws no verdict."
+            "the authors' production cell of that task, from suites.settings, and with --loss-form authors their "
+            "loss form) and ours (N(0, 0.02) init, our best recipe for the cell, our loss: V-way for the bijection). "
+            "Every seed is probed at its final checkpoint; intervals are Student-t 95% over seeds "
+            "(geometry.seeds.across_seeds). Results are as measured; this report draws no verdict."
         )
     )
     doc.add(Heading("Arms"))
     doc.add(settings_table(by_task))
     doc.add(Paragraph(f"Authors arm: {data['authors_lr']}."))
     doc.add(Heading("Stated differences from the authors' production code"))
-    doc.add(Paragraph(LOSS_NOTE))
+    doc.add(Paragraph(data["loss_form"]))
     doc.add(differences(by_task))
     doc.add(Heading("Time to Bayes (validation stream)"))
     doc.add(
@@ -576,7 +620,7 @@ def side_by_side_markdown(data: dict[str, Any], out: Path) -> str:
     trained = [f"{a['arm']} s{s['seed']}: {s['train_s']:,.1f} s" for a in data["arms"].values() for s in a["seeds"]]
     doc.add(Paragraph("Training seconds per run: " + "; ".join(trained) + "."))
     doc.add(Heading("Stated differences from the authors' production code"))
-    doc.add(Paragraph(LOSS_NOTE))
+    doc.add(Paragraph(data["loss_form"]))
     doc.add(differences({"bijection": data["arms"]}))
     for name in data["figures"]:
         doc.add(Figure(out / name, FIGURE_CAPTIONS["time_to_bayes"]))
@@ -609,6 +653,12 @@ def main() -> None:
     both.add_argument("--eval-every", type=int, default=100, help="validation every N steps (the marks' resolution)")
     both.add_argument("--eval-size", type=int, default=256, help="validation sequences per evaluation")
     both.add_argument("--fresh", action="store_true", help="set aside run directories of another config")
+    both.add_argument(
+        "--loss-form",
+        choices=LOSS_FORMS,
+        default="authors",
+        help="the authors arm's loss: the authors' (2V-way for the bijection) or our V-way loss (ours: always V-way)",
+    )
     both.add_argument("--publish", type=Path, help="then copy report, JSON and figures here (replaced)")
     c = sub.add_parser("control", parents=[both], help="the geometry control (quick size, dense checkpoints, probes)")
     c.add_argument("--tasks", nargs="+", default=["bijection"], choices=sorted(OUR_BEST))
@@ -631,6 +681,7 @@ def main() -> None:
         "eval_size": args.eval_size,
         "tier": args.tier,
         "fresh": args.fresh,
+        "loss_form": args.loss_form,
         "authors_lr": args.authors_lr,
         "command": shlex.join(["python", *sys.argv]),
     }

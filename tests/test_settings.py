@@ -68,9 +68,8 @@ def test_paper_tier_mamba_is_the_authors_block_with_torch_init():
 
 def test_paper_tier_deviations_are_what_our_code_cannot_match():
     lines = deviations("paper")
-    bij = next(line for line in lines if line.startswith("bijection / transformer training: "))
-    assert "loss = V-way" in bij and "(2V-way" in bij  # the 20-way value-slice loss vs their 40-way tied head
-    assert "optimizer" not in bij and "weight_decay" not in bij and "betas" not in bij  # matched
+    # the bijection transformer's training matches theirs: their 2V-way tied loss (ce_vocab), optimiser, decay, betas
+    assert not any(line.startswith("bijection / transformer training: ") for line in lines)
     assert not any(line.startswith("bijection / mamba model: ") for line in lines)  # their block, their init
     mamba = next(line for line in lines if line.startswith("hmm / mamba training: "))
     assert "data = fresh" in mamba and "nonfinite = " in mamba  # fixed 50k sequences; NaN batches skipped

@@ -284,6 +284,30 @@ class OutputHead(nn.Module):
                 out = self.proj(x)  # (B,T,K) or (B,T,2)
             return out if self.log_scale is None else out * self.log_scale.exp()
 
+    def vocab_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """A tied head's logits over every token of the vocabulary, (B,T,vocab_size): x @ E.T (times exp(log_scale)
+        where the head has one), in float32 as `forward`; columns `answer_rows` are the answer logits `forward`
+        returns. What `train.loss: ce_vocab` trains on (the authors' 2V-way bijection loss); ValueError for an untied
+        head, which has no logit per token."""
+        if not self._tied_to:
+            raise ValueError("vocab_logits: an untied head has no logit per token (only a tied head does)")
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.to(torch.promote_types(x.dtype, torch.float32))
+            weight = self._tied_to[0].token_weight
+            assert weight is not None  # tied only to a token embedding
+            out = x @ weight.t()  # (B,T,vocab_size)
+            return out if self.log_scale is None else out * self.log_scale.exp()
+
+
+def tied_head(model: nn.Module) -> OutputHead | None:
+    """The model's one tied `OutputHead` (`model.head`, else the only OutputHead among its modules), or None where it
+    has none, or more than one OutputHead."""
+    head = getattr(model, "head", None)
+    if not isinstance(head, OutputHead):
+        heads = [m for m in model.modules() if isinstance(m, OutputHead)]
+        head = heads[0] if len(heads) == 1 else None
+    return head if head is not None and head.tied else None
+
 
 class FeedForward(nn.Module):
     """Pre-norm position-wise MLP delta: Linear(d->hidden) -> GELU -> Linear(hidden->d); the caller adds it."""

@@ -23,7 +23,7 @@ from windtunnel import tasks
 from windtunnel.config import BASELINES, EvalConfig, TrainConfig
 from windtunnel.models import size_class
 from windtunnel.models.presets import preset
-from windtunnel.suites.settings import Sourced, our_forms, paper_setting, values
+from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 
 TIERS = ("smoke", "quick", "standard", "paper")
@@ -214,10 +214,23 @@ class SuiteRun:
     config: dict[str, Any]
 
 
+def authors_loss(task: str, arch: str) -> str | None:
+    """The `train.loss` that trains a cell with the authors' loss form where the config's auto does not: "ce_vocab"
+    where their form is the every-token tied loss (the bijection's 2V-way one), else None (auto is theirs, or no
+    loss of ours is)."""
+    form = paper_setting(task, arch).get("form.loss")
+    if form is None or form.value == our_loss_form(task):
+        return None
+    return "ce_vocab" if form.value == our_loss_form(task, "ce_vocab") else None
+
+
 def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
     if tier == "paper":
         out = {**values(paper_setting(task, arch), "train."), "eval_every": 5000, "checkpoint_every": 10_000}
         out["betas"] = list(out.get("betas", (0.9, 0.999)))
+        loss = authors_loss(task, arch)  # the 2V-way tied loss of the G3-format bijection models: ce_vocab
+        if loss is not None:
+            out["loss"] = loss
     elif tier in ("quick", "standard"):
         steps, batch = budget(task, tier)
         standard = tier == "standard"  # frequent validation: the report reads each cell's time to every mark
@@ -373,7 +386,7 @@ def _config_values(cfg: dict[str, Any]) -> dict[str, Any]:
         **_prefixed("model", dumped),
         **_prefixed("train", {**TrainConfig().model_dump(), **cfg.get("train", {})}),
         **_prefixed("eval", {**EvalConfig().model_dump(), **cfg.get("eval", {})}),
-        **our_forms(task, arch, dumped),
+        **our_forms(task, arch, dumped, cfg.get("train", {}).get("loss", "auto"), cfg["task"].get("params", {})),
     }
 
 

@@ -112,6 +112,7 @@ _NORMAL_INIT = (
 _TORCH_INIT = "PyTorch's default init of every module"
 _LOSS_2V = "2V-way: cross-entropy over all 2V tied token logits at each key position (key-token logits pushed down)"
 _LOSS_V = "V-way: cross-entropy over the V value logits at each key position"
+_LOSS_VOCAB = "cross-entropy over every token logit of the tied head at each scored position"
 _SOFT_CE = "soft-target cross-entropy against the exact filtered posterior at every observation"
 _FRESH = "fresh sequences every step"
 _FINAL = "the final weights"
@@ -283,11 +284,26 @@ PAPER_SETTINGS: dict[str, dict[str, dict[str, Sourced]]] = {
 _OUR_LOSS = {"bijection": _LOSS_V, "hmm": _SOFT_CE}
 
 
-def our_forms(task: str, arch: str, size: dict[str, Any]) -> dict[str, str]:
-    """Our fixed `form.*` for a cell of `task` x `arch` whose resolved model size is `size` (a model_dump)."""
+def our_loss_form(task: str, loss: str = "auto", params: dict[str, Any] | None = None) -> str | None:
+    """What our training loss is for `task` under `train.loss` = `loss` (with task parameters `params`), in the
+    table's words: `ce_vocab` on the sep-vocab bijection is the authors' 2V-way tied loss (on the paired format, whose
+    V tokens are the values, it is the V-way one); None for a task the table states no loss form for."""
+    if loss == "ce_vocab":
+        if task == "bijection":
+            return _LOSS_2V if (params or {}).get("format", "sep-vocab") == "sep-vocab" else _LOSS_V
+        return _LOSS_VOCAB
+    return _OUR_LOSS.get(task)
+
+
+def our_forms(
+    task: str, arch: str, size: dict[str, Any], loss: str = "auto", params: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """Our fixed `form.*` for a cell of `task` x `arch` whose resolved model size is `size` (a model_dump), trained
+    with `train.loss` = `loss` on task parameters `params` (`our_loss_form`)."""
     forms = {"form.data": _FRESH, "form.checkpoint": _FINAL, "form.nonfinite": _STOPS}
-    if task in _OUR_LOSS:
-        forms["form.loss"] = _OUR_LOSS[task]
+    loss_form = our_loss_form(task, loss, params)
+    if loss_form is not None:
+        forms["form.loss"] = loss_form
     if arch == "transformer":
         forms["form.model"] = _RMS_FORM
         forms["form.init"] = _NORMAL_INIT if size.get("init") == "normal" else _TORCH_INIT
