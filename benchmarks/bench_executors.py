@@ -34,7 +34,7 @@ def suite_wall(out: Path, **kwargs: object) -> tuple[float, dict[str, dict]]:
 
 def main() -> None:
     from windtunnel.executors.ray_local import LocalCluster
-    from windtunnel.reproduce import machine_description
+    from windtunnel.machine import machine_description
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/scale-out"))

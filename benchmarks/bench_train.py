@@ -51,8 +51,8 @@ A work tree of the authors' repository (any of):
     git --git-dir=<mirror>/repo worktree add /tmp/authors HEAD
     mkdir /tmp/authors && git --git-dir=<mirror>/repo archive HEAD -- src experiments/jlens | tar -x -C /tmp/authors
 
-(the last when the mirror lacks some large result files, as /work/.mirror/vishalmisra+bayesian-wind-tunnel/repo
-does: a full `git archive HEAD` stops at a missing blob; only `src/` and `experiments/jlens/` are needed).
+(the last when a mirror lacks some large result files: a full `git archive HEAD` stops at a missing blob; only
+`src/` and `experiments/jlens/` are needed).
 
 The full measurement (both tasks, float32 and bf16, authors' code, 2 threads):
 
@@ -83,8 +83,8 @@ import torch.nn.functional as F
 from windtunnel import rundir, runs
 from windtunnel.config import RunConfig, build_config
 from windtunnel.evaluate import evaluate
+from windtunnel.machine import machine_description
 from windtunnel.precision import cpu_has_native_bf16
-from windtunnel.reproduce import machine_description
 from windtunnel.suites import paper
 from windtunnel.train import resolve_device, train
 

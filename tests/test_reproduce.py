@@ -8,10 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
+from windtunnel.config import BASELINES
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import find_runs
 from windtunnel.reproduce import reproduce
-from windtunnel.suites import ARCHS, BASELINES, TASKS, deviations, suite
+from windtunnel.suites import ARCHS, TASKS, deviations, suite
 
 
 @pytest.fixture(scope="module")
@@ -211,11 +212,11 @@ def test_build_report_on_a_single_run(smoke, tmp_path):
     assert results["runs"][0]["arch"] == "oracle"
 
 
-def test_estimated_cost_weighs_tokens_by_parameters_and_architecture():
-    from windtunnel.reproduce import estimated_cost
+def test_config_cost_weighs_tokens_by_parameters_and_architecture():
+    from windtunnel.executors.driver import config_cost
 
     runs = {r.name: r for r in suite("quick")}
-    cost = {name: estimated_cost(r) for name, r in runs.items()}
+    cost = {name: config_cost(r.config) for name, r in runs.items()}
     assert cost["hmm-oracle"] == 0.0
     # the 2x64 recall transformer trains many cheap tokens; the 4x128 HMM Mamba few expensive ones
     assert cost["hmm-mamba-s0"] > cost["hmm-transformer-s0"] > cost["recall-transformer-s0"] > 0

@@ -17,7 +17,8 @@ import torch
 from tiny_runs import smoke_config
 from windtunnel import checkpoints, models, rundir, runs
 from windtunnel.config import build_config
-from windtunnel.train import TrainingDiverged, lr_at, train
+from windtunnel.errors import TrainingDiverged
+from windtunnel.train import lr_at, train
 
 # Small task settings so a smoke run of every pair stays fast.
 TINY_TASKS = {

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -25,13 +25,11 @@ from pydantic import (
     model_validator,
 )
 
-from windtunnel.text import close_match
+from windtunnel.errors import error_message
+from windtunnel.tiers import SizeTier
 
 # Predictors that are evaluated like models but never trained (windtunnel.models.baselines).
 BASELINES = ("oracle", "uniform")
-
-# The size tiers of the model presets (windtunnel.models.presets), smallest first.
-SizeTier = Literal["smoke", "quick", "paper"]
 
 # Length generalisation: a model with a learned position table reserves positions for its task at this multiple of
 # the task's length parameter (the paper trains the HMM at K = 20 and tests up to K = 50; paper-spec §4.3).
@@ -141,7 +139,9 @@ class TrainConfig(_Strict):
     curriculum: list[CurriculumStage] = Field(default_factory=list)
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0)
-    loss: Literal["auto", "ce", "soft_ce", "gaussian_nll"] = "auto"
+    # "ce_vocab": cross-entropy over every token logit of a tied head (target: answer_token_offset + class); on the
+    # sep-vocab bijection that is the authors' 2V-way loss (resolve_config refuses it where there is no tied head)
+    loss: Literal["auto", "ce", "soft_ce", "gaussian_nll", "ce_vocab"] = "auto"
     eval_every: int = Field(default=500, ge=0)  # 0: only the final evaluation
     eval_size: int = Field(default=256, ge=1)
     log_every: int = Field(default=10, ge=1)
@@ -230,53 +230,6 @@ class RunConfig(_Strict):
         if self.model.arch in BASELINES and self.model.size:
             raise ValueError(f"model.size: the {self.model.arch!r} baseline has no size parameters")
         return self
-
-
-def error_message(
-    err: ValidationError, where: str = "config", prefix: str = "", model: type[BaseModel] | None = None
-) -> str:
-    """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`, each field name after
-    `prefix`. An error of the whole object (a check across fields, whose message names them) is given as is, or after
-    `where` when it names nothing. With `model` (the class validated), an unknown key names the closest known one:
-    `train.lrr: Extra inputs are not permitted (got 1; did you mean 'lr'?)`."""
-    parts = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(p) for p in e["loc"])
-        if not loc:
-            parts.append(prefix + msg if ": " in msg else f"{where}: {msg}")
-            continue
-        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
-        if e["type"] == "extra_forbidden" and model is not None:
-            match = close_match(e["loc"][-1], _known_keys(model, e["loc"][:-1]))
-            notes += [f"did you mean {match!r}?"] if match else []
-        parts.append(f"{prefix}{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
-    return "; ".join(parts)
-
-
-def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The field names of the (nested) model at `loc` below `model` (list indices skipped), [] where `loc` leads
-    out of pydantic models (into a dict of task parameters, say)."""
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = current.model_fields.get(part) if current is not None else None
-        current = _model_in(field.annotation) if field is not None else None
-        if current is None:
-            return []
-    return list(current.model_fields) if current is not None else []
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model an annotation holds (`X`, `X | None`, `list[X]`), or None."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def validate(data: dict[str, Any]) -> RunConfig:
@@ -466,6 +419,8 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
 
     check_imported(cfg.imports)  # a config's own modules are imported by who asked for them (windtunnel.plugins)
     task = tasks.make(cfg.task.name, **cfg.task.params)
+    if cfg.train.loss == "ce_vocab" and cfg.model.arch not in BASELINES:
+        _check_vocab_loss(task.spec)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
     for o in eval_settings(cfg)[1:]:
@@ -497,6 +452,12 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
         if cfg.model.arch in models.names():  # an import string's Size is read when the run builds it (trust_code)
             typed = models.size_class(cfg.model.arch).of(size, where="model.size.")
             table = typed.learned_positions()
+            if cfg.train.loss == "ce_vocab" and not getattr(typed, "tie", False):
+                raise ValueError(
+                    f"train.loss: 'ce_vocab' needs a tied output head (a logit per token); {cfg.model.arch!r} "
+                    + ("has model.size.tie false" if hasattr(typed, "tie") else "has an untied head")
+                    + " (use train.loss auto or ce)"
+                )
             # resolved=True: fields derived from others (`init`) are stored at their concrete values
             size = typed.as_config(resolved=True)
     reserved = cfg.model.reserved_positions
@@ -560,6 +521,16 @@ def run_identity(cfg: RunConfig) -> dict[str, Any]:
 def config_to_json(cfg: RunConfig) -> str:
     """Stable, human-readable JSON of a config."""
     return json.dumps(cfg.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def _check_vocab_loss(spec: Any) -> None:
+    """`train.loss: ce_vocab` scores every token logit of a tied head, so the task's answers must be input tokens
+    (`TaskSpec.answer_token_offset`); ValueError naming train.loss otherwise."""
+    if spec.answer_kind != "classes" or spec.input_kind != "tokens" or spec.answer_token_offset is None:
+        raise ValueError(
+            f"train.loss: 'ce_vocab' needs a task whose answers are input tokens (answer_token_offset); task "
+            f"{spec.name!r} has none (use train.loss auto)"
+        )
 
 
 def resolve_loss(cfg: RunConfig, task: Any) -> str:

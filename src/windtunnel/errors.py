@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import shlex
 import signal
+from typing import Any, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from windtunnel.text import close_match
 
 
 class CheckpointError(RuntimeError):
@@ -79,3 +84,53 @@ __all__ = [
     "TrainingInterrupted",
     "UntrustedCodeError",
 ]
+
+
+# --- the one formatter of validation errors (configs, task parameters, model sizes, recipes, cells) ---------------
+
+
+def error_message(
+    err: ValidationError, where: str = "config", prefix: str = "", model: type[BaseModel] | None = None
+) -> str:
+    """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`, each field name after
+    `prefix`. An error of the whole object (a check across fields, whose message names them) is given as is, or after
+    `where` when it names nothing. With `model` (the class validated), an unknown key names the closest known one:
+    `train.lrr: Extra inputs are not permitted (got 1; did you mean 'lr'?)`."""
+    parts = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(p) for p in e["loc"])
+        if not loc:
+            parts.append(prefix + msg if ": " in msg else f"{where}: {msg}")
+            continue
+        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
+        if e["type"] == "extra_forbidden" and model is not None:
+            match = close_match(e["loc"][-1], _known_keys(model, e["loc"][:-1]))
+            notes += [f"did you mean {match!r}?"] if match else []
+        parts.append(f"{prefix}{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
+    return "; ".join(parts)
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the (nested) model at `loc` below `model` (list indices skipped), [] where `loc` leads
+    out of pydantic models (into a dict of task parameters, say)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if current is not None else None
+        current = _model_in(field.annotation) if field is not None else None
+        if current is None:
+            return []
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (`X`, `X | None`, `list[X]`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

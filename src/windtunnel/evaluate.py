@@ -19,7 +19,7 @@ from torch.distributions import Distribution
 from windtunnel import checkpoints, marks, metrics, rundir, runs
 from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
 from windtunnel.models import baselines
-from windtunnel.precision import autocast
+from windtunnel.precision import autocast, model_device
 from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch
 
@@ -205,7 +205,7 @@ def evaluate_model(
     """One evaluation setting of a model on `stream` (`score_predictor` with the run's seed and eval settings)."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
-    dev = device or _model_device(model)
+    dev = device or model_device(model)
     was_training = model.training
     model.eval()
     try:
@@ -222,11 +222,6 @@ def evaluate_model(
         )
     finally:
         model.train(was_training)
-
-
-def _model_device(model: nn.Module) -> torch.device:
-    p = next(iter(model.parameters()), None)
-    return p.device if p is not None else torch.device("cpu")
 
 
 def evaluate(

@@ -135,11 +135,9 @@ def require(
     if not trust_code:
         _not_imported(missing, where, trust_flag=True)
         return
-    from windtunnel.models.registry import _import_installed
-
     for name in missing:
         try:
-            _import_installed(check_module_name(name), exclude)
+            import_installed(check_module_name(name), exclude)
         except ModuleNotFoundError as err:
             raise PluginError(
                 f"{where}: cannot import {name!r} from an installed package ({err}); --trust-code never imports from "
@@ -147,6 +145,23 @@ def require(
             ) from None
         except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
             raise PluginError(f"{where}: importing {name!r} raised {type(err).__name__}: {err}") from err
+
+
+def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
+    """sys.path entries an import must not come from: the current directory ('' or its path) and `extra`."""
+    return {os.path.realpath(p) for p in (os.getcwd(), *extra)}
+
+
+def import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
+    """Import `module` from an installed package: the current directory and `exclude` (a run directory) are taken off
+    sys.path for the duration (what `--trust-code` imports, for import-string architectures and a config's imports)."""
+    bad = _untrusted_paths(exclude)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) not in bad]
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path[:] = saved
 
 
 def check_imported(names: Sequence[str], where: str = "imports") -> None:

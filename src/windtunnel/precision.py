@@ -14,6 +14,12 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instruction sets that compute bf
 SIMD_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", *BF16_FLAGS, "amx_tile")
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's parameters (CPU for a model without any: the baselines)."""
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 matmuls natively (AVX512-BF16 / AMX), not by emulation.
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from windtunnel.config import apply_overrides, error_message, read_file
+from windtunnel.config import apply_overrides, read_file
+from windtunnel.errors import error_message
 
 _ALLOWED_PREFIXES = ("train.", "model.")
 _FORBIDDEN = ("model.arch",)  # a recipe trains a given architecture; it does not swap it

@@ -7,49 +7,22 @@ only when its stored config is the one asked for (`manifest.claim_runs`; `fresh`
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from windtunnel import manifest
-from windtunnel.config import resolve_config
+from windtunnel.config import BASELINES, resolve_config
 from windtunnel.executors import Executor, Job, make_executor, placement, threads_per_run, write_storage_token
-from windtunnel.executors.driver import config_cost, execute
+from windtunnel.executors.driver import execute
 from windtunnel.lock import DirLock
+from windtunnel.machine import machine_description
 from windtunnel.rundir import check_writable, read_json_object, write_json
-from windtunnel.suites import BASELINES, SuiteRun, deviations, suite
+from windtunnel.suites import SuiteRun, deviations, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
-
-
-def machine_description() -> dict[str, Any]:
-    """Where the runs were made: CPU model and cores, accelerator, torch version."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return {
-        "machine": f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.machine()}",
-        "device": device,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def estimated_cost(entry: SuiteRun) -> float:
-    """Training tokens x parameters, weighted by architecture: orders runs so the longest start first."""
-    return config_cost(entry.config)
 
 
 def where_runs_ran(results: list[dict[str, Any]]) -> dict[str, Any]:

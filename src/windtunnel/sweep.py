@@ -638,8 +638,8 @@ def write_table(
     ("settings", best first by the mean validation headline metric, ★ on each task's best), one row per finished
     point ("rows", grouped by setting in that order; a run's "best" says it is a run of a ★ setting); a point not
     finished is listed under "missing". Returns what sweep.json holds."""
+    from windtunnel.machine import machine_description
     from windtunnel.report.tables import headline_metric
-    from windtunnel.reproduce import machine_description
 
     done = [p for p in points if manifest.is_finished(out / "runs" / p.name)]
     rows = [run_row(p, out / "runs" / p.name) for p in done]

@@ -249,7 +249,7 @@ def run(
     Markdown and the plot; returns the results dict. A finished seed is read back, not trained again; a run directory
     of another config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also
     gets the geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
-    from windtunnel.reproduce import machine_description
+    from windtunnel.machine import machine_description
 
     runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     threads = threads_per_run(executor, jobs, threads)
@@ -531,7 +531,8 @@ def parse_cell(text: str) -> Cell:
     extra overrides) -> Cell; values read as `--set` values are. ValueError names a bad field or a key given twice."""
     from pydantic import ValidationError
 
-    from windtunnel.config import error_message, parse_value
+    from windtunnel.config import parse_value
+    from windtunnel.errors import error_message
 
     fields: dict[str, Any] = {"set": {}}
     for item in filter(None, (s.strip() for s in text.split(","))):

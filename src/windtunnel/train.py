@@ -46,10 +46,11 @@ from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
+from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.precision import autocast
 from windtunnel.progress import StepLines
-from windtunnel.seeds import train_seed, val_seed
+from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
 
@@ -63,10 +64,16 @@ def resolve_device(choice: str) -> torch.device:
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean training loss over scored positions: ce on targets, soft_ce on posterior probs, or Gaussian NLL."""
+    """Mean training loss over scored positions: ce on targets, soft_ce on posterior probs, or Gaussian NLL; for
+    ce_vocab `out` is the tied head's logits over the whole vocabulary (`OutputHead.vocab_logits`), the target the
+    answer's token (answer_token_offset + class)."""
     mask = batch.target_mask.bool()
     if kind == "ce":
         return F.cross_entropy(out[mask].float(), batch.targets[mask].long())
+    if kind == "ce_vocab":
+        if spec.answer_token_offset is None:
+            raise ValueError("train.loss: ce_vocab needs a task whose answers are input tokens (answer_token_offset)")
+        return F.cross_entropy(out[mask].float(), batch.targets[mask].long() + int(spec.answer_token_offset))
     if kind == "soft_ce":
         # soft_ce is for class answers, whose posterior is a Categorical
         probs = cast(Categorical, batch.posterior).probs[mask].float()  # (N,K)
@@ -331,6 +338,39 @@ def _stopping_on_signals(enabled: bool, run_dir: Path, last_step: int) -> Iterat
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
+def _vocab_head(model: nn.Module) -> OutputHead:
+    """The tied head whose every token logit `train.loss: ce_vocab` trains on; ValueError naming train.loss where the
+    model has none (an untied head, or an architecture without an `OutputHead`)."""
+    head = tied_head(model)
+    if head is None:
+        raise ValueError(
+            "train.loss: 'ce_vocab' needs a model with one tied output head (models.common.OutputHead, tie=True); "
+            f"{type(model).__name__} has none (use train.loss auto or ce)"
+        )
+    return head
+
+
+@contextlib.contextmanager
+def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
+    """While inside, each forward pass through `head` appends the hidden state it reads (B,T,d) to the yielded list,
+    so the training step computes `head.vocab_logits` of the same pass (no second forward; `model(inputs)` returns
+    what it always does). Nothing is registered for head None; the hook is removed on leaving."""
+    seen: list[torch.Tensor] = []
+    if head is None:
+        yield seen
+        return
+
+    def keep(module: nn.Module, args: tuple[Any, ...]) -> None:
+        seen.clear()  # only the latest pass (an evaluation's passes in between are dropped)
+        seen.append(args[0])
+
+    handle = head.register_forward_pre_hook(keep)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
 def train(
     config: RunConfig | dict,
     run_dir: str | Path,
@@ -366,6 +406,8 @@ def train(
     task = runs.build_task(cfg)
     device = resolve_device(cfg.train.device)
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
+    if resolve_loss(cfg, task) == "ce_vocab" and not baselines.is_baseline(model):
+        _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
     callbacks = tracking.check_callbacks(callbacks)
     tracking.check_loggers(cfg.train.loggers)
     rundir.check_writable(run_dir)
@@ -418,6 +460,7 @@ def _train_locked(
     if start:
         checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
     loss_kind = resolve_loss(cfg, task)
+    vocab_head = _vocab_head(model) if loss_kind == "ce_vocab" else None
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
@@ -433,7 +476,7 @@ def _train_locked(
     train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
     t_start = time.perf_counter()
     train_s_last, step_last, tokens = train_s, start, 0
-    with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop:
+    with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(vocab_head) as head_input:
         try:
             model.train()
             for step in range(start + 1, t.steps + 1):
@@ -445,6 +488,8 @@ def _train_locked(
                 batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
                 with autocast(device, t.dtype):
                     out = fwd(batch.inputs)
+                if vocab_head is not None:  # ce_vocab: every token's logit, from the state this pass fed the head
+                    out = vocab_head.vocab_logits(head_input.pop())
                 loss = compute_loss(loss_kind, step_task.spec, out, batch)
                 loss_value = float(loss.detach())
                 if not math.isfinite(loss_value):
@@ -513,14 +558,10 @@ def _train_locked(
 
 __all__ = [
     "RESUMABLE_KEYS",
-    "TrainingDiverged",
-    "TrainingInterrupted",
     "compute_loss",
     "lr_at",
     "resume_config",
     "start_line",
     "train",
-    "train_seed",
-    "val_seed",
     "validation_line",
 ]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from windtunnel.cli import app
 from windtunnel.cli.common import (
     executor_option,
     fail,
@@ -19,6 +18,7 @@ from windtunnel.cli.common import (
     progress_option,
     ray_address_option,
 )
+from windtunnel.cli.root import app
 
 
 @app.command("time-to-bayes")

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli import app
 from windtunnel.cli.common import guarded, import_modules, import_option
+from windtunnel.cli.root import app
 from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
 from windtunnel.text import number
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from windtunnel.cli import app
 from windtunnel.cli.common import (
     executor_option,
     fresh_option,
@@ -21,6 +20,7 @@ from windtunnel.cli.common import (
     ray_address_option,
     threads_option,
 )
+from windtunnel.cli.root import app
 
 
 @app.command()

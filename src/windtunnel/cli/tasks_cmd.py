@@ -7,8 +7,8 @@ import math
 import typer
 
 from windtunnel import tasks
-from windtunnel.cli import app
 from windtunnel.cli.common import guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.root import app
 from windtunnel.metrics import entropy_bits
 from windtunnel.text import number
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli import app
 from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.root import app
 from windtunnel.config import BASELINES, RunConfig, build_config
 from windtunnel.text import number
 

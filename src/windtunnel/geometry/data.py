@@ -26,6 +26,7 @@ from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
 from windtunnel.models.hooks import HookedModel
+from windtunnel.precision import model_device
 from windtunnel.seeds import test_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
@@ -99,12 +100,6 @@ def entropy_error_bits(model: torch.nn.Module, batch: Batch) -> float:
     with torch.no_grad():
         out = model(batch.inputs)
     return entropy_mae_bits(predictive(model_spec(model), out), batch)
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's parameters (CPU for a model without any)."""
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
 
 
 def _distribution_to(dist: Distribution, device: torch.device) -> Distribution:

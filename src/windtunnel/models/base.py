@@ -90,7 +90,7 @@ class ModelSize(BaseModel):
         try:
             return cls.model_validate({**base, **(overrides or {})})
         except ValidationError as err:
-            from windtunnel.config import error_message
+            from windtunnel.errors import error_message
 
             raise ValueError(error_message(err, cls.__name__, where, model=cls)) from None
 

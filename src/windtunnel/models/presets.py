@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, cast, get_args
+from typing import Any, cast
 
-from windtunnel.config import SizeTier
 from windtunnel.models.base import ModelSize
 from windtunnel.models.common import check_choice, count_params, match_params
 from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
 from windtunnel.models.registry import size_class
 from windtunnel.models.transformer import Transformer, TransformerSize
 from windtunnel.tasks.base import TaskSpec
+from windtunnel.tiers import SIZE_TIERS
 
-_TIERS: tuple[str, ...] = get_args(SizeTier)
+_TIERS = SIZE_TIERS
 _ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 
 # Generic sizes per tier; per-task overrides below.

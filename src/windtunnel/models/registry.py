@@ -9,14 +9,13 @@ the module must be installed (or already imported by the caller).
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from windtunnel.errors import UntrustedCodeError
+from windtunnel.plugins import import_installed
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
 from windtunnel.text import did_you_mean
@@ -73,22 +72,6 @@ def check(arch: str) -> None:
     )
 
 
-def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
-    """sys.path entries an import must not come from: the current directory ('' or its path) and `extra`."""
-    return {os.path.realpath(p) for p in (os.getcwd(), *extra)}
-
-
-def _import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
-    """Import `module` with the current directory and `exclude` taken off sys.path for the duration."""
-    bad = _untrusted_paths(exclude)
-    saved = list(sys.path)
-    sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) not in bad]
-    try:
-        return importlib.import_module(module)
-    finally:
-        sys.path[:] = saved
-
-
 def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()) -> ArchFactory:
     """The factory for a registered name, or, with `trust_code=True`, for a `module:attr` import string.
 
@@ -104,7 +87,7 @@ def resolve(arch: str, *, trust_code: bool = False, exclude: tuple[str | Path, .
         )
     mod_name, _, attr = arch.partition(":")
     try:
-        obj: Any = _import_installed(mod_name, exclude)
+        obj: Any = import_installed(mod_name, exclude)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as err:

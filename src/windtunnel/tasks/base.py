@@ -6,7 +6,6 @@ user's own task that fills these in runs through the whole toolkit unchanged.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
@@ -14,8 +13,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from torch.distributions import Distribution
 
+from windtunnel.errors import error_message
 from windtunnel.tasks._util import generic_controls
-from windtunnel.text import close_match
 
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
@@ -113,28 +112,6 @@ class TaskParams(BaseModel):
     """Base of every task's typed parameters; unknown parameters are an error, not ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-def validation_message(err: ValidationError, task: str, params: type[BaseModel] | None = None) -> str:
-    """Turn a pydantic error into one line per field: `task.field: message (got value)`.
-
-    A cross-field check (model validator, no location) whose message starts with `field: ` is reported
-    as `task.field: ...`, so every message names the parameter. With `params` (the task's parameter class), an
-    unknown parameter names the closest known one (`bijection.VV: ... (got 5; did you mean 'V'?)`).
-    """
-    parts = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        if not e["loc"] and re.match(r"^[A-Za-z_]\w*: ", msg):
-            parts.append(f"{task}.{msg}")
-            continue
-        loc = ".".join(str(p) for p in e["loc"]) or "params"
-        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
-        if e["type"] == "extra_forbidden" and params is not None and len(e["loc"]) == 1:
-            match = close_match(e["loc"][0], params.model_fields)
-            notes += [f"did you mean {match!r}?"] if match else []
-        parts.append(f"{task}.{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
-    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -237,7 +214,7 @@ class Task(Generic[P]):
             # `Params` is the class of P by the subclass contract; a ClassVar cannot name a type variable.
             self.params = cast(P, self.Params(**params))
         except ValidationError as err:
-            raise ValueError(validation_message(err, self.name, self.Params)) from None
+            raise ValueError(error_message(err, f"{self.name}.params", f"{self.name}.", self.Params)) from None
 
     @property
     def spec(self) -> TaskSpec:

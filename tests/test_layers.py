@@ -1,0 +1,168 @@
+"""The import graph of src/windtunnel, every import included (those inside functions too; `if TYPE_CHECKING:` blocks
+are left out: they never run): no cycle between modules, and every import points down the documented layer order
+(`LAYERS`, the README's "Imports point down" line)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
+
+# Lowest first. A module may import its own layer and the layers below it. Units are top-level modules and packages
+# of windtunnel (a package counts as one unit: its own modules import each other freely, but not in a cycle).
+LAYERS: list[set[str]] = [
+    {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "plotting"},
+    {"tasks"},
+    {"models"},
+    {"config"},
+    {"metrics", "marks", "precision", "rundir", "recipes", "curriculum", "optim", "tracking"},
+    {"lock", "checkpoints", "manifest", "progress"},
+    {"runs"},
+    {"evaluate"},
+    {"train"},
+    {"geometry", "suites", "report"},
+    {"executors"},
+    {"reproduce", "sweep", "time_to_bayes"},
+    {"cli"},
+]
+
+
+def _unit(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The windtunnel modules `module` imports (the longest existing module name of each)."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            names = [f"{base}.{a.name}" for a in node.names]  # a submodule, or a name of `base` (found below)
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name.startswith("windtunnel.") and name != module:
+                found.add(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(m, p, modules) for m, p in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def _layer(unit: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if unit in layer:
+            return i
+    raise AssertionError(f"windtunnel.{unit} is in no layer of tests/test_layers.py: LAYERS (add it where it belongs)")
+
+
+def test_every_unit_has_a_layer():
+    for module in _modules():
+        if module != "windtunnel":
+            _layer(_unit(module))
+
+
+def test_no_module_cycle():
+    graph = _graph()
+    assert _cycles(graph) == []
+
+
+def test_no_cycle_between_units():
+    units: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        for t in targets:
+            if _unit(module) != _unit(t) and module != "windtunnel":
+                units.setdefault(_unit(module), set()).add(_unit(t))
+    assert _cycles(units) == []
+
+
+def test_imports_point_down_the_layers():
+    upward: dict[tuple[str, str], list[str]] = {}
+    for module, targets in _graph().items():
+        if module == "windtunnel":
+            continue  # the package's __init__ only re-exports
+        for t in targets:
+            a, b = _unit(module), _unit(t)
+            if a != b and _layer(b) > _layer(a):
+                upward.setdefault((a, b), []).append(f"{module} -> {t}")
+    assert not upward, f"imports against the layer order: {upward}"
+
+
+def test_the_checker_finds_a_cycle_and_an_upward_import():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    assert _layer("cli") > _layer("train") > _layer("models") > _layer("tasks")
