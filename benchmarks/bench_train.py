@@ -29,7 +29,7 @@ In one process, with torch's current thread count (set OMP_NUM_THREADS to choose
     num_states=5, max_seq_len=1024, dropout=0.1))`, 93 tokens (K=20), batch 64, soft-target cross-entropy over
     the 5 states at the 20 observation positions, AdamW lr 3e-4 weight decay 0.01. Their dropout 0.1 is kept
     (it is what their training runs with); ours has none.
-  Their step runs in float32, and in bf16 autocast only where `windtunnel.precision.cpu_has_native_bf16()`.
+  Their step runs in float32, and in bf16 autocast only where `windtunnel.devices.cpu_has_native_bf16()`.
   Printed: tokens/s of both and the ratio ours / theirs.
 * FLOP/s: the peak is the best of a few timed square `--peak-n` matmuls after a warm-up, in float32 and (when bf16
   is asked for) bf16. The training step is estimated at
@@ -82,11 +82,11 @@ import torch.nn.functional as F
 
 from windtunnel import rundir, runs
 from windtunnel.config import RunConfig, build_config
+from windtunnel.devices import cpu_has_native_bf16, resolve_device
 from windtunnel.evaluate import evaluate
 from windtunnel.machine import machine_description
-from windtunnel.precision import cpu_has_native_bf16
 from windtunnel.suites import paper
-from windtunnel.train import resolve_device, train
+from windtunnel.train import train
 
 # batch per task when not --paper-cells (bijection, HMM: the authors' transformer scripts; recall, regression:
 # the paper tier's transformer cells)

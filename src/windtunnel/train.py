@@ -41,6 +41,7 @@ from windtunnel.config import (
     validate,
 )
 from windtunnel.curriculum import Curriculum
+from windtunnel.devices import autocast, resolve_device
 from windtunnel.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
@@ -48,19 +49,9 @@ from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import lr_at, make_optimizer
-from windtunnel.precision import autocast
 from windtunnel.progress import StepLines
 from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec
-
-
-def resolve_device(choice: str) -> torch.device:
-    """'auto' -> CUDA when present, else CPU; 'cuda' without a GPU is a user error."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device: 'cuda' requested but no CUDA device is available (use 'auto' or 'cpu')")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -88,9 +88,9 @@ def probe(
     frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
     import torch
 
+    from windtunnel.devices import resolve_device
     from windtunnel.geometry.run import probe_run
     from windtunnel.rundir import GEOMETRY
-    from windtunnel.train import resolve_device
 
     if device not in DEVICES:
         raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {device!r})")

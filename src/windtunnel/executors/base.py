@@ -95,6 +95,7 @@ def run_job(job: Job) -> dict[str, Any]:
     from windtunnel import checkpoints
     from windtunnel import train as training
     from windtunnel.config import resolve_config
+    from windtunnel.devices import resolve_device
     from windtunnel.plugins import import_plugins
     from windtunnel.report.collect import read_done
 
@@ -112,14 +113,14 @@ def run_job(job: Job) -> dict[str, Any]:
             from windtunnel.geometry.run import probe_run
 
             torch.set_num_threads(max(1, job.threads))
-            probe_run(run_dir, device=training.resolve_device(config.train.device))
+            probe_run(run_dir, device=resolve_device(config.train.device))
         return {"name": job.name, "skipped": True, **done}
     (run_dir / DONE).unlink(missing_ok=True)  # marked done but its eval.json is gone: resume (to the end) and evaluate
     torch.set_num_threads(max(1, job.threads))
     start = time.time()
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
     training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
-    device = training.resolve_device(config.train.device)
+    device = resolve_device(config.train.device)
     probed = job.probe and config.model.arch not in BASELINES
     if probed:
         from windtunnel.geometry.run import probe_run

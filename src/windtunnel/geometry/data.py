@@ -22,11 +22,11 @@ from typing import Any, cast
 import torch
 from torch.distributions import Distribution
 
+from windtunnel.devices import model_device
 from windtunnel.metrics import entropy_bits as dist_entropy_bits
 from windtunnel.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
 from windtunnel.models.hooks import HookedModel
-from windtunnel.precision import model_device
 from windtunnel.seeds import test_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 

@@ -22,7 +22,7 @@ from windtunnel.runs import build_model, load_run
 def probe_device(device: torch.device | str | None) -> torch.device:
     """None -> the CPU; otherwise as a run's `train.device` ("auto": CUDA when present; CUDA without one is a
     ValueError), or any torch device string."""
-    from windtunnel.train import resolve_device
+    from windtunnel.devices import resolve_device
 
     if device is None:
         return torch.device("cpu")

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from windtunnel import precision
+from windtunnel import devices
 
 
 @pytest.mark.parametrize(
@@ -20,19 +20,19 @@ from windtunnel import precision
     ],
 )
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, flags, native):
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset(flags))
-    assert precision.cpu_has_native_bf16() is native
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: frozenset(flags))
+    assert devices.cpu_has_native_bf16() is native
 
 
 def test_emulated_bf16_falls_back_to_float32(monkeypatch):
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512f"}))
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: frozenset({"avx512f"}))
     with pytest.warns(UserWarning, match="no native bf16"):
-        ctx = precision.autocast("cpu", "bf16")
+        ctx = devices.autocast("cpu", "bf16")
     assert isinstance(ctx, contextlib.nullcontext)
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    with precision.autocast("cpu", "bf16"):
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    with devices.autocast("cpu", "bf16"):
         assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
-    assert isinstance(precision.autocast("cpu", "float32"), contextlib.nullcontext)
+    assert isinstance(devices.autocast("cpu", "float32"), contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("task", ["bijection", "regression"])

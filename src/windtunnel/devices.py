@@ -1,4 +1,6 @@
-"""Numeric precision: bf16 autocast where the hardware runs it natively (training, and evaluation on request)."""
+"""Devices and dtypes: which device a run uses (`resolve_device`) and a model is on (`model_device`), what the CPU
+can do (native bf16, SIMD flags), and bf16 autocast where the hardware runs it natively (training, and evaluation on
+request)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,15 @@ import torch
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instruction sets that compute bf16 dot products natively
 # The x86 instruction sets a CPU's float32 and bf16 matmul speed depends on (a benchmark's header names them).
 SIMD_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", *BF16_FLAGS, "amx_tile")
+
+
+def resolve_device(choice: str) -> torch.device:
+    """'auto' -> CUDA when present, else CPU; 'cuda' without a GPU is a user error."""
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("train.device: 'cuda' requested but no CUDA device is available (use 'auto' or 'cpu')")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
