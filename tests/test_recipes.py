@@ -411,6 +411,7 @@ def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_pat
         run_files.write_json(tmp_path / name / "time_to_bayes.json", result(machine, f"cell {name}"))
     data = merge([tmp_path / "a", tmp_path / "b" / "time_to_bayes.json"], tmp_path / "out")
     assert [c["label"] for c in data["cells"]] == ["cell a", "cell b"] and data["wall_s"] == 10
+    assert data["merged_from"] == ["../a", "../b/time_to_bayes.json"]  # relative to the merged --out
     md = (tmp_path / "out" / "time_to_bayes.md").read_text()
     assert "| ≤ 0.1 bits | ≤ 0.05 bits | ≤ 0.02 bits | ≤ 0.01 bits |" in md and "2 s @10" in md
     assert (tmp_path / "out" / "time_to_bayes.png").stat().st_size > 0

@@ -23,6 +23,7 @@ machine, torch, threads and jobs match (`MACHINE_KEYS`; `allow_mixed` labels eac
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import time
@@ -425,7 +426,7 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = Fal
         "machine": first,
         "wall_s": round(sum(float(d.get("wall_s", 0.0)) for _, d in loaded), 1),
         "cells": cells,
-        "merged_from": [str(s) for s in sources],
+        "merged_from": [os.path.relpath(s, out) for s in sources],  # relative to out: the results move with it
     }
     manifest.refuse_run_directory(out)
     rundir.check_writable(out)
