@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from windtunnel.config import BASELINES
+from windtunnel.models.baselines import BASELINES
 from windtunnel.suites.paper import ARCHS, LR_GRID, TASKS, budget, run_config
 from windtunnel.sweep import TABLE_JSON, sweep
 

@@ -7,16 +7,8 @@ import json
 import pytest
 
 from windtunnel import tasks
-from windtunnel.config import (
-    RunConfig,
-    apply_overrides,
-    build_config,
-    config_to_json,
-    eval_name,
-    load_config,
-    resolve_config,
-    resolve_loss,
-)
+from windtunnel.config import RunConfig, apply_overrides, build_config, config_to_json, load_config
+from windtunnel.resolve import eval_name, resolve_config, resolve_loss
 
 
 def test_dotted_overrides_route_task_and_model_keys():

@@ -43,7 +43,8 @@ def test_bf16_autocast_keeps_norms_fused(task, arch):
     import warnings
 
     from windtunnel import runs
-    from windtunnel.config import build_config, resolve_config
+    from windtunnel.config import build_config
+    from windtunnel.resolve import resolve_config
 
     cfg = resolve_config(build_config(overrides={"model.arch": arch, "model.preset": "smoke", "task.name": task}))
     t = runs.build_task(cfg)

@@ -16,6 +16,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"models"},
     {"config"},
+    {"resolve"},
     {"metrics", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs"},

@@ -13,9 +13,10 @@ from cli_args import train_args
 from windtunnel import manifest, runs, tasks
 from windtunnel import train as tr
 from windtunnel.cli import app
-from windtunnel.config import TrainConfig, build_config, config_to_json, resolve_config, resolve_loss
+from windtunnel.config import TrainConfig, build_config, config_to_json
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.models.common import tied_head
+from windtunnel.resolve import resolve_config, resolve_loss
 from windtunnel.suites import paper
 from windtunnel.suites.paper import config_deviations, run_config
 

@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 
 from windtunnel import manifest, models, plugins, tasks
 from windtunnel.cli import app
-from windtunnel.config import RunConfig, _Strict, config_to_json, resolve_config, run_identity, validate
+from windtunnel.config import RunConfig, _Strict, config_to_json, run_identity, validate
 from windtunnel.errors import UntrustedCodeError
 from windtunnel.models.presets import preset
 from windtunnel.report.figures import ARCH_COLORS, USER_COLORS, arch_color
+from windtunnel.resolve import resolve_config
 
 runner = CliRunner()
 

@@ -1,6 +1,6 @@
 """Length generalisation by default: a learned position table reserves positions for 2.5x the training length, and
 reserving them changes no weight, no random number and no step of training (models/common.py `PositionTable`,
-config.resolve_config); models without a table read any length."""
+resolve.resolve_config); models without a table read any length."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import torch
 
 from tiny_runs import smoke_config
 from windtunnel import models, runs, tasks
-from windtunnel.config import build_config, check_override, config_to_json, resolve_config
+from windtunnel.config import build_config, config_to_json
 from windtunnel.models import presets
 from windtunnel.models.common import PositionTable, init_weights
+from windtunnel.resolve import check_override, resolve_config
 from windtunnel.train import train
 
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from windtunnel import checkpoints, rundir, runs
-from windtunnel.config import build_config, resolve_config
+from windtunnel.config import build_config
 from windtunnel.curriculum import Curriculum
 from windtunnel.marks import EXACT_FILTER, crossings
 from windtunnel.optim import MultiOptimizer, lr_at, make_optimizer
 from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
+from windtunnel.resolve import resolve_config
 from windtunnel.suites.paper import run_config
 from windtunnel.time_to_bayes import Cell, cell_config, parse_cell
 from windtunnel.train import train

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
-from windtunnel.config import BASELINES
+from windtunnel.models.baselines import BASELINES
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import find_runs
 from windtunnel.reproduce import reproduce
@@ -46,7 +46,8 @@ def test_suite_covers_every_cell():
 
 
 def test_standard_tier_trains_the_quick_sizes_for_longer():
-    from windtunnel.config import resolve_config, validate
+    from windtunnel.config import validate
+    from windtunnel.resolve import resolve_config
 
     entries = {r.name: r.config for r in suite("standard")}
     assert len(entries) == len(suite("quick"))  # same cells and seeds as the quick tier

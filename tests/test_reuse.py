@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 from cli_args import SWEEP_BASE
 from windtunnel import manifest, rundir
 from windtunnel.cli import app
-from windtunnel.config import apply_overrides, resolve_config
+from windtunnel.config import apply_overrides
 from windtunnel.errors import CheckpointError, RunMismatchError
 from windtunnel.executors import Job, run_job
 from windtunnel.reproduce import default_out, reproduce
+from windtunnel.resolve import resolve_config
 from windtunnel.suites import suite
 from windtunnel.sweep import sweep
 from windtunnel.time_to_bayes import cell_label, cell_runs, merge, parse_cell, run

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from windtunnel import checkpoints, errors, rundir, runs, seeds
-from windtunnel.config import build_config, resolve_config
+from windtunnel.config import build_config
 from windtunnel.models import baselines
+from windtunnel.resolve import resolve_config
 
 
 class Tied(nn.Module):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from windtunnel.config import resolve_config, validate
+from windtunnel.config import validate
+from windtunnel.resolve import resolve_config
 from windtunnel.suites import paper
 from windtunnel.suites.paper import deviations, run_config
 from windtunnel.suites.settings import PAPER_SETTINGS, SOURCE_NOTES, paper_setting, settings_markdown

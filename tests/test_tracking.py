@@ -13,7 +13,8 @@ from cli_args import train_args
 from tiny_runs import smoke_config
 from windtunnel import checkpoints, manifest, rundir, tracking
 from windtunnel.cli import app
-from windtunnel.config import RunConfig, config_to_json, resolve_config, run_identity, validate
+from windtunnel.config import RunConfig, config_to_json, run_identity, validate
+from windtunnel.resolve import resolve_config
 from windtunnel.train import train
 
 

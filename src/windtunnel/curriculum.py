@@ -2,7 +2,7 @@
 
 `train.curriculum` is a list of stages `{until: step, params: {...}}`; step s trains on the task with the first stage
 whose `until >= s` applied on top of `task.params`, and on the full task after the last stage (e.g. short HMMs or
-few recall pairs first). Stages may change sequence lengths only (checked by `config.resolve_config`). The task of a
+few recall pairs first). Stages may change sequence lengths only (checked by `resolve.resolve_config`). The task of a
 step depends on the step alone, so a resumed run samples exactly what an uninterrupted one would.
 """
 

@@ -17,9 +17,10 @@ from torch import nn
 from torch.distributions import Distribution
 
 from windtunnel import checkpoints, marks, metrics, rundir, runs
-from windtunnel.config import RunConfig, check_override, eval_name, eval_settings, resolve_config
+from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.models import baselines
+from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
 from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch
 

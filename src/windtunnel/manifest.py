@@ -12,7 +12,7 @@ A run's `config_hash` is the sha256 (first 12 hex digits) of its config.json as 
 directory content it means. Reports read the runs the manifest lists (`run_dirs`), never everything under runs/.
 
 Reuse: before a driver skips a finished run or resumes an interrupted one, `claim_runs` compares the stored resolved
-config (`rundir.read_config`, old stored configs upgraded) with the requested one (`config.resolve_config`), and
+config (`rundir.read_config`, old stored configs upgraded) with the requested one (`resolve.resolve_config`), and
 the code versions the run recorded (versions.json: windtunnel, torch) with this process's; a mismatch is a
 `RunMismatchError` naming the differing keys, or with `fresh` the old directory is set aside.
 `executors.base.run_job` asks `check_same_run` again on the worker, so no executor can skip or resume another run.

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest
-from windtunnel.config import BASELINES, resolve_config
 from windtunnel.executors import Executor, Job, make_executor, placement, threads_per_run, write_storage_token
 from windtunnel.executors.driver import execute
 from windtunnel.lock import DirLock
 from windtunnel.machine import machine_description
+from windtunnel.models.baselines import BASELINES
+from windtunnel.resolve import resolve_config
 from windtunnel.rundir import check_writable, read_json_object, write_json
 from windtunnel.suites import SuiteRun, deviations, suite
 

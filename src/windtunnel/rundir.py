@@ -29,8 +29,9 @@ from typing import Any, BinaryIO
 import torch
 
 import windtunnel
-from windtunnel.config import RunConfig, config_to_json, upgrade_stored, validate
+from windtunnel.config import RunConfig, config_to_json, validate
 from windtunnel.errors import CheckpointError
+from windtunnel.resolve import upgrade_stored
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
@@ -229,7 +230,7 @@ class MetricsLog:
 
 
 def read_config(run_dir: str | Path) -> RunConfig:
-    """A run directory's config.json, validated and in today's form (`config.upgrade_stored`: a size field added
+    """A run directory's config.json, validated and in today's form (`resolve.upgrade_stored`: a size field added
     since the run was written reads as what it trained with); a config that is unreadable or invalid raises
     CheckpointError naming the file and the field."""
     cfg_path = Path(run_dir) / CONFIG

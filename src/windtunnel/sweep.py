@@ -41,8 +41,9 @@ from statistics import mean, median
 from typing import TYPE_CHECKING, Any
 
 from windtunnel import manifest, plugins
-from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file, resolve_config
+from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file
 from windtunnel.lock import DirLock
+from windtunnel.resolve import resolve_config
 from windtunnel.rundir import (
     atomic_write,
     check_writable,

@@ -134,7 +134,7 @@ def run_name(cell: Cell, cfg: RunConfig) -> str:
 def cell_runs(cell: Cell) -> list[SeedRun]:
     """Every seed of a cell, resolved and named; a bad cell is a ValueError naming the field, and seeds that resolve
     to one run (`set.seed` fixes every seed's) are refused."""
-    from windtunnel.config import resolve_config
+    from windtunnel.resolve import resolve_config
 
     runs = []
     for seed in range(cell.seeds):

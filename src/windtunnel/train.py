@@ -31,15 +31,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 from windtunnel import checkpoints, manifest, plugins, rundir, runs, tracking
-from windtunnel.config import (
-    BASELINES,
-    RunConfig,
-    apply_overrides,
-    resolve_config,
-    resolve_loss,
-    run_identity,
-    validate,
-)
+from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
 from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
 from windtunnel.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
@@ -47,9 +39,11 @@ from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
+from windtunnel.models.baselines import BASELINES
 from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.progress import StepLines
+from windtunnel.resolve import resolve_config, resolve_loss
 from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 

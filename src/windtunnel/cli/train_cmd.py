@@ -11,7 +11,8 @@ import typer
 
 from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
 from windtunnel.cli.root import app
-from windtunnel.config import BASELINES, RunConfig, build_config
+from windtunnel.config import RunConfig, build_config
+from windtunnel.models.baselines import BASELINES
 from windtunnel.text import number
 
 TRUST_HELP = (
@@ -228,8 +229,8 @@ def eval_command(
     imports: list[str] | None = import_option(READ_IMPORT_HELP),
 ) -> None:
     """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
-    from windtunnel.config import check_override
     from windtunnel.evaluate import evaluate
+    from windtunnel.resolve import check_override
     from windtunnel.rundir import check_writable
     from windtunnel.runs import load_run
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from windtunnel.config import BASELINES
 from windtunnel.errors import StorageError
 from windtunnel.manifest import check_same_run, is_finished
+from windtunnel.models.baselines import BASELINES
 from windtunnel.rundir import DONE, GEOMETRY, atomic_write, write_json
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
@@ -94,10 +94,10 @@ def run_job(job: Job) -> dict[str, Any]:
 
     from windtunnel import checkpoints
     from windtunnel import train as training
-    from windtunnel.config import resolve_config
     from windtunnel.devices import resolve_device
     from windtunnel.plugins import import_plugins
     from windtunnel.report.collect import read_done
+    from windtunnel.resolve import resolve_config
 
     check_storage(job.storage)
     run_dir = job.run_dir

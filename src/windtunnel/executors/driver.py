@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from windtunnel.config import BASELINES
 from windtunnel.executors.base import Executor, Job
+from windtunnel.models.baselines import BASELINES
 
 # Relative float32 training cost per token and per parameter of each architecture on a CPU (measured at the quick
 # presets: ~1.4e-7 ms per token-parameter for the transformer; docs/reproduce.md).

@@ -83,5 +83,7 @@ def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
     return predictive(spec, model(batch.inputs))
 
 
-register("oracle", Oracle)
-register("uniform", Uniform)
+_BUILT_IN = {"oracle": Oracle, "uniform": Uniform}
+BASELINES = tuple(_BUILT_IN)  # the built-in baselines' names: never trained, evaluated like any run
+for _name, _cls in _BUILT_IN.items():
+    register(_name, _cls)

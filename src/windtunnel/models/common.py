@@ -89,7 +89,7 @@ def scale_residual_projections(
 
 class PositionTable(nn.Embedding):
     """A learned absolute position embedding of `max_len` rows whose last `reserved` rows are positions reserved for
-    evaluating longer sequences than the run trains on (`config.resolve_config` reserves them by default).
+    evaluating longer sequences than the run trains on (`resolve.resolve_config` reserves them by default).
 
     The trained rows are this `nn.Embedding` itself, `weight` (max_len - reserved, d): what the same model without
     reserved rows has, drawn from the global RNG exactly as it draws them, under PyTorch's init (N(0, 1), at

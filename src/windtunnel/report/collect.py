@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import errors, manifest, rundir
-from windtunnel.config import upgrade_stored
+from windtunnel.resolve import upgrade_stored
 
 
 @dataclass

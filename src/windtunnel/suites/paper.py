@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
-from windtunnel.config import BASELINES, EvalConfig, TrainConfig
+from windtunnel.config import EvalConfig, TrainConfig
 from windtunnel.models import size_class
+from windtunnel.models.baselines import BASELINES
 from windtunnel.models.presets import preset
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean

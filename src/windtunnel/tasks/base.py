@@ -145,7 +145,7 @@ class WindTunnel(Protocol):
                          train with gaussian_nll)
         length_param     the integer parameter that sets the sequence length ("K" for the HMM), or None (default)
                          when no parameter lengthens a sequence without changing what a model is sized for: a model
-                         with a learned position table reserves positions for 2.5x its value (`config.resolve_config`)
+                         with a learned position table reserves positions for 2.5x its value (`resolve.resolve_config`)
 
     Optional: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
     exact one: the report's closest-posterior column and the ✓ rule) and `approximations_note` (what they are, for the
