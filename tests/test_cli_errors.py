@@ -23,8 +23,9 @@ from windtunnel.cli import app
 from windtunnel.cli.common import fail
 from windtunnel.errors import CheckpointError
 from windtunnel.executors import Job, run_job
-from windtunnel.lock import OWNER_FILE, read_owner
+from windtunnel.lock import read_owner
 from windtunnel.progress import Progress, Tracked
+from windtunnel.rundir import OWNER_FILE
 from windtunnel.suites import suite
 from windtunnel.sweep import SWEEP_CONFIG, parse_grid
 

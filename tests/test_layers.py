@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"resolve"},
     {"metrics", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
-    {"runs"},
+    {"runs", "resume"},
     {"evaluate"},
     {"train"},
     {"geometry", "suites", "report"},

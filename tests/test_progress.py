@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from windtunnel.lock import OWNER_FILE
 from windtunnel.progress import (
     Progress,
     RunProgress,
@@ -19,7 +18,7 @@ from windtunnel.progress import (
     read_progress,
     render,
 )
-from windtunnel.rundir import DONE, METRICS
+from windtunnel.rundir import DONE, METRICS, OWNER_FILE
 
 
 def _train(step: int, loss: float = 1.0, elapsed: float | None = None) -> dict:

@@ -23,9 +23,10 @@ from tiny_runs import smoke_config
 from windtunnel import checkpoints, rundir, runs, tracking
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
-from windtunnel.lock import LOCK_FILE, OWNER_FILE
 from windtunnel.progress import StepLines
-from windtunnel.train import RESUMABLE_KEYS, RESUMES, resume_config, train
+from windtunnel.resume import RESUMABLE_KEYS, RESUMES, resume_config
+from windtunnel.rundir import LOCK_FILE, OWNER_FILE
+from windtunnel.train import train
 
 runner = CliRunner()
 SRC = str(Path(__file__).resolve().parents[1] / "src")

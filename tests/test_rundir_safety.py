@@ -20,7 +20,8 @@ from cli_args import train_args
 from windtunnel import rundir, runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError, RunInUseError, UntrustedCodeError
-from windtunnel.lock import OWNER_FILE, DirLock, is_locked
+from windtunnel.lock import DirLock, is_locked
+from windtunnel.rundir import OWNER_FILE
 from windtunnel.train import train
 
 runner = CliRunner()

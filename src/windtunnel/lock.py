@@ -20,9 +20,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from windtunnel.errors import RunInUseError
-from windtunnel.rundir import atomic_write, read_regular
-
-LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"
+from windtunnel.rundir import LOCK_FILE, OWNER_FILE, atomic_write, read_regular
 
 
 def _describe(owner: dict) -> str:
@@ -105,4 +103,4 @@ def is_locked(directory: str | Path) -> bool:
     return False
 
 
-__all__ = ["LOCK_FILE", "OWNER_FILE", "DirLock", "is_locked", "read_owner"]
+__all__ = ["DirLock", "is_locked", "read_owner"]

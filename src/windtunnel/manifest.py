@@ -32,13 +32,14 @@ from typing import Any
 
 from windtunnel.config import RunConfig, config_to_json, run_identity
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
-from windtunnel.lock import LOCK_FILE, OWNER_FILE, is_locked
+from windtunnel.lock import is_locked
 from windtunnel.rundir import (
     CKPT_DIR,
     CONFIG,
     DONE,
     EVAL,
     METRICS,
+    contents,
     read_config,
     read_json_object,
     read_regular,
@@ -109,11 +110,6 @@ def config_diff(old: Any, new: Any, where: str = "") -> list[str]:
     return [change_line(*change) for change in config_changes(old, new, where)]
 
 
-def _contents(run_dir: Path) -> list[Path]:
-    """What a directory holds besides its lock (a writer killed before config.json leaves only that)."""
-    return [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)] if run_dir.is_dir() else []
-
-
 def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
     """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config (`train.loggers` aside:
     `config.run_identity`), False where there is no run yet (no directory, or only a lock). A run of another config,
@@ -122,7 +118,7 @@ def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
     ValueError."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG).exists():
-        if _contents(run_dir):
+        if contents(run_dir):
             raise ValueError(
                 f"{run_dir}: not empty but not a run directory (no config.json); nothing is reused from it: "
                 "use another --out, or --fresh to set it aside"

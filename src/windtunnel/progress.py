@@ -20,8 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from windtunnel.lock import OWNER_FILE, read_owner
-from windtunnel.rundir import DONE, METRICS, open_regular
+from windtunnel.lock import read_owner
+from windtunnel.rundir import DONE, METRICS, OWNER_FILE, open_regular
 from windtunnel.text import number
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl

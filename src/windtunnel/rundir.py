@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -35,6 +36,7 @@ from windtunnel.resolve import upgrade_stored
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
+LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"  # a writer's lock and its record (windtunnel.lock)
 TEMP_SUFFIX = ".tmp"
 
 
@@ -276,3 +278,35 @@ def merge_eval(run_dir: str | Path, results: dict) -> dict:
     merged.update(results)
     write_json(p, merged)
     return merged
+
+
+def contents(run_dir: Path) -> list[Path]:
+    """What a directory holds besides its lock (a writer killed before config.json leaves only that)."""
+    return [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)] if run_dir.is_dir() else []
+
+
+def clear(run_dir: Path) -> None:
+    """Delete a run directory's contents, except the lock this process holds on it."""
+    for p in contents(run_dir):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Before anything is created: an existing, non-empty `run_dir` needs resume or overwrite, and overwrite
+    only ever deletes a run directory."""
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise ValueError(f"--out: {str(run_dir)!r} is a file, not a directory")
+    if not contents(run_dir) or resume:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
+            "to replace it or resume=True (--resume) to continue it"
+        )
+    if not (run_dir / CONFIG).is_file():
+        raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")

@@ -6,21 +6,20 @@ a checkpoint sees exactly the data it would have seen, with no data-RNG state to
 the validation stream (`val_seed`); the final evaluation, the one reported, reads the test stream (`test_seed`):
 three disjoint seed ranges (runs.py). Checkpoints, metrics and the final evaluation go into the run directory.
 
-Resume continues a run from its latest checkpoint with the run's own config; only the keys in `RESUMABLE_KEYS` may
-differ. With `handle_signals=True` (the CLI), SIGINT and SIGTERM stop the loop after the current step with a
-checkpoint there, which a resume continues exactly (`TrainingInterrupted`).
+Resume continues a run from its latest checkpoint with the run's own config; only the keys in
+`resume.RESUMABLE_KEYS` may differ (opening the run directory: `windtunnel.resume`). With `handle_signals=True`
+(the CLI), SIGINT and SIGTERM stop the loop after the current step with a checkpoint there, which a resume continues
+exactly (`TrainingInterrupted`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import signal
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -30,13 +29,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical
 
-from windtunnel import checkpoints, manifest, plugins, rundir, runs, tracking
-from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
+from windtunnel import checkpoints, plugins, rundir, runs, tracking
+from windtunnel.config import RunConfig, validate
 from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
-from windtunnel.errors import CheckpointError, TrainingDiverged, TrainingInterrupted
+from windtunnel.errors import TrainingDiverged, TrainingInterrupted
 from windtunnel.evaluate import evaluate, evaluate_model
-from windtunnel.lock import LOCK_FILE, OWNER_FILE, DirLock
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.models.baselines import BASELINES
@@ -44,6 +42,7 @@ from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import lr_at, make_optimizer
 from windtunnel.progress import StepLines
 from windtunnel.resolve import resolve_config, resolve_loss
+from windtunnel.resume import open_run_dir
 from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec
 
@@ -100,142 +99,6 @@ def _prune(run_dir: Path, cfg: RunConfig) -> None:
     periodic = [s for s in checkpoints.list_checkpoints(run_dir) if s not in protected]
     for s in periodic[:-keep]:
         checkpoints.delete_checkpoint(run_dir, s)
-
-
-# The keys a resume may change (`train(..., resume=True)`, `windtunnel train --resume RUN --set ...`), each with why
-# it is safe: none changes a weight of the steps up to the checkpoint, nor what the steps after it train, so the
-# resumed run is the run its new config trains from scratch -- train.steps only where the learning rates up to the
-# checkpoint stay the same (`_schedule_note`). Any other key is a different run, refused key by key.
-RESUMABLE_KEYS: dict[str, str] = {
-    "train.steps": "how long to train; a schedule that depends on it (cosine, wsd's cooldown) is warned about",
-    "train.log_every": "which steps write a training line to metrics.jsonl; every step's loss is computed anyway",
-    "train.eval_every": "when the validation runs: eval mode, its own data stream, nothing drawn from the training RNG",
-    "train.eval_size": "how many validation sequences: the same reasons",
-    "train.checkpoint_every": "which steps are saved: saving reads the state and changes none of it",
-    "train.checkpoint_schedule": "the same, for the checkpoints that are never pruned",
-    "train.keep_checkpoints": "how many periodic checkpoints stay on disk",
-    "train.loggers": "trackers fed the metrics lines (config.run_identity leaves them out of every comparison)",
-    "eval.n": "the final evaluation only, which a resumed run computes anew",
-    "eval.batch_size": "the forward batch of the evaluations, not of training",
-}
-RESUMES = "resumes.json"  # a run's resumes that changed keys: {"resumes": [{"step", "changed", "note"}, ...]}
-
-
-def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The config that continues `run_dir`: its own config.json with dotted `overrides` on top (`--steps`, `--set`),
-    for `train(..., resume=True)`, which refuses any changed key not in `RESUMABLE_KEYS`."""
-    run_dir = rundir.check_run_dir(run_dir, "resume")
-    return validate(apply_overrides(rundir.read_config(run_dir).model_dump(mode="json"), overrides))
-
-
-def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
-    """None where the learning rates of steps 1..`start` are the same under both configs (a changed train.steps
-    leaves the run the one the new config trains from scratch: a constant schedule, warmup, wsd before its
-    cooldown); else the sentence that says how the resumed run differs from that one."""
-    first = next((s for s in range(1, start + 1) if lr_at(s, old) != lr_at(s, new)), None)
-    if first is None:
-        return None
-    a, b, kind = old.train.steps, new.train.steps, new.train.schedule
-    then = f", and step {start + 1} goes on at the {b}-step schedule's {lr_at(start + 1, new):.3g}" if start < b else ""
-    return (
-        f"train.steps {a} → {b} changes the {kind} learning-rate schedule before the checkpoint: steps {first}-{start} "
-        f"were trained at the {a}-step schedule's rates (step {start}: {lr_at(start, old):.3g}){then}; this is not "
-        f"the run a fresh train.steps={b} trains (a constant schedule, or wsd before its cooldown, extends exactly)"
-    )
-
-
-def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str | None]:
-    """The step a resume of `run_dir` with `cfg` continues from, the keys it changes (`path: old → new`, all in
-    RESUMABLE_KEYS) and the schedule note (`_schedule_note`); any other changed key is refused, each one named with
-    its stored and its new value."""
-    if not (run_dir / rundir.CONFIG).is_file():
-        raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
-    stored = rundir.read_config(run_dir)
-    changes = manifest.config_changes(run_identity(stored), run_identity(cfg))
-    refused = [manifest.change_line(*c) for c in changes if c[0] not in RESUMABLE_KEYS]
-    if refused:
-        raise ValueError(
-            f"resume: {len(refused)} key{'s' if len(refused) > 1 else ''} differ from the run's own config "
-            f"({str(run_dir / rundir.CONFIG)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
-            "change on resume: drop the other changes to continue this run (`windtunnel train --resume RUN` alone "
-            "uses its own config), or train the new config as a new run (another --out, or --overwrite)"
-        )
-    changed = rundir.version_diff(run_dir)
-    if changed:
-        raise ValueError(
-            f"resume: {str(run_dir)!r} was trained by other code ({'; '.join(changed)}); a resumed run would mix "
-            "two versions' numbers: train it anew (--overwrite) or resume it with the code that made it"
-        )
-    step = checkpoints.resume_step(run_dir) or 0
-    if step > cfg.train.steps:
-        raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
-    note = _schedule_note(stored, cfg, step) if stored.train.steps != cfg.train.steps else None
-    return step, [manifest.change_line(*c) for c in changes], note
-
-
-def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | None) -> None:
-    """Append a resume that changed keys to the run's resumes.json (its config.json holds only the new values)."""
-    path = run_dir / RESUMES
-    history = rundir.read_json_object(path).get("resumes", []) if path.exists() else []
-    if not isinstance(history, list):
-        raise CheckpointError(f"{path}: resumes must be a list (got {type(history).__name__})")
-    history = [*history, {"step": step, "changed": changed, "note": note}]
-    rundir.write_json(path, {"resumes": history})
-
-
-def _clear(run_dir: Path) -> None:
-    """Delete a run directory's contents, except the lock this process holds on it."""
-    for p in run_dir.iterdir():
-        if p.name in (LOCK_FILE, OWNER_FILE):
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-
-
-def _prepare_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[int, list[str]]:
-    """Clear or reopen a run directory whose lock this process holds; returns the step to resume from and the keys
-    the resume changed (recorded in resumes.json; a changed learning-rate schedule is also a RuntimeWarning)."""
-    _refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
-    rundir.clean_temp_files(run_dir)
-    exists = (run_dir / rundir.CONFIG).exists() or any(p.name not in (LOCK_FILE, OWNER_FILE) for p in run_dir.iterdir())
-    if exists and resume:
-        step, changed, note = _check_resumable(run_dir, cfg)
-        if changed:
-            _record_resume(run_dir, step, changed, note)
-            for stale in (rundir.DONE, rundir.EVAL, rundir.GEOMETRY):  # they describe the run before the change
-                (run_dir / stale).unlink(missing_ok=True)
-        if note:
-            warnings.warn(f"resume: {note}; recorded in {str(run_dir / RESUMES)!r}", RuntimeWarning, stacklevel=3)
-        rundir.truncate_metrics(run_dir, step)
-        rundir.write_config(run_dir, cfg)
-        return step, changed
-    if exists:
-        _clear(run_dir)  # overwrite (checked by _refuse_existing before the lock was taken)
-    (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
-    rundir.write_versions(run_dir)
-    rundir.write_config(run_dir, cfg)
-    return 0, []
-
-
-def _refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Before anything is created: an existing, non-empty `run_dir` needs resume or overwrite, and overwrite
-    only ever deletes a run directory."""
-    if not run_dir.exists():
-        return
-    if not run_dir.is_dir():
-        raise ValueError(f"--out: {str(run_dir)!r} is a file, not a directory")
-    contents = [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)]
-    if not contents or resume:
-        return
-    if not overwrite:
-        raise FileExistsError(
-            f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
-            "to replace it or resume=True (--resume) to continue it"
-        )
-    if not (run_dir / rundir.CONFIG).is_file():
-        raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
 
 
 def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
@@ -376,10 +239,10 @@ def train(
     created, and the run directory's lock is held throughout (RunInUseError if another process holds it).
     trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf. `callbacks`
     (windtunnel.tracking.Callback), then the loggers `train.loggers` names, see every metrics.jsonl line as it is
-    written and the final evaluation. A resume may change only the keys in `RESUMABLE_KEYS` (`resume_config` builds
-    the config from the run's own). handle_signals=True (main thread only; the CLI sets it): SIGINT or SIGTERM
-    writes a checkpoint at the current step and raises TrainingInterrupted (exit code 130 / 143). `echo`, if given,
-    gets one line saying what is trained (`start_line`) before the first step.
+    written and the final evaluation. A resume may change only the keys in `resume.RESUMABLE_KEYS`
+    (`resume.resume_config` builds the config from the run's own). handle_signals=True (main thread only; the CLI
+    sets it): SIGINT or SIGTERM writes a checkpoint at the current step and raises TrainingInterrupted (exit code
+    130 / 143). `echo`, if given, gets one line saying what is trained (`start_line`) before the first step.
     """
     run_dir = Path(run_dir)
     plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
@@ -396,18 +259,7 @@ def train(
     callbacks = tracking.check_callbacks(callbacks)
     tracking.check_loggers(cfg.train.loggers)
     rundir.check_writable(run_dir)
-    _refuse_existing(run_dir, resume, overwrite)
-    created = rundir.first_missing(run_dir)  # what this call creates, removed again if it is refused
-    lock = DirLock(run_dir)
-    try:
-        lock.acquire()
-        start, changed = _prepare_run_dir(run_dir, cfg, resume, overwrite)
-    except BaseException:
-        if lock.is_locked:
-            lock.release()
-        if created is not None:  # a refused command leaves nothing behind
-            shutil.rmtree(created, ignore_errors=True)
-        raise
+    lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite)
     try:
         if echo is not None:
             echo(start_line(cfg, model, device, start) + (f" (changed: {'; '.join(changed)})" if changed else ""))
@@ -541,12 +393,4 @@ def _train_locked(
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
 
 
-__all__ = [
-    "RESUMABLE_KEYS",
-    "compute_loss",
-    "lr_at",
-    "resume_config",
-    "start_line",
-    "train",
-    "validation_line",
-]
+__all__ = ["compute_loss", "start_line", "train", "validation_line"]

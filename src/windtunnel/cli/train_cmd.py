@@ -148,8 +148,9 @@ def train_command(
     SIGTERM writes a checkpoint at the current step and says how to resume."""
     from windtunnel.errors import TrainingInterrupted
     from windtunnel.plugins import unique
+    from windtunnel.resume import resume_config
     from windtunnel.rundir import CONFIG
-    from windtunnel.train import resume_config, train
+    from windtunnel.train import train
 
     imported = import_modules(imports)  # before the config is read: its task and arch may be the module's
 
