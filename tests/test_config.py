@@ -137,6 +137,22 @@ def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp
         resolve_config(build_config(overrides={"model.init": "xavier"}))
 
 
+@pytest.mark.parametrize(("stored", "attention"), [(True, "explicit"), (False, "auto")])
+def test_stored_transformer_with_the_retired_explicit_alias_reads_as_its_attention(tmp_path, stored, attention):
+    """`TransformerSize.explicit` (an alias of attention="explicit") is retired: a new config naming it is refused,
+    and a stored config.json that has it reads as the attention it trained with."""
+    from windtunnel import rundir
+
+    cfg = resolve_config(build_config(overrides={"model.preset": "smoke"}))
+    old = cfg.model_dump(mode="json")
+    old["model"]["size"]["explicit"] = stored
+    (tmp_path / rundir.CONFIG).write_text(json.dumps(old))
+    size = rundir.read_config(tmp_path).model.size
+    assert "explicit" not in size and size.get("attention", "auto") == attention
+    with pytest.raises(ValueError, match=r"model\.size\.explicit"):
+        resolve_config(build_config(overrides={"model.preset": "smoke", "model.size.explicit": True}))
+
+
 def test_auto_loss_and_eval_names():
     assert resolve_loss(build_config(), tasks.make("bijection")) == "ce"
     assert resolve_loss(build_config(overrides={"task.name": "hmm"}), tasks.make("hmm")) == "soft_ce"

@@ -104,7 +104,7 @@ class TransformerSize(InitSize):
     `InitSize`). `init_std`: std of init="normal", N(0, std) on every Linear/Embedding weight (GPT-2's 0.02; residual
     output projections get std/sqrt(2 n_layers)); giving it with init="torch" is an error.
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
-    CUDA, explicit on CPU, where it is faster); `explicit=True` is an alias of attention="explicit".
+    CUDA, explicit on CPU, where it is faster).
     """
 
     n_layers: int = size_int(6)
@@ -115,7 +115,6 @@ class TransformerSize(InitSize):
     tie: bool = True
     eps: float = Field(default=1e-5, gt=0)
     attention: Literal["auto", "fused", "explicit"] = "auto"
-    explicit: bool = False
     init_std: float = Field(default=INIT_STD, gt=0)
     logit_scale: bool = False
     attn_sink: bool = False
@@ -156,7 +155,7 @@ class Transformer(ResidualModel):
         s = self.size
         self.n_layers, self.n_heads, self.d_model, self.pos = s.n_layers, s.n_heads, s.d_model, s.pos
         rope = s.pos in ("rotary", "learned+rotary")
-        self.attention = "explicit" if s.explicit else s.attention
+        self.attention = s.attention
         pos = "learned" if s.pos.startswith("learned") else "none"
         self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos, reserved=s.reserved_positions)
         self.max_len = self.embed.max_len
