@@ -134,6 +134,12 @@ def _table_section(doc: Document, title: str, table: tuple[list[str], list[list[
         doc.add(Table(*table))
 
 
+def _listing(doc: Document, lead: str, items: list[str], none: str | None = None) -> None:
+    """A paragraph `lead` + the items joined by "; " + "."; with no items, `lead` + `none` + ".", or nothing."""
+    if items or none is not None:
+        doc.add(Paragraph(lead + ("; ".join(items) if items else str(none)) + "."))
+
+
 def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read run directories under `paths`, write the report into `out`, return the results dict."""
     out = Path(out)
@@ -162,38 +168,29 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     )
     doc.add(Table(header, rows))
     mixed = tables.mixed_configurations(records)
-    if mixed:
-        doc.add(
-            Paragraph(
-                "Warning: these runs are of more than one configuration, so they are separate cells (rows labelled by "
-                "the keys that differ), never pooled as seeds: " + "; ".join(mixed) + "."
-            )
-        )
-    split = tables.disagreements(data)
-    doc.add(
-        Paragraph(
-            "Where this run and the paper's number fall on different levels: "
-            + ("; ".join(split) if split else "nowhere")
-            + "."
-        )
+    _listing(
+        doc,
+        "Warning: these runs are of more than one configuration, so they are separate cells (rows labelled by the keys "
+        "that differ), never pooled as seeds: ",
+        mixed,
     )
-    failed = tables.below_floor(data, records)
-    if failed:
-        doc.add(
-            Paragraph(
-                "On the wrong side of a tunnel's failure floor, an optimisation failure at this budget "
-                "rather than evidence about the architecture: " + "; ".join(failed) + "."
-            )
-        )
-    refs = tables.reference_levels(records)
-    if refs:
-        doc.add(
-            Paragraph(
-                "Reference levels and scoring (derived from the tasks, not reported by the paper): "
-                + "; ".join(refs)
-                + "."
-            )
-        )
+    _listing(
+        doc,
+        "Where this run and the paper's number fall on different levels: ",
+        tables.disagreements(data),
+        none="nowhere",
+    )
+    _listing(
+        doc,
+        "On the wrong side of a tunnel's failure floor, an optimisation failure at this budget rather than evidence "
+        "about the architecture: ",
+        tables.below_floor(data, records),
+    )
+    _listing(
+        doc,
+        "Reference levels and scoring (derived from the tasks, not reported by the paper): ",
+        tables.reference_levels(records),
+    )
 
     fig_paths = []
     present = tables.task_order({r.task for r in records})
