@@ -167,3 +167,12 @@ def test_the_checker_finds_a_cycle_and_an_upward_import():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
     assert _layer("cli") > _layer("train") > _layer("models") > _layer("tasks")
+
+
+def test_readme_states_the_layer_order():
+    """The README's "Imports point down" line is this order, top layer first."""
+    readme = (SRC.parents[1] / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("Imports point down"))
+    order = line.split("`")[-2]
+    stated = [set(group.split("/")) for group in order.split(" → ")]
+    assert stated == LAYERS[::-1]
