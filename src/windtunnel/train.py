@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical
 
-from windtunnel import checkpoints, plugins, rundir, runs, tracking
+from windtunnel import checkpoints, models, plugins, rundir, runs, tracking
 from windtunnel.config import RunConfig, validate
 from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
@@ -123,8 +123,6 @@ def _count(n: int) -> str:
 def size_text(cfg: RunConfig) -> str:
     """The dimensions of a config's model size (`n_layers=2, d_model=32, ...`: its n_* and d_* fields, defaults of a
     registered architecture's `Size` included)."""
-    from windtunnel import models
-
     size: dict[str, Any] = dict(cfg.model.size)
     if cfg.model.arch in models.names():
         size = models.size_class(cfg.model.arch).of(size).model_dump(mode="json")

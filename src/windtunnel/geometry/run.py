@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from windtunnel.devices import resolve_device
 from windtunnel.geometry.data import not_applicable
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.figures import write_figures
@@ -22,8 +23,6 @@ from windtunnel.runs import build_model, load_run
 def probe_device(device: torch.device | str | None) -> torch.device:
     """None -> the CPU; otherwise as a run's `train.device` ("auto": CUDA when present; CUDA without one is a
     ValueError), or any torch device string."""
-    from windtunnel.devices import resolve_device
-
     if device is None:
         return torch.device("cpu")
     try:
