@@ -22,11 +22,13 @@ from pathlib import Path
 
 
 def suite_wall(out: Path, **kwargs: object) -> tuple[float, dict[str, dict]]:
-    """Wall seconds of the smoke suite into `out`, and every run's eval.json."""
+    """Wall seconds of the smoke suite into `out` (`kwargs`: its `ExecutorOptions` but threads), and every run's
+    eval.json."""
+    from windtunnel.executors import ExecutorOptions
     from windtunnel.reproduce import reproduce
 
     t0 = time.perf_counter()
-    reproduce("smoke", out, threads=1, probe=False, **kwargs)  # type: ignore[arg-type]
+    reproduce("smoke", out, probe=False, options=ExecutorOptions(threads=1, **kwargs))  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
     evals = {p.parent.name: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/eval.json"))}
     return wall, evals

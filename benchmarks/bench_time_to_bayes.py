@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from windtunnel.executors import ExecutorOptions
 from windtunnel.time_to_bayes import Cell, run
 
 # Each group: one wind tunnel's "before" (today's quick-tier recipe: AdamW, warmup + cosine) and "after" (the recipe
@@ -54,7 +55,7 @@ def main() -> None:
     cells = [c for g, cs in GROUPS.items() if args.group in (g, "all") for c in cs]
     if args.seeds is not None:
         cells = [c.model_copy(update={"seeds": args.seeds}) for c in cells]
-    run(cells, args.out, jobs=args.jobs, threads=args.threads)
+    run(cells, args.out, ExecutorOptions(jobs=args.jobs, threads=args.threads))
 
 
 if __name__ == "__main__":

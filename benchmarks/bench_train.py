@@ -1,16 +1,19 @@
-"""Training and evaluation throughput at the paper presets, beside the authors' code (measured, not asserted).
+"""Training and evaluation throughput of our code at the paper presets, with FLOP/s (measured, not asserted).
 
     python benchmarks/bench_train.py [--steps 8] [--dtype float32 bf16] [--quick] [--tasks bijection hmm]
         [--archs transformer] [--device auto] [--paper-cells] [--mamba-scan SCAN]
-        [--authors-repo DIR] [--authors-steps N] [--peak-n 2048] [--eval-n 2000] [--json PATH]
+        [--peak-n 2048] [--eval-n 2000] [--json PATH]
 
     # on a GPU (scripts/gpu-check.sh): every paper cell as the paper tier trains it, on CUDA
     python benchmarks/bench_train.py --device cuda --paper-cells --tasks bijection hmm recall regression \
         --archs transformer mamba lstm mlp mlp-pointwise --steps 20 --eval-n 0 --json bench_train.json
 
+The authors' models, timed beside ours: benchmarks/bench_authors.py. Measured numbers: README.md ("Speed"),
+docs/results/time-to-bayes.md and docs/results/gpu/.
+
 In one process, with torch's current thread count (set OMP_NUM_THREADS to choose it), for each task and dtype:
 
-* ours: runs the real training loop (`windtunnel.train.train`) for `--steps` steps and reads tokens/s from
+* training: runs the real training loop (`windtunnel.train.train`) for `--steps` steps and reads tokens/s from
   metrics.jsonl (the first two logged steps are warm-up and excluded, as long as one step remains). The timed step
   includes sampling the batch and gradient clipping. By default: the transformer (`--archs`) at the `--tier`
   preset on the task's default parameters, batch CASES[task], on `--device` (default auto: CUDA when present, as
@@ -18,19 +21,6 @@ In one process, with torch's current thread count (set OMP_NUM_THREADS to choose
   (`suites.paper.run_config(task, arch, "paper")`: its task parameters, batch size, optimiser and schedule), with
   only the steps, logging, evaluation, checkpoints, device and dtype replaced. `--mamba-scan` sets Mamba's
   `model.size.scan` (e.g. "parallel", to compare with mamba-ssm's kernel that "auto" picks on CUDA).
-* theirs (only with `--authors-repo`): imports the authors' model classes from a work tree of their repository
-  (vishalmisra/bayesian-wind-tunnel, MIT licence; nothing of it is copied here) and times a plain training step on
-  one fixed batch of random tokens: forward, cross-entropy, backward, grad-norm clip 1.0 and AdamW, as their scripts
-  do (their train.py scripts), 2 warm-up steps then `--authors-steps` timed steps:
-  - bijection: `experiments/jlens/models.py:SepVocabTinyGPT(vocab_size=40, dim=192, n_layers=6, n_heads=6,
-    max_seq_len=38)`, G3 format: V=20 with separate key/value vocab, 37 tokens, batch 128, labels at the 19 key
-    positions, AdamW lr 3e-4 weight decay 0.1;
-  - HMM: `src/models/gpt_mini.py:GPTMini(GPTMiniConfig(vocab_size=105, d_model=256, n_heads=8, n_layers=9,
-    num_states=5, max_seq_len=1024, dropout=0.1))`, 93 tokens (K=20), batch 64, soft-target cross-entropy over
-    the 5 states at the 20 observation positions, AdamW lr 3e-4 weight decay 0.01. Their dropout 0.1 is kept
-    (it is what their training runs with); ours has none.
-  Their step runs in float32, and in bf16 autocast only where `windtunnel.devices.cpu_has_native_bf16()`.
-  Printed: tokens/s of both and the ratio ours / theirs.
 * FLOP/s: the peak is the best of a few timed square `--peak-n` matmuls after a warm-up, in float32 and (when bf16
   is asked for) bf16. The training step is estimated at
 
@@ -42,43 +32,22 @@ In one process, with torch's current thread count (set OMP_NUM_THREADS to choose
   (s/step), printed with its percentage of the float32 peak, or of the bf16 peak when the step really ran in bf16
   (on the CPU our bf16 falls back to float32 without native bf16; CUDA runs bf16 autocast). The peak is measured
   on `--device`.
+* evaluation: `evaluate` timed on `--eval-n` bijection sequences (0 skips it).
 
-Then `evaluate` is timed on `--eval-n` bijection sequences (0 skips it). `--json PATH` writes every number.
-
-A work tree of the authors' repository (any of):
-
-    git clone https://github.com/vishalmisra/bayesian-wind-tunnel /tmp/authors
-    git --git-dir=<mirror>/repo worktree add /tmp/authors HEAD
-    mkdir /tmp/authors && git --git-dir=<mirror>/repo archive HEAD -- src experiments/jlens | tar -x -C /tmp/authors
-
-(the last when a mirror lacks some large result files: a full `git archive HEAD` stops at a missing blob; only
-`src/` and `experiments/jlens/` are needed).
-
-The full measurement (both tasks, float32 and bf16, authors' code, 2 threads):
-
-    OMP_NUM_THREADS=2 python benchmarks/bench_train.py --authors-repo /tmp/authors --json bench_train.json
-
-Authors' scripts on a 2-core CPU (measured with this benchmark's --authors-repo mode, docs/training.md):
-bijection 6x192 batch 128 ~10k tokens/s; HMM 9x256
-batch 64 ~2.3k tokens/s; 2,000-sequence bijection evaluation 104 s.
+`--json PATH` writes every number.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import math
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from types import ModuleType
 
 import torch
-import torch.nn.functional as F
 
 from windtunnel import rundir, runs
 from windtunnel.config import RunConfig, build_config
@@ -93,7 +62,9 @@ from windtunnel.train import train
 CASES = {"bijection": {"batch": 128}, "hmm": {"batch": 64}, "recall": {"batch": 64}, "regression": {"batch": 128}}
 DEFAULT_TASKS = ["bijection", "hmm"]
 WARMUP_LOGGED = 2  # logged steps of our run dropped as warm-up
-AUTHORS_WARMUP = 2  # untimed steps before the authors' timed ones
+
+
+FLOPS_FORMULA = "6*n_params*B*T + 12*n_layers*T^2*d_model*B per training step"
 
 
 def train_flops(n_params: int, n_layers: int, d_model: int, T: int, batch: int, attention: bool = True) -> float:
@@ -125,7 +96,7 @@ def mamba_scan_used(model: torch.nn.Module, device: torch.device) -> str:
         return scan
     if device.type == "cpu":
         return "fused"
-    from windtunnel.models.mamba import kernel_available
+    from windtunnel.models.scans import kernel_available
 
     return "kernel" if kernel_available(device) else "parallel"
 
@@ -242,115 +213,6 @@ def bench_eval(n: int, tier: str, dtype: str, device: str = "auto") -> float:
     return time.perf_counter() - t
 
 
-# --- theirs -------------------------------------------------------------------------------------------------------
-
-# task -> (file in their repository, its module name when their repository root is on sys.path, class)
-AUTHORS_MODELS = {
-    "bijection": ("experiments/jlens/models.py", "experiments.jlens.models", "SepVocabTinyGPT"),
-    "hmm": ("src/models/gpt_mini.py", "src.models.gpt_mini", "GPTMini"),
-}
-
-
-def import_authors(repo: Path, task: str) -> ModuleType:
-    """The authors' module defining `task`'s model, imported from the work tree `repo`.
-
-    As a package module first (`repo` goes on sys.path). Both need only torch and the standard library at 670c6d6
-    (`src/models/__init__.py` also imports `tinygpt.py`, likewise torch only), so nothing extra was needed. Should a
-    package import fail (a missing optional dependency in an `__init__`) or resolve to another `src`/`experiments`
-    package, the one file that defines the model is loaded on its own instead.
-    """
-    rel, name, _ = AUTHORS_MODELS[task]
-    path = (repo / rel).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"--authors-repo: {path} not found; is {repo} a work tree of their repository?")
-    if str(repo) not in sys.path:
-        sys.path.insert(0, str(repo))
-    try:
-        mod = importlib.import_module(name)
-        if Path(mod.__file__).resolve() == path:
-            return mod
-    except ImportError as err:
-        print(f"  note: importing {name} failed ({err}); loading {rel} on its own")
-    spec = importlib.util.spec_from_file_location(f"_authors_{task}_model", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def authors_setup(repo: Path, task: str, batch: int) -> tuple[torch.nn.Module, torch.Tensor, object, float]:
-    """(model, inputs, loss_fn(model, inputs) -> loss, weight decay) for the authors' `task` model at paper size."""
-    mod = import_authors(repo, task)
-    torch.manual_seed(0)
-    if task == "bijection":
-        V, L = 20, 19
-        T = 2 * L - 1  # G3: [k1, v1+V, ..., k18, v18+V, k19]
-        model = mod.SepVocabTinyGPT(vocab_size=2 * V, dim=192, n_layers=6, n_heads=6, max_seq_len=2 * L)
-        x = torch.randint(0, 2 * V, (batch, T))
-        labels = torch.full((batch, T), -100)
-        labels[:, 0::2] = torch.randint(V, 2 * V, (batch, L))  # every key position predicts its value token
-
-        def loss_fn(m: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-            logits = m(inputs)
-            return F.cross_entropy(logits.reshape(-1, 2 * V).float(), labels.reshape(-1), ignore_index=-100)
-
-        return model, x, loss_fn, 0.1
-    K, header, vocab, states = 20, 53, 105, 5
-    T = header + 2 * K
-    with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first was True": harmless
-        warnings.simplefilter("ignore", UserWarning)
-        model = mod.GPTMini(
-            mod.GPTMiniConfig(
-                vocab_size=vocab, d_model=256, n_heads=8, n_layers=9, num_states=states, max_seq_len=1024, dropout=0.1
-            )
-        )
-    x = torch.randint(0, vocab, (batch, T))
-    pos = header + 1 + 2 * torch.arange(K)  # the observation-symbol tokens 54, 56, ..., 92
-    target = torch.softmax(torch.randn(batch, K, states), -1)  # stands in for the filtered posteriors
-
-    def loss_fn(m: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-        logits, _ = m(inputs)
-        p = torch.softmax(logits[:, pos].float(), -1)
-        return -(target * torch.log(p + 1e-10)).sum(-1).mean()  # as their compute_loss
-
-    return model, x, loss_fn, 0.01
-
-
-def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str) -> dict:
-    model, x, loss_fn, wd = authors_setup(repo, task, batch)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=wd)
-    times = []
-    for i in range(AUTHORS_WARMUP + steps):
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            loss = loss_fn(model, x)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if i >= AUTHORS_WARMUP:
-            times.append(time.perf_counter() - t0)
-    s_per_step = sum(times) / len(times)
-    T = x.shape[1]
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)  # tied weights counted once
-    n_layers, d_model = (6, 192) if task == "bijection" else (9, 256)
-    flops = train_flops(params, n_layers, d_model, T, batch)
-    return {
-        "s_per_step": s_per_step,
-        "steps_per_s": 1 / s_per_step,
-        "tokens_per_s": batch * T / s_per_step,
-        "params": params,
-        "timed_steps": steps,
-        "n_layers": n_layers,
-        "d_model": d_model,
-        "seq_len": T,
-        "flops_per_step": flops,
-        "gflops": flops / s_per_step / 1e9,
-        "effective_dtype": dtype,
-        "loss_last": float(loss.detach()),
-    }
-
-
 # --- peak ---------------------------------------------------------------------------------------------------------
 
 
@@ -372,17 +234,58 @@ def matmul_peak(n: int, dtype: torch.dtype, repeats: int = 5, device: torch.devi
 # --- main ---------------------------------------------------------------------------------------------------------
 
 
-def _pct(gflops: float, peaks: dict, dtype: str) -> float | None:
+def pct_of_peak(gflops: float, peaks: dict, dtype: str) -> float | None:
     return 100.0 * gflops / peaks[dtype] if peaks.get(dtype) else None
 
 
-def _fmt(r: dict, peaks: dict) -> str:
-    pct = _pct(r["gflops"], peaks, r["effective_dtype"])
+def fmt_result(r: dict, peaks: dict) -> str:
+    pct = pct_of_peak(r["gflops"], peaks, r["effective_dtype"])
     pct_s = f" = {pct:.0f}% of {r['effective_dtype']} peak" if pct is not None else ""
     return (
         f"params {r['params'] / 1e6:.2f}M  {r['s_per_step']:.3f} s/step  {r['steps_per_s']:.2f} steps/s  "
         f"{r['tokens_per_s']:,.0f} tokens/s  {r['gflops']:.1f} GFLOP/s{pct_s}"
     )
+
+
+def print_machine(tier: str, device: str) -> tuple[dict, bool, torch.device]:
+    """Print the machine; return (the head of the JSON record: machine, threads, native bf16, tier, device; native CPU
+    bf16; the resolved device)."""
+    native_bf16 = cpu_has_native_bf16()
+    threads = torch.get_num_threads()
+    machine = machine_description()
+    dev = resolve_device(device)
+    print(f"torch {torch.__version__}, threads {threads}, tier {tier}, native bf16 {native_bf16}")
+    print(f"machine: {machine['machine']}")
+    if dev.type != "cpu":
+        print(f"device: {dev} ({machine['device']})")
+    head = {"machine": machine, "torch_threads": threads, "native_bf16": native_bf16, "tier": tier, "device": str(dev)}
+    return head, native_bf16, dev
+
+
+def measure_peaks(n: int, dtypes: list[str], dev: torch.device, native_bf16: bool) -> dict[str, float]:
+    """The matmul peak GFLOP/s in float32 and, when `dtypes` has bf16, bf16 (printed); {} when n is 0."""
+    peaks: dict[str, float] = {}
+    if n:
+        peak_dtypes = {"float32": torch.float32, **({"bf16": torch.bfloat16} if "bf16" in dtypes else {})}
+        for name, dt in peak_dtypes.items():
+            peaks[name] = matmul_peak(n, dt, device=dev)
+            note = "" if name == "float32" or native_bf16 or dev.type == "cuda" else " (emulated: no native bf16)"
+            print(f"peak  {name:<7} {n}x{n} matmul: {peaks[name]:.1f} GFLOP/s{note}")
+    return peaks
+
+
+def write_record(path: Path, head: dict, peak_n: int, peaks: dict, cases: list, **rest) -> None:
+    """Write the JSON record: `head` (print_machine's and the script's own settings), the peak, the cases, `rest`."""
+    out = {
+        **head,
+        "peak_matmul_n": peak_n or None,
+        "peak_gflops": peaks,
+        "flops_formula": FLOPS_FORMULA,
+        "cases": cases,
+        **rest,
+    }
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 def main() -> None:
@@ -402,18 +305,6 @@ def main() -> None:
         help="each (task, arch) as the paper tier's cell config (batch, optimiser, task parameters); needs tier paper",
     )
     ap.add_argument("--mamba-scan", default=None, help="model.size.scan of the Mamba runs (default: the preset's)")
-    ap.add_argument(
-        "--authors-repo",
-        type=Path,
-        default=None,
-        help="work tree of vishalmisra/bayesian-wind-tunnel (see the module docstring)",
-    )
-    ap.add_argument(
-        "--authors-steps",
-        type=int,
-        default=None,
-        help="timed steps of the authors' model, after 2 warm-up steps (default: as many as ours)",
-    )
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the peak FLOP/s (0 skips)")
     ap.add_argument("--eval-n", type=int, default=2000, help="bijection sequences to time `evaluate` on (0 skips)")
     ap.add_argument("--json", type=Path, default=None, help="write every number to this JSON file")
@@ -422,27 +313,8 @@ def main() -> None:
         ap.error("--paper-cells: the paper tier's cells (leave --tier at paper)")
     tasks = ["bijection"] if args.quick else args.tasks
     steps = 5 if args.quick else args.steps
-    authors_steps = args.authors_steps or max(1, steps - WARMUP_LOGGED)
-    native_bf16 = cpu_has_native_bf16()
-    threads = torch.get_num_threads()
-    machine = machine_description()
-    dev = resolve_device(args.device)
-    print(f"torch {torch.__version__}, threads {threads}, tier {args.tier}, native bf16 {native_bf16}")
-    print(f"machine: {machine['machine']}")
-    if dev.type != "cpu":
-        print(f"device: {dev} ({machine['device']})")
-
-    peaks: dict[str, float] = {}
-    if args.peak_n:
-        peak_dtypes = {"float32": torch.float32, **({"bf16": torch.bfloat16} if "bf16" in args.dtype else {})}
-        for name, dt in peak_dtypes.items():
-            peaks[name] = matmul_peak(args.peak_n, dt, device=dev)
-            note = "" if name == "float32" or native_bf16 or dev.type == "cuda" else " (emulated: no native bf16)"
-            print(f"peak  {name:<7} {args.peak_n}x{args.peak_n} matmul: {peaks[name]:.1f} GFLOP/s{note}")
-
-    repo = args.authors_repo.resolve() if args.authors_repo is not None else None
-    if repo is None:
-        print("authors' code: skipped (no --authors-repo; see the docstring for how to make a work tree)")
+    head, native_bf16, dev = print_machine(args.tier, args.device)
+    peaks = measure_peaks(args.peak_n, args.dtype, dev, native_bf16)
 
     cases = []
     for task, arch in [(t, a) for t in tasks for a in args.archs]:
@@ -459,31 +331,11 @@ def main() -> None:
                 mamba_scan=args.mamba_scan,
             )
             batch = ours["batch"]
-            ours["pct_peak"] = _pct(ours["gflops"], peaks, ours["effective_dtype"])
+            ours["pct_peak"] = pct_of_peak(ours["gflops"], peaks, ours["effective_dtype"])
             fallback = " (ran float32: no native bf16)" if ours["effective_dtype"] != dtype else ""
             name = "" if args.archs == ["transformer"] else f"{arch:<13} "  # the arch column only when asked for
-            print(f"train {task:<9} {name}batch {batch:>3} {dtype:<7} ours   {_fmt(ours, peaks)}{fallback}")
-            theirs, ratio = None, None
-            compare = repo is not None and arch == "transformer" and task in AUTHORS_MODELS  # their transformers
-            if compare and dtype == "bf16" and not native_bf16:
-                print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs skipped: no native bf16 on this CPU")
-            elif compare:
-                theirs = bench_authors(repo, task, batch, authors_steps, dtype)
-                theirs["pct_peak"] = _pct(theirs["gflops"], peaks, theirs["effective_dtype"])
-                ratio = ours["tokens_per_s"] / theirs["tokens_per_s"]
-                print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs {_fmt(theirs, peaks)}")
-                print(f"train {task:<9} batch {batch:>3} {dtype:<7} ours / theirs tokens/s = {ratio:.2f}x")
-            cases.append(
-                {
-                    "task": task,
-                    "arch": arch,
-                    "batch": batch,
-                    "dtype": dtype,
-                    "ours": ours,
-                    "theirs": theirs,
-                    "ratio_ours_over_theirs": ratio,
-                }
-            )
+            print(f"train {task:<9} {name}batch {batch:>3} {dtype:<7} ours   {fmt_result(ours, peaks)}{fallback}")
+            cases.append({"task": task, "arch": arch, "batch": batch, "dtype": dtype, "ours": ours})
 
     evals = []
     for dtype in args.dtype if args.eval_n else []:
@@ -492,26 +344,8 @@ def main() -> None:
         print(f"eval  bijection {args.eval_n} sequences {dtype:<7}: {dt:.2f} s  ({args.eval_n / dt:,.0f} sequences/s)")
 
     if args.json is not None:
-        out = {
-            "machine": machine,
-            "torch_threads": threads,
-            "native_bf16": native_bf16,
-            "tier": args.tier,
-            "device": str(dev),
-            "paper_cells": args.paper_cells,
-            "archs": args.archs,
-            "mamba_scan": args.mamba_scan,
-            "steps": steps,
-            "authors_steps": authors_steps if repo is not None else None,
-            "authors_repo": str(repo) if repo is not None else None,
-            "peak_matmul_n": args.peak_n or None,
-            "peak_gflops": peaks,
-            "flops_formula": "6*n_params*B*T + 12*n_layers*T^2*d_model*B per training step",
-            "cases": cases,
-            "eval": evals,
-        }
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-        print(f"wrote {args.json}")
+        own = {"paper_cells": args.paper_cells, "archs": args.archs, "mamba_scan": args.mamba_scan, "steps": steps}
+        write_record(args.json, {**head, **own}, args.peak_n, peaks, cases, eval=evals)
 
 
 if __name__ == "__main__":

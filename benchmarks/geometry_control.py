@@ -33,6 +33,7 @@ from typing import Any
 
 from windtunnel import manifest, rundir
 from windtunnel.devices import cpu_has_native_bf16, cpu_simd_flags
+from windtunnel.executors import ExecutorOptions
 from windtunnel.geometry.figures import arms_across_seeds, frame_precision_by_arm
 from windtunnel.geometry.seeds import across_seeds, dig, seed_text
 from windtunnel.marks import EXACT_FILTER, crossings, format_mark, mark_header, summarize_marks
@@ -339,9 +340,8 @@ def control(
         )
         for task in tasks
     }
-    ttb = time_to_bayes(
-        [c for arms in cells.values() for c in arms.values()], out, jobs, echo, threads, fresh=fresh, probe=True
-    )
+    every = [c for arms in cells.values() for c in arms.values()]
+    ttb = time_to_bayes(every, out, ExecutorOptions(jobs=jobs, threads=threads), echo, fresh=fresh, probe=True)
     theirs = {task: authors_recipe(task) for task in tasks}
     their_runs = "; ".join(f"{t}: {r['lr']:g} for {r['steps']:,} steps x {r['batch_size']}" for t, r in theirs.items())
     data = {
@@ -402,7 +402,7 @@ def side_by_side(
         dense=False,
         loss_form=loss_form,
     )
-    ttb = time_to_bayes(list(cells.values()), out, jobs, echo, threads, fresh=fresh)
+    ttb = time_to_bayes(list(cells.values()), out, ExecutorOptions(jobs=jobs, threads=threads), echo, fresh=fresh)
     arms = {name: arm_result(name, cell, ttb, out, cap_seconds) for name, cell in cells.items()}
     trained = {n: min(min(s["train_s"], cap_seconds or s["train_s"]) for s in a["seeds"]) for n, a in arms.items()}
     ratios = {}

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import yaml
 
+from windtunnel.executors import ExecutorOptions
 from windtunnel.models.baselines import BASELINES
+from windtunnel.report.sweep_table import TABLE_JSON
 from windtunnel.suites.paper import ARCHS, LR_GRID, TASKS, budget, run_config
-from windtunnel.sweep import TABLE_JSON, sweep
+from windtunnel.sweep import sweep
 
 SWEEP_EVAL = {"n": 100, "overrides": []}
 
@@ -44,7 +46,7 @@ def run_cell(cell_key: tuple[str, str], tier: str, out: Path) -> dict:
     cell.mkdir(parents=True, exist_ok=True)
     base = cell / "base.yaml"
     base.write_text(yaml.safe_dump(base_config(task, arch, tier), sort_keys=False))
-    return sweep(base, {"train.lr": list(LR_GRID)}, cell, jobs=1, threads=1)
+    return sweep(base, {"train.lr": list(LR_GRID)}, cell, ExecutorOptions(jobs=1, threads=1))
 
 
 def picks(out: Path) -> dict[tuple[str, str], float]:

@@ -124,8 +124,8 @@ env_check() {
   DEVICE="$DEVICE" "$PYTHON" - "$OUT_DIR/env.json" <<'PY'
 import json, os, platform, sys
 import torch
-from windtunnel.models.mamba import mamba_ssm_scan
-from windtunnel.reproduce import machine_description
+from windtunnel.models.scans import mamba_ssm_scan
+from windtunnel.machine import machine_description
 
 info = {**machine_description(), "check_device": os.environ["DEVICE"], "python_exe": sys.executable}
 info["cuda_available"] = torch.cuda.is_available()

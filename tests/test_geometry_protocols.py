@@ -210,4 +210,4 @@ def test_finished_run_without_geometry_is_probed_by_its_job(tmp_path):
     assert run_job(Job("r", config, str(tmp_path / "runs"), probe=True))["skipped"]
     assert (run / "geometry.json").exists()
     entries = [SuiteRun(f"r-s{s}", {**config, "seed": s}) for s in (0, 1, 2)]
-    assert [j.probe for j in suite_jobs(entries, tmp_path, 1, True, ("t", "t"))] == [True, True, True]
+    assert [j.probe for j in suite_jobs(entries, tmp_path, True)] == [True, True, True]

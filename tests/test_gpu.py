@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from tiny_runs import train_checkpointed
 from windtunnel import models, tasks
-from windtunnel.models import mamba, presets
-from windtunnel.models.mamba import kernel_selective_scan, selective_scan
+from windtunnel.models import mamba, presets, scans
+from windtunnel.models.scans import kernel_selective_scan, selective_scan
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,7 @@ def _ieee_float32():
 
 
 def _need_kernel():
-    if mamba.mamba_ssm_scan() is None:
+    if scans.mamba_ssm_scan() is None:
         pytest.skip("mamba-ssm does not import here (pip install -e '.[cuda]')")
 
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from windtunnel import models, tasks
-from windtunnel.models import mamba
-from windtunnel.models.mamba import selective_scan, sequential_scan
+from windtunnel.models import mamba, scans
+from windtunnel.models.scans import selective_scan, sequential_scan
 
 SPEC = tasks.make("bijection").spec
 REG = tasks.make("regression").spec
@@ -198,7 +198,7 @@ def test_kernel_layouts_match_the_fused_scan():
     w = torch.randn(2, 7, 5, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
 
     def via_kernel_layout(*args):
-        return mamba.call_in_kernel_layout(kernel_layout_reference, *args)
+        return scans.call_in_kernel_layout(kernel_layout_reference, *args)
 
     torch.testing.assert_close(via_kernel_layout(*xs), selective_scan(*xs))
     names = ["u", "delta", "A", "B", "C"]
@@ -212,13 +212,13 @@ def test_kernel_scan_off_cuda_is_a_clear_error(monkeypatch):
     x = torch.zeros(2, 5, dtype=torch.long)
     with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel'.*CUDA only"):
         m(x)
-    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_layout_reference)  # as if mamba-ssm imported
+    monkeypatch.setattr(scans, "mamba_ssm_scan", lambda: kernel_layout_reference)  # as if mamba-ssm imported
     with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel'.*CUDA only"):
         m(x)
-    assert not mamba.kernel_available("cpu")
+    assert not scans.kernel_available("cpu")
     xs = make_inputs(1, 3, 2, 2, torch.float32)
     with pytest.raises(ValueError, match=r"model\.size\.scan"):
-        mamba.kernel_selective_scan(*xs)
+        scans.kernel_selective_scan(*xs)
     # asking for a layer's state h never reaches the kernel: that layer scans in parallel, on any device
     out, cache = m.run_with_cache(x, names=["blocks.0.ssm.h"])
     assert cache["blocks.0.ssm.h"].shape == (2, 5, 32, 16)
@@ -227,8 +227,8 @@ def test_kernel_scan_off_cuda_is_a_clear_error(monkeypatch):
 def test_kernel_scan_without_mamba_ssm_is_a_clear_error(monkeypatch):
     """Where mamba_ssm does not import, the kernel says so. The device check comes first, so the input claims to be
     on CUDA (a tensor subclass: only its .device is read before the import check)."""
-    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: None)
-    assert not mamba.kernel_available("cuda")
+    monkeypatch.setattr(scans, "mamba_ssm_scan", lambda: None)
+    assert not scans.kernel_available("cuda")
 
     class FakeCuda(torch.Tensor):
         @property
@@ -237,11 +237,11 @@ def test_kernel_scan_without_mamba_ssm_is_a_clear_error(monkeypatch):
 
     u = torch.zeros(1, 2, 3).as_subclass(FakeCuda)
     with pytest.raises(ValueError, match=r"model\.size\.scan: 'kernel' needs the mamba-ssm package"):
-        mamba.kernel_selective_scan(u, u, torch.zeros(3, 2), torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+        scans.kernel_selective_scan(u, u, torch.zeros(3, 2), torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
 
 
 def test_auto_scan_stays_fused_on_cpu_even_with_mamba_ssm(monkeypatch):
-    monkeypatch.setattr(mamba, "mamba_ssm_scan", lambda: kernel_layout_reference)
+    monkeypatch.setattr(scans, "mamba_ssm_scan", lambda: kernel_layout_reference)
     calls = []
 
     def spy(*args):

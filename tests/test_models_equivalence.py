@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from windtunnel import models, tasks
-from windtunnel.models.mamba import parallel_scan, sequential_scan
+from windtunnel.models.scans import parallel_scan, sequential_scan
 
 SPEC = tasks.make("bijection").spec
 REG = tasks.make("regression").spec

@@ -20,7 +20,7 @@ from windtunnel.cli import app
 from windtunnel.config import RunConfig, _Strict, config_to_json, run_identity, validate
 from windtunnel.errors import UntrustedCodeError
 from windtunnel.models.presets import preset
-from windtunnel.report.figures import ARCH_COLORS, USER_COLORS, arch_color
+from windtunnel.report.figures import USER_COLORS, arch_color
 from windtunnel.resolve import resolve_config
 
 runner = CliRunner()
@@ -260,6 +260,7 @@ def test_sweep_of_a_plugin_from_the_cli_and_its_command_line_re_runs(plugin_path
 
 
 def test_a_python_sweep_of_registered_names_writes_a_command_that_re_runs(plugin_path, tmp_path):
+    from windtunnel.executors import ExecutorOptions
     from windtunnel.sweep import SWEEP_BASE, sweep
 
     __import__(PLUGIN)  # registered from Python: the sweep finds the module that registered the names
@@ -270,7 +271,7 @@ def test_a_python_sweep_of_registered_names_writes_a_command_that_re_runs(plugin
         "eval": {"n": 16},
     }
     out = tmp_path / "py-sweep"
-    table = sweep(base, {"seed": [0, 1]}, out, threads=1)
+    table = sweep(base, {"seed": [0, 1]}, out, ExecutorOptions(threads=1))
     assert json.loads((out / "runs" / "seed=0" / "config.json").read_text())["imports"] == [PLUGIN]
     assert json.loads((out / SWEEP_BASE).read_text()) == base
     command = shlex.split(table["command"])
@@ -299,8 +300,8 @@ def test_report_of_plugin_runs_has_its_column_row_and_colour(plugin_path, tmp_pa
     assert any(line.startswith("| lstm ") for line in text.splitlines())
     assert (out / "figures" / "training_curves.png").exists()
     assert arch_color("gru") in USER_COLORS and arch_color("gru") == arch_color("gru")
-    assert not set(USER_COLORS) & set(ARCH_COLORS.values())
-    assert arch_color("lstm") == ARCH_COLORS["lstm"]
+    assert not set(USER_COLORS) & {models.info(a).color for a in models.built_ins()}
+    assert arch_color("lstm") == models.info("lstm").color == "C2"
     assert len({arch_color(a) for a in ("gru", "my-ssm", "rwkv", "hyena", "xlstm")}) >= 3  # spread over the palette
 
 

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from windtunnel import checkpoints, rundir
 from windtunnel.cli import app
 from windtunnel.errors import StorageError
-from windtunnel.executors import Job, LocalExecutor, make_executor, run_job, write_storage_token
+from windtunnel.executors import ExecutorOptions, Job, LocalExecutor, make_executor, run_job, write_storage_token
 from windtunnel.executors.ray_cluster import AUTH_VARS, check_reachable, driver_auth, with_auth
 from windtunnel.executors.ray_local import LocalCluster
 from windtunnel.lock import read_owner
@@ -72,8 +72,9 @@ def _evals(out: Path) -> dict[str, dict]:
 
 
 def test_smoke_suite_on_ray_equals_local(cluster, tmp_path):
-    local = reproduce("smoke", tmp_path / "local", threads=1, probe=False)
-    on_ray = reproduce("smoke", tmp_path / "ray", executor="ray", ray_address=cluster.address, threads=1, probe=False)
+    local = reproduce("smoke", tmp_path / "local", probe=False, options=ExecutorOptions(threads=1))
+    ray = ExecutorOptions("ray", threads=1, ray_address=cluster.address)
+    on_ray = reproduce("smoke", tmp_path / "ray", probe=False, options=ray)
     assert local["executor"] == "local" and on_ray["executor"] == "ray"
     a, b = _evals(tmp_path / "local"), _evals(tmp_path / "ray")
     assert set(a) == set(b) == {r.name for r in suite("smoke")}
@@ -175,8 +176,8 @@ def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
         "eval": {"n": 64},
     }
     grid = {"train.lr": [1e-3, 3e-3], "seed": [0, 1]}
-    local = sweep(base, grid, tmp_path / "local", threads=1)
-    on_ray = sweep(base, grid, tmp_path / "ray", executor="ray", ray_address=cluster.address, threads=1)
+    local = sweep(base, grid, tmp_path / "local", ExecutorOptions(threads=1))
+    on_ray = sweep(base, grid, tmp_path / "ray", ExecutorOptions("ray", threads=1, ray_address=cluster.address))
     assert on_ray["executor"] == "ray" and len(on_ray["rows"]) == 4
     assert [(r["run"], r["metrics"]) for r in on_ray["rows"]] == [(r["run"], r["metrics"]) for r in local["rows"]]
 
@@ -208,8 +209,9 @@ def test_time_to_bayes_on_ray_gives_the_local_curves(cluster, tmp_path):
     from windtunnel.time_to_bayes import parse_cell, run
 
     cell = parse_cell("task=hmm,arch=transformer,tier=smoke,recipe=wsd,steps=6,batch_size=4,eval_every=2,seeds=2")
-    local = run([cell], tmp_path / "local", threads=1, echo=lambda _: None)
-    on_ray = run([cell], tmp_path / "ray", threads=1, echo=lambda _: None, executor="ray", ray_address=cluster.address)
+    local = run([cell], tmp_path / "local", ExecutorOptions(threads=1), echo=lambda _: None)
+    ray = ExecutorOptions("ray", threads=1, ray_address=cluster.address)
+    on_ray = run([cell], tmp_path / "ray", ray, echo=lambda _: None)
     assert on_ray["machine"]["executor"] == "ray"
     drop = ("run_dir", "train_s", "tokens_per_s", "curve", "crossings", "final_validation")  # seconds, paths differ
     for a, b in zip(local["cells"][0]["seeds"], on_ray["cells"][0]["seeds"], strict=True):

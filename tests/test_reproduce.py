@@ -18,7 +18,7 @@ from windtunnel.suites import ARCHS, TASKS, deviations, suite
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke")
-    meta = reproduce("smoke", out, jobs=1, probe=False)
+    meta = reproduce("smoke", out, probe=False)
     return out, meta
 
 
@@ -186,10 +186,10 @@ def test_disagreements_compare_levels_not_numbers():
 
 def test_rerun_skips_finished_runs(smoke):
     out, _ = smoke
-    meta = reproduce("smoke", out, jobs=1, probe=False)
+    meta = reproduce("smoke", out, probe=False)
     assert all(v is not None for v in meta["run_wall_s"].values())
     before = (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text()
-    reproduce("smoke", out, jobs=1, probe=False, only={"task": "bijection"})
+    reproduce("smoke", out, probe=False, only={"task": "bijection"})
     assert (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text() == before
 
 

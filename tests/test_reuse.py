@@ -16,8 +16,8 @@ from cli_args import SWEEP_BASE
 from windtunnel import manifest, rundir
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
-from windtunnel.errors import CheckpointError, RunMismatchError
-from windtunnel.executors import Job, run_job
+from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
+from windtunnel.executors import ExecutorOptions, Job, holding, run_job
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.resolve import resolve_config
 from windtunnel.suites import suite
@@ -29,6 +29,7 @@ runner = CliRunner()
 SMOKE_ARGS = ["--tier", "smoke", "--only", "task=bijection", "--only", "arch=lstm,uniform", "--no-probe"]
 UNIFORM = {"task": "bijection", "arch": "uniform"}  # a baseline: evaluated, never trained (cheap at any tier)
 CELL = "task=bijection,arch=lstm,tier=smoke,steps=4,batch_size=4,eval_every=2,eval_size=4"
+ONE_THREAD = ExecutorOptions(threads=1)
 
 
 def _one_error(result, code: int) -> str:
@@ -76,7 +77,7 @@ def test_smoke_then_quick_into_one_out_is_refused(rq):
 
 
 def test_fresh_sets_another_tiers_runs_aside_and_reports_only_the_new_tier(rq):
-    meta = reproduce("quick", rq, only=UNIFORM, probe=False, threads=1, fresh=True)
+    meta = reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
     assert meta["tier"] == "quick" and _reported(rq) == ["bijection-uniform"]
     assert rundir.read_config(rq / "runs" / "bijection-uniform").eval.n == 300  # the quick tier's, not smoke's 64
     assert sorted(p.name.rsplit("-", 1)[0] for p in (rq / manifest.SUPERSEDED).iterdir()) == [
@@ -93,12 +94,12 @@ def test_a_run_of_another_config_is_refused_naming_the_keys_then_fresh_reruns_it
     (rq / "reproduce.json").unlink()
     stored = (rq / "runs" / "bijection-uniform" / "eval.json").read_bytes()
     with pytest.raises(RunMismatchError) as err:
-        reproduce("quick", rq, only=UNIFORM, probe=False, threads=1)
+        reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD)
     message = str(err.value)
     assert "bijection-uniform: holds a run of another config" in message and "eval.n: 64 → 300" in message
     assert "task.params.V: 6 → " in message and "--fresh" in message
     assert (rq / "runs" / "bijection-uniform" / "eval.json").read_bytes() == stored  # neither reused nor touched
-    reproduce("quick", rq, only=UNIFORM, probe=False, threads=1, fresh=True)
+    reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
     assert _reported(rq) == ["bijection-uniform"]  # the smoke LSTM left in runs/ is not the quick tier's
     assert rundir.read_config(rq / "runs" / "bijection-uniform").eval.n == 300
 
@@ -151,15 +152,15 @@ def test_a_done_run_without_eval_json_is_evaluated_again_and_a_bad_done_json_is_
 
 def test_a_sweep_point_of_another_config_is_refused_and_fresh_sets_it_aside(tmp_path):
     out = tmp_path / "s"
-    sweep(SWEEP_BASE, {"seed": [0]}, out, threads=1)
+    sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD)
     point = out / "runs" / "seed=0"
     cfg = json.loads((point / "config.json").read_text())
     cfg["eval"]["n"] = 32
     (point / "config.json").write_text(json.dumps(cfg))
     (point / rundir.DONE).unlink()  # an interrupted run of another config
     with pytest.raises(RunMismatchError, match="eval.n: 32 → 64"):
-        sweep(SWEEP_BASE, {"seed": [0]}, out, threads=1)
-    table = sweep(SWEEP_BASE, {"seed": [0]}, out, threads=1, fresh=True)
+        sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD)
+    table = sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD, fresh=True)
     assert [r["run"] for r in table["rows"]] == ["seed=0"] and len(list((out / manifest.SUPERSEDED).iterdir())) == 1
     assert rundir.read_config(point).eval.n == 64
     (entry,) = manifest.read_manifest(out)["runs"]
@@ -171,7 +172,7 @@ def test_a_sweep_point_of_another_config_is_refused_and_fresh_sets_it_aside(tmp_
 
 def test_reproduce_into_a_sweeps_out_never_reads_its_runs(tmp_path, rq):
     out = tmp_path / "s"
-    sweep(SWEEP_BASE, {"seed": [0]}, out, threads=1)
+    sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD)
     with pytest.raises(ValueError, match=r"holds the runs of a sweep \(manifest.json\)"):
         reproduce("smoke", out, only=UNIFORM, probe=False)
     assert [p.name for p in (out / "runs").iterdir()] == ["seed=0"] and not (out / "results.json").exists()
@@ -179,12 +180,12 @@ def test_reproduce_into_a_sweeps_out_never_reads_its_runs(tmp_path, rq):
     with pytest.raises(ValueError, match=r"holds the runs of a sweep \(sweep-config.json\)"):
         reproduce("smoke", out, only=UNIFORM, probe=False)
     with pytest.raises(ValueError, match=r"holds the runs of a reproduce \(manifest.json\)"):
-        sweep(SWEEP_BASE, {"seed": [0]}, rq, threads=1)  # and the other way round
+        sweep(SWEEP_BASE, {"seed": [0]}, rq, ONE_THREAD)  # and the other way round
 
 
 def test_the_report_reads_the_manifest_not_everything_under_runs(rq, tmp_path):
     shutil.copytree(rq / "runs" / "bijection-lstm", rq / "runs" / "stray")  # a run put there by hand
-    reproduce("smoke", rq, only=UNIFORM, probe=False, threads=1)  # earlier runs of the tier stay in its report
+    reproduce("smoke", rq, only=UNIFORM, probe=False, options=ONE_THREAD)  # earlier runs of the tier stay in its report
     assert _reported(rq) == ["bijection-lstm", "bijection-uniform"]
     r = runner.invoke(app, ["report", str(rq), "--out", str(tmp_path / "a")])
     assert r.exit_code == 0 and r.output.startswith("2 runs")  # an --out: its manifest's runs
@@ -217,7 +218,7 @@ def test_a_recipe_file_and_a_named_recipe_with_one_stem_are_different_runs(tmp_p
     f = tmp_path / "wsd.yaml"
     f.write_text("overrides:\n  train.optimizer: muon\n  train.schedule: wsd\n")
     out = tmp_path / "out"
-    data = run([parse_cell(CELL + ",recipe=wsd"), parse_cell(CELL + f",recipe={f}")], out, threads=1, echo=str)
+    data = run([parse_cell(CELL + ",recipe=wsd"), parse_cell(CELL + f",recipe={f}")], out, ONE_THREAD, echo=str)
     named, filed = data["cells"]
     assert named["seeds"][0]["run_dir"] != filed["seeds"][0]["run_dir"]
     assert named["label"] == "bijection/lstm/wsd (4x4, lr 0.001, adamw, wsd, smoke preset)"
@@ -290,22 +291,56 @@ def test_two_time_to_bayes_drivers_on_one_out(tmp_path, holder):
     assert not (out / "runs").exists()
 
 
+@pytest.mark.parametrize("driver", ["time-to-bayes", "sweep", "reproduce"])
+def test_every_driver_takes_the_one_out_lock(tmp_path, driver):
+    """reproduce, sweep and time-to-bayes launch through one launcher: while --out is held as a driver holds it
+    (`executors.holding`, here by this process, as by a driver of another kind), each is refused before any run."""
+    out = tmp_path / "out"
+    start = {
+        "time-to-bayes": lambda: run([parse_cell(CELL)], out, ONE_THREAD, echo=str),
+        "sweep": lambda: sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD),
+        "reproduce": lambda: reproduce("smoke", out, only=UNIFORM, probe=False, options=ONE_THREAD),
+    }[driver]
+    with holding(out), pytest.raises(RunInUseError, match="output directory is in use by pid"):
+        start()
+    assert not (out / "runs").exists() and not (out / manifest.MANIFEST).exists()
+
+
+def test_a_time_to_bayes_seed_with_eval_json_but_no_done_json_is_not_done(tmp_path):
+    """Done means done.json, for time-to-bayes as for every driver (`manifest.is_finished`): a seed whose eval.json
+    is there but whose done.json is not (cut off before it was marked done) is run again, not read back as done."""
+    out, lines = tmp_path / "ttb", []
+    cell = parse_cell(CELL)
+    run([cell], out, ONE_THREAD, echo=lines.append)
+    (seed,) = cell_runs(cell)
+    run_dir = out / manifest.RUNS / seed.name
+    assert any(line.startswith(f"  {seed.name}: finished in") for line in lines)
+    lines.clear()
+    run([cell], out, ONE_THREAD, echo=lines.append)  # finished: read back, nothing run
+    assert not any(seed.name in line for line in lines[1:])
+    (run_dir / rundir.DONE).unlink()
+    assert (run_dir / rundir.EVAL).exists() and not manifest.is_finished(run_dir)
+    data = run([cell], out, ONE_THREAD, echo=lines.append)
+    assert any(line.startswith(f"  {seed.name}: finished in") for line in lines)  # run again (resumed, evaluated)
+    assert manifest.is_finished(run_dir) and data["cells"][0]["seeds"][0]["run_dir"].endswith(seed.name)
+
+
 def test_results_accumulate_and_refuse_another_setup(tmp_path):
     out = tmp_path / "ttb"
     wsd, baseline = parse_cell(CELL + ",recipe=wsd"), parse_cell(CELL + ",recipe=baseline")
-    run([wsd], out, threads=1, echo=str)
+    run([wsd], out, ONE_THREAD, echo=str)
     first_run = out / json.loads((out / "time_to_bayes.json").read_text())["cells"][0]["seeds"][0]["run_dir"]
     metrics = (first_run / "metrics.jsonl").read_bytes()
-    run([baseline], out, threads=1, echo=str)  # a second call keeps the first call's cell
-    data = run([wsd.model_copy(update={"seeds": 2})], out, threads=1, echo=str)  # the same setting: replaced
+    run([baseline], out, ONE_THREAD, echo=str)  # a second call keeps the first call's cell
+    data = run([wsd.model_copy(update={"seeds": 2})], out, ONE_THREAD, echo=str)  # the same setting: replaced
     assert [(c["cell"]["recipe"], len(c["seeds"])) for c in data["cells"]] == [("wsd", 2), ("baseline", 1)]
     assert (first_run / "metrics.jsonl").read_bytes() == metrics  # its seed 0 was read back, not retrained
     assert len(manifest.read_manifest(out)["runs"]) == 3
     assert "wsd" in (out / "time_to_bayes.md").read_text() and "baseline" in (out / "time_to_bayes.md").read_text()
     with pytest.raises(ValueError, match=r"different machines or settings \(jobs: 1 in the results already in"):
-        run([baseline], out, threads=1, jobs=2, echo=str)  # refused before any training
+        run([baseline], out, ExecutorOptions(jobs=2, threads=1), echo=str)  # refused before any training
     with pytest.raises(ValueError, match=r"\(threads_per_run: 1 in the results already in"):
-        run([baseline], out, threads=2, echo=str)
+        run([baseline], out, ExecutorOptions(threads=2), echo=str)
 
 
 def _result(tmp_path: Path, name: str, **machine) -> Path:

@@ -16,8 +16,11 @@ from typer.testing import CliRunner
 from cli_args import SWEEP_BASE
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
+from windtunnel.executors import ExecutorOptions
+from windtunnel.machine import machine_description
 from windtunnel.metrics import seed_interval
-from windtunnel.sweep import NO_VALIDATION, SWEEP_CONFIG, expand, key_labels, parse_grid, rank, sweep, write_table
+from windtunnel.report.sweep_table import NO_VALIDATION, key_labels, rank, write_table
+from windtunnel.sweep import SWEEP_CONFIG, expand, parse_grid, sweep
 
 runner = CliRunner()
 
@@ -111,7 +114,7 @@ def test_sweep_validates_every_point_before_creating_anything(tmp_path):
     with pytest.raises(ValueError, match="--set seed: also swept"):
         sweep(BASE, {"seed": [0]}, out, overrides={"seed": 1})
     with pytest.raises(ValueError, match="--executor"):
-        sweep(BASE, {"seed": [0]}, out, executor="nope")
+        sweep(BASE, {"seed": [0]}, out, ExecutorOptions("nope"))
     assert not (tmp_path / "a").exists()
 
 
@@ -218,7 +221,7 @@ def _retable(out):
     """Write the tables of `out` again from its run directories (what a re-run of the sweep does)."""
     record = json.loads((out / SWEEP_CONFIG).read_text())
     meta = {"executor": "local", "jobs": 1, "threads": 1, "command": "windtunnel sweep CONFIG", "total_wall_s": 0.0}
-    return write_table(out, expand(record["base"], record["grid"]), record, meta)
+    return write_table(out, expand(record["base"], record["grid"]), record, meta, machine_description())
 
 
 def _set_validation(run_dir, add_at=None, **values):

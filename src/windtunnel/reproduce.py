@@ -7,20 +7,17 @@ only when its stored config is the one asked for (`manifest.claim_runs`; `fresh`
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest
-from windtunnel.executors import Executor, Job, make_executor, placement, threads_per_run, write_storage_token
-from windtunnel.executors.driver import execute
-from windtunnel.lock import DirLock
-from windtunnel.machine import machine_description
+from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models.baselines import BASELINES
+from windtunnel.report import build_report
 from windtunnel.resolve import resolve_config
-from windtunnel.rundir import check_writable, read_json_object, write_json
+from windtunnel.rundir import read_json_object, write_json
 from windtunnel.suites import SuiteRun, deviations, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
@@ -40,20 +37,11 @@ def where_runs_ran(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def suite_jobs(
-    entries: list[SuiteRun], runs_dir: Path, threads: int, probe: bool, storage: tuple[str, str]
-) -> list[Job]:
+def suite_jobs(entries: list[SuiteRun], runs_dir: Path, probe: bool) -> list[Job]:
     """One job per suite run; the geometry probes run on every seed of each trained cell (the report gives
-    across-seed intervals)."""
+    across-seed intervals). `launch` gives each its threads and storage token."""
     return [
-        Job(
-            e.name,
-            e.config,
-            str(runs_dir),
-            probe=probe and e.config["model"]["arch"] not in BASELINES,
-            threads=threads,
-            storage=storage,
-        )
+        Job(e.name, e.config, str(runs_dir), probe=probe and e.config["model"]["arch"] not in BASELINES)
         for e in entries
     ]
 
@@ -67,37 +55,26 @@ def reproduce(
     tier: str,
     out: str | Path | None = None,
     seeds: int | None = None,
-    jobs: int = 1,
     only: dict[str, str] | None = None,
     probe: bool = True,
     echo: Callable[[str], None] = lambda _: None,
     *,
-    executor: str = "local",
-    threads: int | None = None,
-    ray_address: str | None = None,
-    max_retries: int | None = None,
-    progress: bool = False,
+    options: ExecutorOptions = ExecutorOptions(),
     fresh: bool = False,
 ) -> dict[str, Any]:
-    """Run the paper suite at `tier` into `out/runs/` (default `default_out(tier)`) on `executor` ("local": `jobs`
-    processes; "ray": the cluster at `ray_address`), then write the report into `out/`; holds `out`'s lock.
-    `threads`: CPU threads per run (default: the cores split between the jobs locally, 1 on Ray); runs with equal
-    seeds and threads give equal numbers on every executor. `progress`: live progress on stderr. A run directory of
+    """Run the paper suite at `tier` into `out/runs/` (default `default_out(tier)`) on the executor of `options`
+    (`executors.launch`: threads per run, local jobs or a Ray cluster, progress), then write the report into `out/`;
+    holds `out`'s lock. Runs with equal seeds and threads give equal numbers on every executor. A run directory of
     another config, or an --out of another tier, is refused unless `fresh`, which moves it to `out/superseded/`."""
-    threads = threads_per_run(executor, jobs, threads)
-    runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     out = default_out(tier) if out is None else Path(out)
+    launcher = launch(out, options)
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
     wanted = {e.name: resolve_config(e.config) for e in entries}
-    manifest.refuse_run_directory(out)
-    check_writable(out)
-    with DirLock(out, "output directory"):  # one reproduce per output directory; each run also locks itself
+    with launcher:  # one reproduce per output directory
         previous = _claim(out, tier, wanted, fresh, echo)
-        return _reproduce_locked(
-            tier, out, entries, seeds, jobs, only, probe, echo, runner, threads, progress, previous
-        )
+        return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, previous)
 
 
 def _claim(
@@ -136,29 +113,21 @@ def _claim(
 
 def _reproduce_locked(
     tier: str,
-    out: Path,
+    launcher: Launch,
     entries: list[SuiteRun],
     seeds: int | None,
-    jobs: int,
     only: dict[str, str] | None,
     probe: bool,
     echo: Callable[[str], None],
-    runner: Executor,
-    threads: int,
-    progress: bool,
     previous: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    from windtunnel.report import build_report
-
+    out, runner, jobs, threads = launcher.out, launcher.executor, launcher.options.jobs, launcher.threads
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    storage = write_storage_token(out)  # every node checks it sees --out before it trains
-    start = time.time()
-    echo(f"{len(entries)} runs, tier {tier}, {placement(runner, jobs)} x {threads} thread(s) -> {out}")
-    results = execute(suite_jobs(entries, runs_dir, threads, probe, storage), runner, echo, progress=progress)
+    results = launcher.execute(suite_jobs(entries, runs_dir, probe), f"{len(entries)} runs, tier {tier}", echo)
     meta = {
         "tier": tier,
-        **machine_description(),
+        **launcher.machine(),
         "seeds": {
             f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1
             for e in sorted(entries, key=lambda e: e.config["seed"])
@@ -167,7 +136,7 @@ def _reproduce_locked(
         "executor": runner.name,
         **where_runs_ran(results),
         "threads": threads,
-        "total_wall_s": round(time.time() - start, 1),
+        "total_wall_s": launcher.wall_s(),
         "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
         "command": f"windtunnel reproduce --tier {tier} --out {out} --executor {runner.name}"
         + (f" --jobs {jobs}" if runner.name == "local" else "")

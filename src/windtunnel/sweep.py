@@ -9,74 +9,38 @@ anything is created, the longest runs start first, and a re-run trains only what
 `done.json`), reusing a run directory only when it holds the point's resolved config (`manifest.claim_runs`; with
 `fresh` a mismatched one is set aside). `out/manifest.json` lists the sweep's finished points.
 
-The table -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- is picked on the validation stream, never the test stream:
-each run's validation numbers are the last `"split": "eval"` line of its metrics.jsonl at its final step (the
-periodic evaluation of training, on the validation stream). Runs that differ only in `seed` are one *setting*; each
-setting gets the mean over its seeds of the validation metrics and of the test metrics, with a 95% Student-t
-interval over the seeds (two or more; one seed: the run's bootstrap interval on the test stream, none on validation).
-Settings are ranked by the mean validation headline metric of their task (entropy error lower is better, accuracy
-higher), each task's settings together, and ★ marks each task's best. A setting or run without a final validation
-evaluation (train.eval_every = 0, or a baseline, which does not train) or with a NaN/inf value (validation, or the
-test stream's headline) is never ★, sorts last, and the table says why. The test-stream numbers -- entropy error,
-KL and accuracy with their 95% intervals -- are reported beside them, never used for the pick. sweep.md has the
-per-setting table first, then one row per run (its validation and test numbers, wall time, training throughput),
-grouped by setting in rank order.
+The table -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- is picked on the validation stream, never the test stream,
+each setting (the runs that differ only in `seed`) with its mean and interval over seeds: `report.sweep_table`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import hashlib
-import io
 import itertools
-import json
-import math
-import re
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean, median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from windtunnel import manifest, plugins
 from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file
-from windtunnel.lock import DirLock
-from windtunnel.resolve import resolve_config
-from windtunnel.rundir import (
-    atomic_write,
-    check_writable,
-    read_json_object,
-    read_metrics,
-    write_json,
+from windtunnel.executors import ExecutorOptions, Job, Launch, launch
+from windtunnel.models import is_import_string
+from windtunnel.report.collect import checked
+from windtunnel.report.sweep_table import (
+    SweepPoint,
+    grid_text,
+    key_labels,
+    plain,
+    point_name,
+    value_text,
+    write_table,
 )
-
-if TYPE_CHECKING:
-    from windtunnel.executors import Executor
+from windtunnel.resolve import resolve_config
+from windtunnel.rundir import read_json_object, write_json
 
 SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
 SWEEP_BASE = "sweep-base.json"  # a sweep of a config dict (Python): that dict, for its Command: line to re-run
 KIND = "sweep"  # the manifest kind of a sweep's --out
-TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
-METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
-METRIC_TITLES = {"entropy_mae_bits": "entropy error (bits)", "kl_bits": "KL (bits)", "accuracy": "accuracy"}
-BEST = "★"
-SEED = "seed"  # the grid key whose values repeat one setting: rows that differ only in it are one setting
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-directory name may not contain ("=" only joins key and value)
-_MAX_NAME = 200  # below every filesystem's 255-byte limit on a name
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One combination of grid values: its run-directory `name`, the grid `values` (dotted key -> value), the raw
-    `config` (base + overrides) it trains, and that config `resolved` (validated, everything explicit)."""
-
-    name: str
-    values: dict[str, Any]
-    config: dict[str, Any]
-    resolved: RunConfig = field(repr=False, compare=False)
 
 
 # --- the grid ----------------------------------------------------------------------------------------------
@@ -127,7 +91,7 @@ def _check_values(key: str, values: Sequence[Any], item: str) -> None:
         raise ValueError(f"--grid: no values in {item!r}; expected {key}=v1,v2,...")
     for i, v in enumerate(values):
         if v in values[:i]:
-            raise ValueError(f"--grid: {item!r} repeats the value {_text(v)}")
+            raise ValueError(f"--grid: {item!r} repeats the value {value_text(v)}")
 
 
 def parse_grid(items: list[str]) -> dict[str, list[Any]]:
@@ -153,46 +117,7 @@ def parse_grid(items: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
-def grid_text(grid: dict[str, list[Any]]) -> list[str]:
-    """The grid as `--grid` items: `["train.lr=0.001,0.0003", "seed=0,1"]`."""
-    return [f"{k}={','.join(_text(v) for v in vs)}" for k, vs in grid.items()]
-
-
-def _text(value: Any) -> str:
-    """A value as a user writes it: strings as they are, everything else as JSON (`true`, `0.001`, `[20, 30]`)."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 # --- points ------------------------------------------------------------------------------------------------
-
-
-def _label(text: str) -> str:
-    """Filesystem-safe text: runs of other characters (and "=") become "_"."""
-    return _UNSAFE.sub("_", text.replace("=", "_")) or "_"
-
-
-def _value_label(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "+".join(_value_label(v) for v in value) or "_"
-    return _label(_text(value).replace(", ", ","))
-
-
-def key_labels(keys: Sequence[str]) -> dict[str, str]:
-    """The name part of each grid key: its last component, or the full dotted key where two keys share it."""
-    last = [k.split(".")[-1] for k in keys]
-    return {k: _label(k if last.count(s) > 1 else s) for k, s in zip(keys, last, strict=True)}
-
-
-def _point_name(values: dict[str, Any], labels: dict[str, str], taken: set[str]) -> str:
-    name = "-".join(f"{labels[k]}={_value_label(v)}" for k, v in values.items())
-    if len(name) > _MAX_NAME:  # keep it readable at the front, unique by a hash of the whole
-        name = name[: _MAX_NAME - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
-    unique, n = name, 1
-    while unique in taken:  # different values with the same safe text (e.g. "a/b" and "a_b")
-        n += 1
-        unique = f"{name}-{n}"
-    taken.add(unique)
-    return unique
 
 
 def _resolve(cfg: dict[str, Any], where: str) -> RunConfig:
@@ -219,12 +144,12 @@ def expand(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[SweepPoint]
         raise ValueError("--grid: give at least one key=v1,v2,...")
     for key, options in grid.items():
         _check_key(key, key)
-        _check_values(key, options, f"{key}={','.join(map(_text, options))}")
+        _check_values(key, options, f"{key}={','.join(map(value_text, options))}")
     base_error = _base_error(base)
     if base_error is None:  # blame a bad value on its own grid item, not on the point it first appears in
         for key, options in grid.items():
             for v in options:
-                _resolve(apply_overrides(base, {key: v}), f"--grid {key}={_text(v)}")
+                _resolve(apply_overrides(base, {key: v}), f"--grid {key}={value_text(v)}")
     labels = key_labels(list(grid))
     taken: set[str] = set()
     points: list[SweepPoint] = []
@@ -232,12 +157,12 @@ def expand(base: dict[str, Any], grid: dict[str, list[Any]]) -> list[SweepPoint]
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo, strict=True))
         config = apply_overrides(base, values)
-        where = "--grid " + " ".join(f"{k}={_text(v)}" for k, v in values.items())
+        where = "--grid " + " ".join(f"{k}={value_text(v)}" for k, v in values.items())
         try:
             resolved = resolve_config(config)
         except ValueError as err:
             raise ValueError(f"config: {err}" if str(err) == base_error else f"{where}: {err}") from None
-        name = _point_name(values, labels, taken)
+        name = point_name(values, labels, taken)
         same = seen.setdefault(resolved.model_dump_json(), name)
         if same != name:
             raise ValueError(f"--grid: points {same} and {name} are the same run (two keys or values set one field)")
@@ -252,26 +177,18 @@ def sweep(
     config: str | Path | dict[str, Any],
     grid: dict[str, list[Any]],
     out: str | Path,
-    executor: str = "local",
-    jobs: int = 1,
-    threads: int | None = None,
-    ray_address: str | None = None,
-    max_retries: int | None = None,
+    options: ExecutorOptions = ExecutorOptions(),
     overrides: dict[str, Any] | None = None,
     echo: Callable[[str], None] = lambda _: None,
-    progress: bool = False,
     fresh: bool = False,
     imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train every point of `grid` over the base `config` (a YAML/JSON file or a dict; `overrides`: dotted keys set
     on every point; `imports`: modules imported first and added to the base's `imports`, with those that registered
-    its task and architecture: windtunnel.plugins) into `out/runs/`, on `executor` ("local": `jobs` processes;
-    "ray": the cluster at `ray_address`, each run retried at most `max_retries` times), `threads` torch threads per
-    run (default: the cores split between `jobs` locally, 1 on Ray), longest runs first, with live progress on
-    stderr if `progress`; then write the table. A point's directory holding another config is refused unless `fresh`
-    (set aside to `out/superseded/`). Holds `out`'s lock; returns what sweep.json holds."""
-    from windtunnel.executors import make_executor, threads_per_run
-
+    its task and architecture: windtunnel.plugins) into `out/runs/`, on the executor of `options`
+    (`executors.launch`: threads per run, local jobs or a Ray cluster, progress), longest runs first; then write the
+    table. A point's directory holding another config is refused unless `fresh` (set aside to `out/superseded/`).
+    Holds `out`'s lock; returns what sweep.json holds."""
     overrides = dict(overrides or {})
     for key in overrides:
         if key in grid:
@@ -288,11 +205,8 @@ def sweep(
     points = expand(base, grid)
     for p in points:
         _check_builtin(p.resolved)
-    threads_per = threads_per_run(executor, jobs, threads)
-    runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
     out = Path(out)
-    manifest.refuse_run_directory(out)
-    check_writable(out)
+    launcher = launch(out, options)
     record = {
         "config": None if isinstance(config, dict) else str(config),
         "overrides": overrides,
@@ -300,24 +214,22 @@ def sweep(
         "grid": grid,
     }
     meta = {
-        "executor": executor,
-        "jobs": jobs,
-        "threads": threads_per,
-        "command": _command(record, out, executor, jobs, threads, ray_address, max_retries),
+        "executor": options.executor,
+        "jobs": options.jobs,
+        "threads": launcher.threads,
+        "command": _command(record, out, options),
     }
     note = _command_note(base)
     if note:
         meta["command_note"] = note
-    with DirLock(out, "output directory"):  # one sweep per output directory; each run also locks itself
+    with launcher:  # one sweep per output directory
         points = _claim(out, record, points, fresh, echo)
         if isinstance(config, dict):  # the Command: line reads it back
-            write_json(out / SWEEP_BASE, _plain(config), sort_keys=False)
-        return _sweep_locked(out, points, record, runner, meta, echo, progress)
+            write_json(out / SWEEP_BASE, plain(config), sort_keys=False)
+        return _sweep_locked(launcher, points, record, meta, echo)
 
 
 def _check_builtin(cfg: RunConfig) -> None:
-    from windtunnel.models import is_import_string
-
     if is_import_string(cfg.model.arch):
         module = cfg.model.arch.partition(":")[0]
         raise ValueError(
@@ -343,11 +255,6 @@ def _command_note(base: dict[str, Any]) -> str | None:
     )
 
 
-def _plain(obj: Any) -> Any:
-    """`obj` as JSON data (tuples become lists), to compare with what a JSON file holds."""
-    return json.loads(json.dumps(obj))
-
-
 def _claim(
     out: Path, record: dict[str, Any], points: list[SweepPoint], fresh: bool, echo: Callable[[str], None]
 ) -> list[SweepPoint]:
@@ -358,7 +265,7 @@ def _claim(
     path, grid = out / SWEEP_CONFIG, record["grid"]
     if path.exists():
         old = _read_record(path)
-        if _plain(old.get("base")) != _plain(record["base"]):
+        if plain(old.get("base")) != plain(record["base"]):
             raise ValueError(
                 f"--out: {str(out)!r} holds a sweep of another base config ({old.get('config') or 'a dict'}, "
                 f"--set {old.get('overrides') or {}}); use a new --out for this one"
@@ -376,15 +283,13 @@ def _claim(
         raise ValueError(f"--out: {str(out)!r} holds runs/ of something other than a sweep; use a new --out")
     for moved in manifest.claim_runs(out, {p.name: p.resolved for p in points}, fresh):
         echo(f"  set aside (not the run asked for) -> {moved}")
-    write_json(path, _plain(record), sort_keys=False)  # keep the grid's key order
+    write_json(path, plain(record), sort_keys=False)  # keep the grid's key order
     return points
 
 
 def _read_record(path: Path) -> dict[str, Any]:
     """A sweep's sweep-config.json, its `base`, `grid` and `overrides` checked to be objects and `config` a path or
     null (a CheckpointError naming the file and the field otherwise)."""
-    from windtunnel.report.collect import checked
-
     record = read_json_object(path)
     for key in ("base", "grid", "overrides"):
         checked(record.get(key, {}), "object", path, key)
@@ -394,410 +299,57 @@ def _read_record(path: Path) -> dict[str, Any]:
 
 
 def _sweep_locked(
-    out: Path,
+    launcher: Launch,
     points: list[SweepPoint],
     record: dict[str, Any],
-    runner: Executor,
     meta: dict[str, Any],
     echo: Callable[[str], None],
-    progress: bool,
 ) -> dict[str, Any]:
-    from windtunnel.executors import Job, placement, write_storage_token
-    from windtunnel.executors.driver import execute
-
+    out = launcher.out
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    storage = write_storage_token(out)  # every node checks it sees --out before it trains
-    jobs = [Job(p.name, p.config, str(runs_dir), probe=False, threads=meta["threads"], storage=storage) for p in points]
+    jobs = [Job(p.name, p.config, str(runs_dir), probe=False) for p in points]
     todo = sum(not manifest.is_finished(runs_dir / p.name) for p in points)
-    where = placement(runner, meta["jobs"])
-    echo(f"{len(points)} runs ({todo} to train), {where} x {meta['threads']} thread(s) -> {out}")
-    start = time.time()
     meta = {**meta, "trained": todo}  # runs this call trained; the rest were finished runs it found and read
 
-    def timed() -> dict[str, Any]:
-        return {**meta, "total_wall_s": round(time.time() - start, 1)}
+    def tabulate(results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The table of what has finished, and the manifest of its runs."""
+        timed = {**meta, "total_wall_s": launcher.wall_s()}
+        data = write_table(out, points, record, timed, launcher.machine(), results)
+        manifest.write_manifest(out, KIND, manifest.finished_runs(out, [p.name for p in points]))
+        return data
 
     try:
-        results = execute(jobs, runner, echo, progress=progress)  # longest first
+        results = launcher.execute(jobs, f"{len(points)} runs ({todo} to train)", echo)  # longest first
     except BaseException:  # keep the table of what did finish, then report the failure
         with contextlib.suppress(Exception):
-            write_table(out, points, record, timed())
+            tabulate()
         raise
-    return write_table(out, points, record, timed(), results)
+    return tabulate(results)
 
 
-def _wall_text(data: dict[str, Any]) -> str:
-    """This call's wall time, and how many runs it trained (a re-run of a finished sweep trains none: its wall time
-    is not the sweep's) and the runs' own training walls summed."""
-    runs = sum(r.get("wall_s") or 0 for r in data["rows"])
-    trained = data.get("trained")
-    done = "" if trained is None else f", {trained} of {len(data['rows'])} runs trained by it"
-    return f"{data['total_wall_s']:.0f} s in this call{done}; the runs' own walls sum to {runs:.0f} s"
-
-
-def _command(
-    record: dict[str, Any],
-    out: Path,
-    executor: str,
-    jobs: int,
-    threads: int | None,
-    ray_address: str | None,
-    max_retries: int | None,
-) -> str:
+def _command(record: dict[str, Any], out: Path, options: ExecutorOptions) -> str:
     """The `windtunnel sweep` command line of a sweep (a dict config: the copy written to `out/sweep-base.json`),
-    with an `--import` for each module the base needs (`_command_imports`)."""
+    with an `--import` for each module the base needs (`_command_imports`) and the executor options given."""
     parts = ["windtunnel sweep", record["config"] or str(out / SWEEP_BASE)]
     parts += [f"--import {m}" for m in _command_imports(record["base"])]
     parts += [f"--grid {g}" for g in grid_text(record["grid"])]
-    parts += [f"--set {k}={_text(v)}" for k, v in record["overrides"].items()]
-    parts += [f"--out {out}", f"--executor {executor}"]
-    options = {"--jobs": jobs if jobs != 1 else None, "--threads": threads, "--ray-address": ray_address}
-    options["--max-retries"] = max_retries
-    parts += [f"{k} {v}" for k, v in options.items() if v is not None]
+    parts += [f"--set {k}={value_text(v)}" for k, v in record["overrides"].items()]
+    parts += [f"--out {out}", f"--executor {options.executor}"]
+    given = {
+        "--jobs": options.jobs if options.jobs != 1 else None,
+        "--threads": options.threads,
+        "--ray-address": options.ray_address,
+        "--max-retries": options.max_retries,
+    }
+    parts += [f"{k} {v}" for k, v in given.items() if v is not None]
     return " ".join(parts)
 
 
-# --- the table ---------------------------------------------------------------------------------------------
-
-NO_VALIDATION = "no validation evaluation at the final step (train.eval_every = 0, or a baseline that does not train)"
-
-
-def _number(value: Any) -> float | None:
-    """A metrics.jsonl value as a float (NaN and inf kept: they are reported, and never ranked); None if absent."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def final_validation(run_dir: Path, steps: int) -> dict[str, float | None] | None:
-    """The validation-stream metrics of a run's final step: the last `"split": "eval"` line of metrics.jsonl at
-    step `steps` ({metric: value}, None where that line lacks the metric), or None where the run has none
-    (train.eval_every = 0, or a baseline, which does not train)."""
-    lines = [r for r in read_metrics(run_dir) if r.get("split") == "eval" and r.get("step") == steps]
-    return {m: _number(lines[-1].get(m)) for m in METRICS} if lines else None
-
-
-def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
-    """One table row from a finished run directory: grid values, its seed, the validation metrics of its final
-    step ("validation": {metric: value}, what the pick reads; None where it has none), each test-stream metric
-    of the default evaluation setting ("metrics": {metric: {"mean", "lo", "hi"}}, None where the task has none;
-    reported, never used for the pick), wall time (done.json) and the median training throughput (tokens/s of
-    metrics.jsonl's training lines; None for a baseline, which does not train)."""
-    from windtunnel.report.collect import read_done, read_test_metrics
-
-    evaluation = read_test_metrics(run_dir, METRICS)  # checked: a garbled eval.json or done.json names the field
-    done = read_done(run_dir)
-    speeds = [r["tokens_per_s"] for r in read_metrics(run_dir) if "split" not in r and "tokens_per_s" in r]
-    return {
-        "run": point.name,
-        "values": point.values,
-        "seed": point.resolved.seed,
-        "task": point.resolved.task.name,
-        "validation": final_validation(run_dir, point.resolved.train.steps),
-        "metrics": evaluation,
-        "wall_s": done.get("wall_s"),
-        "tokens_per_s": round(median(speeds), 1) if speeds else None,
-    }
-
-
-def _score(item: dict[str, Any], metric: str) -> float | None:
-    """The validation value an item (a row: a number; a setting: its mean) is ranked by; None if missing or not
-    finite."""
-    v = (item.get("validation") or {}).get(metric)
-    v = v["mean"] if isinstance(v, dict) else v
-    return v if v is not None and math.isfinite(v) else None
-
-
-def _unranked(item: dict[str, Any], metric: str) -> str | None:
-    """Why an item cannot be ★ (None if it can): no finite validation value, or a test-stream value that is NaN or
-    inf (a broken final evaluation is never shown as best, whatever its validation said)."""
-    if _score(item, metric) is None:
-        if item.get("validation") is None:
-            return NO_VALIDATION
-        v = item["validation"].get(metric)
-        v = v["mean"] if isinstance(v, dict) else v
-        what = f"validation {METRIC_TITLES[metric]}"
-        return f"no {what} at the final step" if v is None else f"{what} is {v}"
-    test = (item.get("metrics") or {}).get(metric)
-    if test is not None and not math.isfinite(test["mean"]):
-        return f"test {METRIC_TITLES[metric]} is {test['mean']}"
-    return None
-
-
-def rank(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Items (runs or settings) best first by the task's headline metric on the validation stream (entropy error
-    ascending, accuracy descending), ties in the order given; an item with no final validation evaluation or a
-    NaN/inf value (validation, or its test-stream headline) sorts last and is never best ("unranked" says why).
-    With more than one task, each task's items together. Marks each task's best ("best")."""
-    from windtunnel.report.tables import headline_metric
-
-    tasks_seen = list(dict.fromkeys(r["task"] for r in items))
-    headline = {t: headline_metric(t) for t in tasks_seen}
-    for item in items:
-        item["unranked"] = _unranked(item, headline[item["task"]])
-
-    def key(item: dict[str, Any]) -> tuple[int, int, float]:
-        metric = headline[item["task"]]
-        v = _score(item, metric)
-        if v is None or item["unranked"] is not None:
-            return tasks_seen.index(item["task"]), 1, 0.0
-        return tasks_seen.index(item["task"]), 0, -v if metric == "accuracy" else v
-
-    ranked = sorted(items, key=key)
-    for i, item in enumerate(ranked):
-        first = i == 0 or ranked[i - 1]["task"] != item["task"]
-        item["best"] = first and item["unranked"] is None
-    return ranked
-
-
-def _mean(values: list[float]) -> float:
-    return mean(values) if all(math.isfinite(v) for v in values) else sum(values) / len(values)  # NaN/inf spread
-
-
-def _over_seeds(values: list[float], metric: str) -> tuple[float | None, float | None]:
-    """The 95% Student-t interval over >= 2 seed values, clipped to the metric's range; (None, None) if a value
-    is not finite."""
-    from windtunnel.metrics import seed_interval
-
-    if not all(math.isfinite(v) for v in values):
-        return None, None
-    lo, hi = seed_interval(values)
-    return max(lo, 0.0), min(hi, 1.0) if metric == "accuracy" else hi  # accuracies live in [0, 1], errors are >= 0
-
-
-def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None] | None:
-    """Each validation metric's mean over the seeds, with its interval over seeds (n >= 2; none for one seed);
-    None where a run has no final validation evaluation."""
-    if any(r["validation"] is None for r in runs):
-        return None
-    out: dict[str, dict[str, Any] | None] = {}
-    for m in METRICS:
-        values = [r["validation"][m] for r in runs]
-        if any(v is None for v in values):
-            out[m] = None
-            continue
-        lo, hi = _over_seeds(values, m) if len(values) >= 2 else (None, None)
-        out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds" if len(values) >= 2 else None}
-    return out
-
-
-def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
-    """Each test metric's mean over the seeds with its 95% interval: Student-t over the seeds (n >= 2), or the one
-    run's own bootstrap interval."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for m in METRICS:
-        cells = [r["metrics"][m] for r in runs]
-        if any(c is None for c in cells):
-            out[m] = None
-        elif len(cells) == 1:
-            out[m] = {**cells[0], "interval": "bootstrap"}
-        else:
-            values = [c["mean"] for c in cells]
-            lo, hi = _over_seeds(values, m)
-            out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds"}
-    return out
-
-
-def settings(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
-    """The rows grouped into settings -- their grid values minus `seed` -- in grid order, each with its runs,
-    seeds, the validation metrics' means over the seeds (what the pick reads) and the test metrics' means, with
-    their intervals. Sets each row's "setting" to its setting's name."""
-    labels = key_labels(keys)
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        values = {k: v for k, v in r["values"].items() if k != SEED}
-        groups.setdefault(json.dumps([r["task"], _plain(values)]), []).append(r)
-    taken: set[str] = set()
-    out = []
-    for runs in groups.values():
-        values = {k: v for k, v in runs[0]["values"].items() if k != SEED}
-        name = _point_name(values, labels, taken) if values else "base"
-        for r in runs:
-            r["setting"] = name
-        out.append(
-            {
-                "setting": name,
-                "values": values,
-                "task": runs[0]["task"],
-                "runs": [r["run"] for r in runs],
-                "seeds": [r["seed"] for r in runs],
-                "n_seeds": len(runs),
-                "validation": _setting_validation(runs),
-                "metrics": _setting_test(runs),
-            }
-        )
-    return out
-
-
-def write_table(
-    out: Path,
-    points: list[SweepPoint],
-    record: dict[str, Any],
-    meta: dict[str, Any],
-    results: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """sweep.json, sweep.csv and sweep.md in `out`: one setting per grid combination of everything but `seed`
-    ("settings", best first by the mean validation headline metric, ★ on each task's best), one row per finished
-    point ("rows", grouped by setting in that order; a run's "best" says it is a run of a ★ setting); a point not
-    finished is listed under "missing". Returns what sweep.json holds."""
-    from windtunnel.machine import machine_description
-    from windtunnel.report.tables import headline_metric
-
-    done = [p for p in points if manifest.is_finished(out / "runs" / p.name)]
-    rows = [run_row(p, out / "runs" / p.name) for p in done]
-    ranked = rank(settings(rows, list(record["grid"])))
-    headline = {t: headline_metric(t) for t in dict.fromkeys(r["task"] for r in rows)}
-    by_setting = {(s["task"], s["setting"]): s for s in ranked}
-    for r in rows:
-        r["unranked"] = _unranked(r, headline[r["task"]])
-        r["best"] = by_setting[(r["task"], r["setting"])]["best"]
-    order = {(s["task"], s["setting"]): i for i, s in enumerate(ranked)}
-    rows.sort(key=lambda r: order[(r["task"], r["setting"])])  # stable: a setting's seeds in grid order
-    data = {
-        "base": record["base"],
-        "config": record["config"],
-        "overrides": record["overrides"],
-        "grid": record["grid"],
-        **meta,
-        **machine_description(),
-        "headline": headline,
-        "settings": ranked,
-        "rows": rows,
-        "missing": [p.name for p in points if not manifest.is_finished(out / "runs" / p.name)],
-        "trained": sorted(r["name"] for r in results or [] if not r.get("skipped")),
-        "skipped": sorted(r["name"] for r in results or [] if r.get("skipped")),
-    }
-    write_json(out / TABLE_JSON, _plain(data), sort_keys=False)
-    atomic_write(out / TABLE_CSV, _csv(rows, list(record["grid"])))
-    atomic_write(out / TABLE_MD, _markdown(data, out))
-    manifest.write_manifest(out, KIND, manifest.finished_runs(out, [p.name for p in points]))  # the table's runs
-    return data
-
-
-def _csv(rows: list[dict[str, Any]], keys: list[str]) -> str:
-    """One line per run: grid values, the final validation metrics (validation_*), the test metrics with their
-    intervals (entropy_mae_bits, entropy_mae_bits_lo, ...), wall time, tokens/s, run, setting, best (a run of a
-    ★ setting)."""
-    header = [
-        *keys,
-        *(f"validation_{m}" for m in METRICS),
-        *(f"{m}{s}" for m in METRICS for s in ("", "_lo", "_hi")),
-        *("wall_s", "tokens_per_s", "run", "setting", "best"),
-    ]
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    for r in rows:
-        cells = [_text(r["values"][k]) for k in keys]
-        cells += [_repr((r["validation"] or {}).get(m)) for m in METRICS]
-        for m in METRICS:
-            v = r["metrics"][m]
-            cells += [repr(v[s]) for s in ("mean", "lo", "hi")] if v else ["", "", ""]
-        cells += [_repr(r[k]) for k in ("wall_s", "tokens_per_s")]
-        writer.writerow([*cells, r["run"], r["setting"], "1" if r["best"] else ""])
-    return buf.getvalue()
-
-
-def _repr(value: Any) -> str:
-    return "" if value is None else repr(value)
-
-
-def _markdown(data: dict[str, Any], out: Path) -> str:
-    from windtunnel.report.document import Document, Heading, Paragraph, Table
-    from windtunnel.report.tables import fmt
-
-    keys = list(data["grid"])
-    setting_keys = [k for k in keys if k != SEED]
-    base = data["config"] or "a config dict"
-    if data["overrides"]:
-        base += " with " + ", ".join(f"{k}={_text(v)}" for k, v in data["overrides"].items())
-    doc = Document(f"Sweep of {base} over {' × '.join(grid_text(data['grid']))}")
-    doc.add(Paragraph(f"Command: `{data['command']}`"))
-    if data.get("command_note"):
-        doc.add(Paragraph(data["command_note"]))
-    headline = ", ".join(f"{t}: {METRIC_TITLES[m]}" for t, m in data["headline"].items())
-    metrics = set(data["headline"].values())
-    val_title = f"validation {METRIC_TITLES[next(iter(metrics))]}" if len(metrics) == 1 else "validation headline"
-    doc.add(
-        Paragraph(
-            f"{len(data['settings'])} settings ({', '.join(setting_keys) or 'the base config'}), "
-            f"{len(data['rows'])} runs. Settings are ranked by the mean over their seeds of the headline metric "
-            f"({headline}) on the validation stream, at each run's final step; {BEST} marks the best setting"
-            f"{' of each task' if len(data['headline']) > 1 else ''}. A setting or run with no final validation "
-            "evaluation, or a NaN/inf one (or a NaN/inf test-stream headline), is never "
-            f"{BEST} and comes last. Test-stream numbers are reported only, never used for the pick. Intervals are "
-            "95%: over seeds (Student t) where a setting has two or more, else the run's bootstrap interval over "
-            f"its test sequences (a single validation value has none). Executor {data['executor']}, "
-            f"{data['threads']} thread(s) per run, {data['machine']}, device {data['device']}; "
-            f"{_wall_text(data)}."
-        )
-    )
-
-    def cell(v: dict[str, Any] | None, m: str) -> str:
-        if v is None:
-            return ""
-        if v.get("lo") is None or v.get("hi") is None:
-            return fmt(v["mean"], m)
-        return f"{fmt(v['mean'], m)} [{fmt(v['lo'], m)}, {fmt(v['hi'], m)}]"
-
-    def value(v: float | None, m: str) -> str:
-        return "" if v is None else fmt(v, m)
-
-    def head(item: dict[str, Any]) -> str:
-        return data["headline"][item["task"]]
-
-    test = [f"test {METRIC_TITLES[m]} [95% CI]" for m in METRICS]
-    header = ["", *setting_keys, "seeds", f"{val_title} [95% CI]", *test, "runs", "not ranked"]
-    rows = [
-        [
-            BEST if s["best"] else "",
-            *(_text(s["values"][k]) for k in setting_keys),
-            str(s["n_seeds"]),
-            cell((s["validation"] or {}).get(head(s)), head(s)),
-            *(cell(s["metrics"][m], m) for m in METRICS),
-            ", ".join(s["runs"]),
-            s["unranked"] or "",
-        ]
-        for s in data["settings"]
-    ]
-    doc.add(Heading("Settings, best first"))
-    doc.add(Table(header, rows))
-    header = ["", *keys, val_title, *test, "wall (s)", "tokens/s", "run", "not ranked"]
-    rows = [
-        [
-            BEST if r["best"] else "",
-            *(_text(r["values"][k]) for k in keys),
-            value((r["validation"] or {}).get(head(r)), head(r)),
-            *(cell(r["metrics"][m], m) for m in METRICS),
-            "" if r["wall_s"] is None else f"{r['wall_s']:.1f}",
-            "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
-            r["run"],
-            r["unranked"] or "",
-        ]
-        for r in data["rows"]
-    ]
-    doc.add(Heading(f"Runs, by setting ({BEST}: a run of the best setting)"))
-    doc.add(Table(header, rows))
-    if data["missing"]:
-        doc.add(Paragraph(f"Not finished: {', '.join(data['missing'])}."))
-    return doc.markdown(out)
-
-
 __all__ = [
-    "BEST",
-    "METRICS",
-    "NO_VALIDATION",
-    "SEED",
     "SWEEP_BASE",
     "SWEEP_CONFIG",
-    "SweepPoint",
     "expand",
-    "final_validation",
-    "grid_text",
-    "key_labels",
     "parse_grid",
-    "rank",
-    "run_row",
-    "settings",
     "sweep",
-    "write_table",
 ]

@@ -9,8 +9,8 @@ evaluation at which the headline metric reaches each mark:
 
 Times are *training* seconds (`train_s`: optimiser steps only, no evaluation or checkpoints), with the machine,
 threads and dtype recorded. Results: `time_to_bayes.json`, `time_to_bayes.md` and a log-log plot of error against
-training seconds per cell (`time_to_bayes.png`). Run with `windtunnel time-to-bayes` or
-`benchmarks/bench_time_to_bayes.py`.
+training seconds per cell (`time_to_bayes.png`; the table and plot: `report.time_to_bayes`). Run with
+`windtunnel time-to-bayes` or `benchmarks/bench_time_to_bayes.py`.
 
 A run is named `<task>-<arch>-<recipe>-<steps>x<batch>-lr<lr>-s<seed>-<hash>`, the hash that of its resolved config
 (`manifest.config_hash`), so two cells that differ in anything are two runs; labels are read from the resolved config.
@@ -26,29 +26,26 @@ import json
 import os
 import re
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from windtunnel import manifest, rundir
-from windtunnel.config import RunConfig
-from windtunnel.errors import CheckpointError
-from windtunnel.executors import Job, make_executor, placement, threads_per_run, write_storage_token
-from windtunnel.executors.driver import execute
-from windtunnel.lock import DirLock
-from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, crossings, format_mark, mark_header, summarize_marks
+from windtunnel.config import RunConfig, apply_overrides, parse_value
+from windtunnel.errors import CheckpointError, error_message
+from windtunnel.executors import ExecutorOptions, Job, Launch, holding, launch
+from windtunnel.marks import crossings, summarize_marks
 from windtunnel.recipes import RECIPES, get_recipe
 from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.tables import headline_metric
-from windtunnel.suites.paper import MAX_SEEDS
+from windtunnel.report.time_to_bayes import MACHINE_KEYS, markdown, plot
+from windtunnel.resolve import resolve_config
+from windtunnel.suites.paper import MAX_SEEDS, TASKS, run_config
 
 KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
 RESULTS = "time_to_bayes.json"
-# What must match for training seconds to compare across cells of one table (merge and accumulation).
-MACHINE_KEYS = ("machine", "device", "torch", "threads_per_run", "jobs")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-name part may not contain
 
 
@@ -90,9 +87,6 @@ class SeedRun:
 def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
     """The run config of one seed of a cell: the tier's config of (task, arch) with the cell's budget and recipe. A
     task outside the paper suite, or a recipe that sets more than training keys, is a ValueError naming it."""
-    from windtunnel.config import apply_overrides
-    from windtunnel.suites.paper import TASKS, run_config
-
     if cell.task not in TASKS:
         raise ValueError(f"--cell task: {cell.task!r} is not a task of the paper suite ({', '.join(TASKS)})")
     recipe = get_recipe(cell.recipe)
@@ -134,8 +128,6 @@ def run_name(cell: Cell, cfg: RunConfig) -> str:
 def cell_runs(cell: Cell) -> list[SeedRun]:
     """Every seed of a cell, resolved and named; a bad cell is a ValueError naming the field, and seeds that resolve
     to one run (`set.seed` fixes every seed's) are refused."""
-    from windtunnel.resolve import resolve_config
-
     runs = []
     for seed in range(cell.seeds):
         raw = cell_config(cell, seed)
@@ -232,34 +224,25 @@ def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
 def run(
     cells: list[Cell],
     out: str | Path,
-    jobs: int = 1,
+    options: ExecutorOptions = ExecutorOptions(),
     echo: Any = print,
-    threads: int | None = None,
     *,
-    executor: str = "local",
-    ray_address: str | None = None,
-    max_retries: int | None = None,
-    progress: bool = False,
     fresh: bool = False,
     allow_mixed: bool = False,
     probe: bool = False,
 ) -> dict[str, Any]:
-    """Run every seed of every cell on `executor` (locally `jobs` in parallel, each with `threads` CPU threads;
-    default: the cores split between the jobs locally, 1 on Ray), holding `out`'s lock; add the cells to the results
-    already in `out` (refused where machine, torch, threads or jobs differ, unless `allow_mixed`) and write JSON,
-    Markdown and the plot; returns the results dict. A finished seed is read back, not trained again; a run directory
-    of another config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also
-    gets the geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
-    from windtunnel.machine import machine_description
-
-    runner = make_executor(executor, jobs=jobs, ray_address=ray_address, max_retries=max_retries)
-    threads = threads_per_run(executor, jobs, threads)
-    planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
-    machine = {**machine_description(), "threads_per_run": threads, "jobs": jobs, "executor": runner.name}
+    """Run every seed of every cell on the executor of `options` (`executors.launch`: threads per run, local jobs or
+    a Ray cluster, progress), holding `out`'s lock; add the cells to the results already in `out` (refused where
+    machine, torch, threads or jobs differ, unless `allow_mixed`) and write JSON, Markdown and the plot; returns the
+    results dict. A finished seed (its `done.json`) is read back, not trained again; a run directory of another
+    config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also gets the
+    geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
     out = Path(out)
-    manifest.refuse_run_directory(out)
-    rundir.check_writable(out)
-    with DirLock(out, "output directory"):  # one driver per --out; each run also locks itself
+    launcher = launch(out, options)
+    planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
+    threads, runner = launcher.threads, launcher.executor
+    machine = {**launcher.machine(), "threads_per_run": threads, "jobs": options.jobs, "executor": runner.name}
+    with launcher:  # one driver per --out
         manifest.refuse_other_kind(out, KIND)
         previous = read_results(out / RESULTS) if (out / RESULTS).exists() else None
         if previous is not None:
@@ -270,39 +253,26 @@ def run(
         for moved in manifest.claim_runs(out, wanted, fresh):
             echo(f"  set aside (not the run asked for) -> {moved}")
         manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), {}))  # claimed now
-        return _run_locked(planned, out, runner, jobs, threads, machine, previous, echo, progress, probe)
+        return _run_locked(planned, launcher, machine, previous, echo, probe)
 
 
 def _run_locked(
     planned: list[tuple[Cell, list[SeedRun]]],
-    out: Path,
-    runner: Any,
-    jobs: int,
-    threads: int,
+    launcher: Launch,
     machine: dict[str, Any],
     previous: dict[str, Any] | None,
     echo: Any,
-    progress: bool,
     probe: bool = False,
 ) -> dict[str, Any]:
-    storage = write_storage_token(out)
+    out = launcher.out
     runs_dir = out / manifest.RUNS
-    work = [
-        Job(r.name, r.config, str(runs_dir), probe=probe, threads=threads, storage=storage)
-        for _, rs in planned
-        for r in rs
-    ]
-    echo(
-        f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s), {placement(runner, jobs)} x {threads} thread(s) "
-        f"-> {out}"
-    )
-    t0 = time.time()
+    work = [Job(r.name, r.config, str(runs_dir), probe=probe) for _, rs in planned for r in rs]
     todo = [
         j for j in work if not manifest.is_finished(j.run_dir) or (probe and not (j.run_dir / rundir.GEOMETRY).exists())
     ]
-    execute(todo, runner, echo, progress=progress)
-    cells = [summarize_cell(c, rs, [read_seed(r, out, threads) for r in rs], machine) for c, rs in planned]
-    data = _accumulate(previous, cells, machine, round(time.time() - t0, 1))
+    launcher.execute(todo, f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s)", echo)
+    cells = [summarize_cell(c, rs, [read_seed(r, out, launcher.threads) for r in rs], machine) for c, rs in planned]
+    data = _accumulate(previous, cells, machine, launcher.wall_s())
     finished = manifest.finished_runs(out, [j.name for j in work])
     manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), finished))
     echo(_write(data, out))
@@ -428,113 +398,15 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = Fal
         "cells": cells,
         "merged_from": [os.path.relpath(s, out) for s in sources],  # relative to out: the results move with it
     }
-    manifest.refuse_run_directory(out)
-    rundir.check_writable(out)
-    with DirLock(out, "output directory"):
+    with holding(out):
         manifest.refuse_other_kind(out, KIND)
         _write(data, out)
     return data
 
 
-def markdown(data: dict[str, Any]) -> str:
-    """One table per headline metric: training seconds [seed range] @ median step to each mark, and the final test
-    value (mean, min–max over seeds). Cells of different machines or settings (`allow_mixed`) are tagged [m1], [m2]
-    after the machine lines they ran on."""
-    setups: dict[str, dict[str, Any]] = {}
-    for c in data["cells"]:
-        m = c.get("machine", data["machine"])
-        setups.setdefault(json.dumps([m.get(k) for k in MACHINE_KEYS]), m)
-    tag = {key: (f" [m{i}]" if len(setups) > 1 else "") for i, key in enumerate(setups, 1)}
-    if len(setups) == 1:
-        lines = [f"Machine: {_machine_line(data['machine'])}", ""]
-    else:
-        lines = [
-            "Cells ran on different machines or settings (combined with --allow-mixed); seconds compare only "
-            "between cells of one:",
-            "",
-        ]
-        lines += [f"- [m{i}] {_machine_line(m)}" for i, m in enumerate(setups.values(), 1)] + [""]
-    for metric in dict.fromkeys(c["metric"] for c in data["cells"]):
-        cells = [c for c in data["cells"] if c["metric"] == metric]
-        present = {m for c in cells for m in c["marks"]}  # in PRECISION_MARKS order (JSON files store keys sorted)
-        marks = [m for m in (*(f"{v:g}" for v in PRECISION_MARKS[metric]), EXACT_FILTER) if m in present]
-        head = [mark_header(m, metric) for m in marks]
-        lines += [
-            f"**{metric}** (seconds of training to first reach each mark, median [range] @ step, seeds)",
-            "",
-            "| cell | seeds | dtype | " + " | ".join(head) + " | final (test) |",
-            "|---|---|---|" + "---|" * len(marks) + "---|",
-        ]
-        for c in cells:
-            t = c["test"]
-            final = (
-                "—"
-                if t is None
-                else (f"{t['mean']:.4f}" + ("" if len(c["seeds"]) == 1 else f" ({t['min']:.4f}–{t['max']:.4f})"))
-            )
-            hits = [(format_mark(c["marks"][m]) if m in c["marks"] else "n/a") for m in marks]
-            m = c.get("machine", data["machine"])
-            label = c["label"] + tag[json.dumps([m.get(k) for k in MACHINE_KEYS])]
-            lines.append(
-                f"| {label} | {len(c['seeds'])} | {c['seeds'][0].get('dtype', '?')} | "
-                + " | ".join(hits)
-                + f" | {final} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _machine_line(m: dict[str, Any]) -> str:
-    return (
-        f"{m.get('machine')}; torch {m.get('torch')}; {m.get('threads_per_run')} thread(s) per run, "
-        f"{m.get('jobs')} run(s) at once."
-    )
-
-
-def plot(data: dict[str, Any], path: str | Path) -> None:
-    """Log-log plot of the headline error (1 - accuracy for recall) against training seconds, one panel per task,
-    one colour per cell, one line per seed; the marks as dotted lines."""
-    from windtunnel.plotting import save, subplots
-
-    tasks = list(dict.fromkeys(c["cell"]["task"] for c in data["cells"]))
-    fig, axes = subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks, strict=True):
-        cells = [c for c in data["cells"] if c["cell"]["task"] == task]
-        metric = cells[0]["metric"]
-        for i, c in enumerate(cells):
-            for j, s in enumerate(c["seeds"]):
-                pts = [
-                    (e["train_s"], (1 - e[metric]) if metric == "accuracy" else e[metric])
-                    for e in s["curve"]
-                    if e.get(metric) is not None and e["train_s"] > 0
-                ]
-                pts = [(x, max(y, 1e-4)) for x, y in pts]
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9, label=c["label"] if j == 0 else None
-                    )
-        for mark in PRECISION_MARKS[metric]:
-            y = (1 - mark) if metric == "accuracy" else mark
-            if y > 0:
-                ax.axhline(y, color="grey", ls=":", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("training seconds")
-        ax.set_ylabel("1 - accuracy" if metric == "accuracy" else f"{metric} (validation)")
-        ax.set_title(task)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    save(fig, path, dpi=120)
-
-
 def parse_cell(text: str) -> Cell:
     """`task=bijection,arch=transformer,recipe=wsd,steps=3000` (plus batch_size, lr, seeds, ...; `set.KEY=V` for
     extra overrides) -> Cell; values read as `--set` values are. ValueError names a bad field or a key given twice."""
-    from pydantic import ValidationError
-
-    from windtunnel.config import parse_value
-    from windtunnel.errors import error_message
-
     fields: dict[str, Any] = {"set": {}}
     for item in filter(None, (s.strip() for s in text.split(","))):
         key, sep, value = item.partition("=")

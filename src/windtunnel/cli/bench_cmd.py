@@ -53,6 +53,7 @@ def time_to_bayes(
 ) -> None:
     """Train each cell's seeds with frequent validation and report the training seconds to each precision mark; the
     cells join those already in --out's time_to_bayes.json."""
+    from windtunnel.executors import ExecutorOptions
     from windtunnel.time_to_bayes import merge as merge_results
     from windtunnel.time_to_bayes import parse_cell, run
 
@@ -77,13 +78,8 @@ def time_to_bayes(
     run(
         cells,
         out,
-        jobs=jobs,
+        ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
         echo=typer.echo,
-        threads=threads,
-        executor=executor,
-        ray_address=ray_address,
-        max_retries=max_retries,
-        progress=progress,
         fresh=fresh,
         allow_mixed=allow_mixed,
     )

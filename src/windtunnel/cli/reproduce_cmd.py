@@ -54,6 +54,7 @@ def reproduce(
     ),
 ) -> None:
     """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
+    from windtunnel.executors import ExecutorOptions
     from windtunnel.reproduce import default_out
     from windtunnel.reproduce import reproduce as run
     from windtunnel.suites import TIERS
@@ -67,15 +68,10 @@ def reproduce(
         tier,
         out,
         seeds=seeds,
-        jobs=jobs,
         only=parse_kv(only, "--only") or None,
         probe=probe,
         echo=typer.echo,
-        executor=executor,
-        threads=threads,
-        ray_address=ray_address,
-        max_retries=max_retries,
-        progress=progress,
+        options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
         fresh=fresh,
     )
     typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")

@@ -45,7 +45,9 @@ def sweep(
 ) -> None:
     """Train every combination of the --grid values over CONFIG (what is missing only) and tabulate them: settings
     (grid values but seed) best first by their mean validation score, test scores reported beside them."""
-    from windtunnel.sweep import TABLE_CSV, TABLE_JSON, TABLE_MD, parse_grid
+    from windtunnel.executors import ExecutorOptions
+    from windtunnel.report.sweep_table import TABLE_CSV, TABLE_JSON, TABLE_MD
+    from windtunnel.sweep import parse_grid
     from windtunnel.sweep import sweep as run
 
     imported = import_modules(imports)
@@ -53,14 +55,9 @@ def sweep(
         config,
         parse_grid(grid or []),  # none: the sweep says --grid is required
         out,
-        executor=executor,
-        jobs=jobs,
-        threads=threads,
-        ray_address=ray_address,
-        max_retries=max_retries,
+        options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
         overrides=parse_kv(set_, "--set"),
         echo=typer.echo,
-        progress=progress,
         fresh=fresh,
         imports=imported,
     )
@@ -74,8 +71,8 @@ def sweep(
 
 def _best(setting: dict, metric: str) -> str:
     """`lr=0.001 (2 seeds, validation entropy error (bits) 0.012)`: a ★ setting for the closing line."""
+    from windtunnel.report.sweep_table import METRIC_TITLES
     from windtunnel.report.tables import fmt
-    from windtunnel.sweep import METRIC_TITLES
 
     n = setting["n_seeds"]
     score = fmt(setting["validation"][metric]["mean"], metric)

@@ -19,9 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
+from windtunnel import checkpoints
+from windtunnel import train as training
+from windtunnel.devices import resolve_device
 from windtunnel.errors import StorageError
+from windtunnel.geometry.run import probe_run
 from windtunnel.manifest import check_same_run, is_finished
 from windtunnel.models.baselines import BASELINES
+from windtunnel.plugins import import_plugins
+from windtunnel.report.collect import read_done
+from windtunnel.resolve import resolve_config
 from windtunnel.rundir import DONE, GEOMETRY, atomic_write, write_json
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
@@ -90,15 +99,6 @@ def run_job(job: Job) -> dict[str, Any]:
     device; mark it done. A finished run is skipped; a run directory of another config is a RunMismatchError (never
     skipped, never resumed); one marked done without its eval.json is evaluated again. Returns {"name", "skipped",
     "wall_s", ...} (done.json's fields)."""
-    import torch
-
-    from windtunnel import checkpoints
-    from windtunnel import train as training
-    from windtunnel.devices import resolve_device
-    from windtunnel.plugins import import_plugins
-    from windtunnel.report.collect import read_done
-    from windtunnel.resolve import resolve_config
-
     check_storage(job.storage)
     run_dir = job.run_dir
     # the config's own modules (`imports`): the driver imported them (--import) before it made the job, so a worker
@@ -110,8 +110,6 @@ def run_job(job: Job) -> dict[str, Any]:
         done = read_done(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
         if job.probe and config.model.arch not in BASELINES and not (run_dir / GEOMETRY).exists():
             # finished without its probe (reproduce once probed only each cell's first seed): probe it now
-            from windtunnel.geometry.run import probe_run
-
             torch.set_num_threads(max(1, job.threads))
             probe_run(run_dir, device=resolve_device(config.train.device))
         return {"name": job.name, "skipped": True, **done}
@@ -123,8 +121,6 @@ def run_job(job: Job) -> dict[str, Any]:
     device = resolve_device(config.train.device)
     probed = job.probe and config.model.arch not in BASELINES
     if probed:
-        from windtunnel.geometry.run import probe_run
-
         probe_run(run_dir, device=device)
     info = {
         "wall_s": round(time.time() - start, 1),

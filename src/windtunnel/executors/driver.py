@@ -12,17 +12,19 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+from windtunnel import tasks
 from windtunnel.executors.base import Executor, Job
 from windtunnel.models.baselines import BASELINES
-
-# Relative float32 training cost per token and per parameter of each architecture on a CPU (measured at the quick
-# presets: ~1.4e-7 ms per token-parameter for the transformer; docs/reproduce.md).
-ARCH_COST = {"transformer": 1.0, "mamba": 3.4, "lstm": 0.55, "mlp": 0.6, "mlp-pointwise": 0.55}
+from windtunnel.models.common import count_params
+from windtunnel.models.presets import preset
+from windtunnel.models.registry import info, resolve
+from windtunnel.progress import Progress, Tracked
 
 
 def config_cost(cfg: dict[str, Any]) -> float:
-    """Training tokens x parameters of a raw run config, weighted by architecture (0 for baselines): orders runs so
-    the longest start first, and weights the suite's ETA. Seeds of one cell cost the same (computed once)."""
+    """Training tokens x parameters of a raw run config, weighted by the architecture's relative cost
+    (`models.info(arch).cost`; 0 for baselines): orders runs so the longest start first, and weights the suite's ETA.
+    Seeds of one cell cost the same (computed once)."""
     model, train, task = cfg.get("model", {}), cfg.get("train", {}), cfg.get("task", {})
     return _cost(json.dumps({"model": model, "train": train, "task": task}, sort_keys=True))
 
@@ -30,11 +32,6 @@ def config_cost(cfg: dict[str, Any]) -> float:
 @functools.lru_cache(maxsize=1024)
 def _cost(key: str) -> float:
     cfg = json.loads(key)
-    from windtunnel import tasks
-    from windtunnel.models.common import count_params
-    from windtunnel.models.presets import preset
-    from windtunnel.models.registry import resolve
-
     model, train = cfg.get("model", {}), cfg.get("train", {})
     arch = model.get("arch", "transformer")
     if arch in BASELINES or not train.get("steps"):
@@ -43,13 +40,11 @@ def _cost(key: str) -> float:
     spec = tasks.make(task.get("name", "bijection"), **task.get("params", {})).spec
     base = preset(task.get("name", "bijection"), arch, model["preset"], spec) if model.get("preset") else None
     n_params = count_params(resolve(arch), spec, base, **model.get("size", {}))
-    return train["steps"] * train.get("batch_size", 64) * spec.seq_len * n_params * ARCH_COST.get(arch, 1.0)
+    return train["steps"] * train.get("batch_size", 64) * spec.seq_len * n_params * info(arch).cost
 
 
 def headline(cfg: dict[str, Any]) -> str:
     """The validation number progress shows for a run: its task's headline metric."""
-    from windtunnel import tasks
-
     return tasks.info(cfg.get("task", {}).get("name", "bijection")).headline_metric
 
 
@@ -98,8 +93,6 @@ def execute(
         if not progress:
             results = executor.run(ordered, lambda r: echo(finished_line(r)))
         else:
-            from windtunnel.progress import Progress, Tracked
-
             tracked = [Tracked(j.name, j.run_dir, j.steps, costs[j.name] or 1e-9, headline(j.config)) for j in ordered]
             with Progress(tracked, stream=stream, title=f"{len(jobs)} runs on {executor.name}") as bar:
                 results = executor.run(ordered, lambda r: bar.log(finished_line(r)))
@@ -107,4 +100,4 @@ def execute(
     return [by_name[j.name] for j in jobs if j.name in by_name]
 
 
-__all__ = ["ARCH_COST", "config_cost", "execute", "finished_line", "headline", "sigterm_as_interrupt"]
+__all__ = ["config_cost", "execute", "finished_line", "headline", "sigterm_as_interrupt"]

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from windtunnel.errors import error_message
 from windtunnel.models.common import Init
 from windtunnel.models.hooks import HookedModel
 from windtunnel.tasks.base import TaskSpec
@@ -90,8 +91,6 @@ class ModelSize(BaseModel):
         try:
             return cls.model_validate({**base, **(overrides or {})})
         except ValidationError as err:
-            from windtunnel.errors import error_message
-
             raise ValueError(error_message(err, cls.__name__, where, model=cls)) from None
 
     def as_config(self, resolved: bool = False) -> dict[str, Any]:
@@ -135,10 +134,19 @@ class SequenceModel(nn.Module):
     """Base class of all architectures: a causal map from (B,T[,D]) inputs to per-position outputs.
 
     An architecture is registered (`models.register`) as a class with a `Size` (a `ModelSize` subclass) and a
-    constructor `Arch(spec, size=None, **fields)`.
+    constructor `Arch(spec, size=None, **fields)`. Its ClassVars below are what the suites and the report read of it
+    (`models.info`); these are the defaults a user's own architecture gets (docs/models.md, "Metadata").
     """
 
     Size: ClassVar[type[ModelSize]]
+    row: ClassVar[int] = 100  # sort key of its report rows: the built-ins are 10..70, so a user's own comes after
+    follows: ClassVar[str | None] = None  # a control's: the architecture whose size, budget and recipe it takes
+    context_blind: ClassVar[bool] = False  # cannot (the oracle: need not) read the context: no failure-floor check
+    baseline: ClassVar[bool] = False  # never trained: predicts whole batches (`models.baselines`)
+    # Relative training cost per step, token and parameter (transformer 1.0): orders a suite's runs longest first
+    # and weights its ETA. How the built-ins' were measured: docs/results/arch-cost.md.
+    cost: ClassVar[float] = 1.0
+    color: ClassVar[str | None] = None  # its matplotlib colour in every figure (None: one picked from its name)
     spec: TaskSpec
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface

@@ -11,7 +11,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.models.base import ModelSize, predictive
-from windtunnel.models.registry import register
+from windtunnel.models.registry import built_ins
 from windtunnel.tasks.base import Batch, TaskSpec
 
 
@@ -23,7 +23,7 @@ class _Baseline(nn.Module):
     """A predictor of whole batches (`predict(batch)`), built like an architecture: `Baseline(spec, size, task=...)`."""
 
     Size = BaselineSize
-    baseline = True
+    baseline = context_blind = True  # models.info: never trained; reads no context (the oracle needs none)
 
     def __init__(
         self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, task: Any = None, **fields: Any
@@ -39,6 +39,8 @@ class _Baseline(nn.Module):
 class Oracle(_Baseline):
     """The exact-Bayes predictor: returns the batch's posterior. Every error metric must read 0 for it."""
 
+    row, color = 60, "k"  # models.info: report row, figure colour
+
     def predict(self, batch: Batch) -> Distribution:
         return batch.posterior
 
@@ -49,6 +51,8 @@ class Uniform(_Baseline):
     For real answers it uses the task's `prior_predictive(batch)` if the task provides one, else a Normal
     with the mean and variance of the batch's targets pooled over all scored positions.
     """
+
+    row, color = 70, "C7"  # models.info: report row, figure colour
 
     def predict(self, batch: Batch) -> Distribution:
         B, T = batch.target_mask.shape
@@ -83,7 +87,4 @@ def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
     return predictive(spec, model(batch.inputs))
 
 
-_BUILT_IN = {"oracle": Oracle, "uniform": Uniform}
-BASELINES = tuple(_BUILT_IN)  # the built-in baselines' names: never trained, evaluated like any run
-for _name, _cls in _BUILT_IN.items():
-    register(_name, _cls)
+BASELINES = tuple(built_ins(baseline=True))  # the built-in baselines' names: never trained, evaluated like any run

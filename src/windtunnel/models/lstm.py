@@ -16,7 +16,6 @@ from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
 from windtunnel.models.common import InputEmbedding, OutputHead, initialise
-from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
 
@@ -64,6 +63,7 @@ class LSTM(ResidualModel):
 
     Size = LSTMSize
     size: LSTMSize
+    row, color, cost = 30, "C2", 0.55  # models.info: report row, figure colour, relative training cost
     layer_hooks = ("lstm.h", "lstm.c")
 
     def __init__(self, spec: TaskSpec, size: LSTMSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
@@ -93,6 +93,3 @@ class LSTM(ResidualModel):
     def state_size(self, T: int) -> int:
         """h and c of every layer; independent of T."""
         return 2 * self.n_layers * self.d_model
-
-
-register("lstm", LSTM)

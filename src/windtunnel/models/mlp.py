@@ -1,4 +1,4 @@
-"""Capacity-matched MLP baselines: no attention, no recurrence.
+"""Capacity-matched MLP controls: no attention, no recurrence.
 
 `mlp` (PrefixMLP) reads the whole causal prefix at every position t: the input is the concatenation of a small
 embedding e(x_s) (d_emb) for every slot s = 0..max_len-1, with the slots after t zero-padded. Its first layer
@@ -25,7 +25,6 @@ from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
 from windtunnel.models.common import INIT_STD, INITS, FeedForward, InputEmbedding, OutputHead, check_choice, initialise
-from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
 
@@ -93,6 +92,8 @@ class PrefixMLP(_ResidualMLP):
 
     Size = PrefixMLPSize
     size: PrefixMLPSize
+    row, color, cost = 40, "C3", 0.6  # models.info: report row, figure colour, relative training cost
+    follows = "transformer"  # a control: the transformer's parameter count (presets), budget and recipe
 
     def __init__(self, spec: TaskSpec, size: PrefixMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)
@@ -128,6 +129,9 @@ class PointwiseMLP(_ResidualMLP):
 
     Size = PointwiseMLPSize
     size: PointwiseMLPSize
+    row, color, cost = 50, "C4", 0.55  # models.info: report row, figure colour, relative training cost
+    follows = "transformer"  # a control: the transformer's parameter count (presets), budget and recipe
+    context_blind = True  # each position sees only its own token
 
     def __init__(self, spec: TaskSpec, size: PointwiseMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__(spec, size, **fields)
@@ -146,7 +150,3 @@ class PointwiseMLP(_ResidualMLP):
     def state_size(self, T: int) -> int:
         """Nothing is carried between positions."""
         return 0
-
-
-register("mlp", PrefixMLP)
-register("mlp-pointwise", PointwiseMLP)

@@ -12,16 +12,15 @@ import functools
 import math
 from typing import Any, cast
 
+from windtunnel import tasks
 from windtunnel.models.base import ModelSize
 from windtunnel.models.common import check_choice, count_params, match_params
 from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
-from windtunnel.models.registry import size_class
-from windtunnel.models.transformer import Transformer, TransformerSize
+from windtunnel.models.registry import built_ins, check, info, peek, resolve, size_class
 from windtunnel.tasks.base import TaskSpec
 from windtunnel.tiers import SIZE_TIERS
 
 _TIERS = SIZE_TIERS
-_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
 
 # Generic sizes per tier; per-task overrides below.
 _GENERIC: dict[str, dict[str, dict[str, Any]]] = {
@@ -83,8 +82,8 @@ def tiers() -> list[str]:
 
 
 def archs() -> list[str]:
-    """Architectures that have presets."""
-    return list(_ARCHS)
+    """Architectures that have presets: the trained built-ins, in report-row order."""
+    return built_ins(baseline=False)
 
 
 def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -> ModelSize:
@@ -97,9 +96,9 @@ def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -
     or an import string whose module is imported) gets the tier's generic sizes (`user_preset`).
     """
     check_choice("tier", tier, _TIERS)
-    if arch not in _ARCHS:
+    if arch not in archs():
         return user_preset(arch, tier)
-    if arch not in ("mlp", "mlp-pointwise"):
+    if info(arch).follows is None:
         fields = _OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch])
     else:
         fields = _matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name))
@@ -111,8 +110,6 @@ def user_preset(arch: str, tier: str) -> ModelSize:
     (smoke 2 x 32, quick 4 x 128, paper 6 x 192; n_heads and d_ff too where its Size declares them), each field
     only where its `Size` declares it. A ValueError where it is unknown, not importable here, or declares neither
     n_layers nor d_model."""
-    from windtunnel.models.registry import check, peek
-
     check_choice("tier", tier, _TIERS)
     factory = peek(arch)
     if factory is None:
@@ -133,8 +130,6 @@ def user_preset(arch: str, tier: str) -> ModelSize:
 
 
 def _default_spec(task_name: str) -> TaskSpec:
-    from windtunnel import tasks  # the task package (models may import tasks)
-
     if task_name not in tasks.names():
         raise ValueError(f"spec: task {task_name!r} is not registered; pass its TaskSpec to size an MLP")
     return tasks.make(task_name).spec
@@ -142,10 +137,11 @@ def _default_spec(task_name: str) -> TaskSpec:
 
 @functools.cache
 def _matched_mlp(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
-    # the "transformer" preset is a TransformerSize (count_params builds a Transformer from it)
-    size = cast(TransformerSize, preset(task_name, "transformer", tier))
-    target = count_params(Transformer, spec, size)
-    depth = size.n_layers
+    """An MLP's size fields: matched to the parameter count of the preset of the architecture it follows."""
+    follows = cast(str, info(arch).follows)
+    size = preset(task_name, follows, tier)
+    target = count_params(resolve(follows), spec, size)
+    depth: int = cast(Any, size).n_layers  # the followed preset's depth (the transformer's n_layers)
     depths: tuple[int, ...]
     if arch == "mlp-pointwise":  # 8 d^2 per block against the transformer's 12 d^2: 1.5x the depth
         depths = (math.ceil(1.5 * depth), depth, 2 * depth)

@@ -1,4 +1,7 @@
-"""Architecture registry: `make(arch, spec, size)`, `names()`, `register(name, Arch)`, `size_class(arch)`.
+"""Architecture registry: `make(arch, spec, size)`, `names()`, `register(name, Arch)`, `size_class(arch)`, and
+`info(arch)`, the metadata an architecture declares on its class (row, follows, context_blind, baseline, cost, color).
+The built-ins are registered by import string (`BUILT_IN`): each module is imported the first time its name is looked
+up, so importing `windtunnel.models` imports no architecture.
 
 An architecture is a class with a `Size` (a `models.base.ModelSize` subclass) built as `Arch(spec, size)` or
 `Arch(spec, **fields)`. It may also be named by an import string `package.module:Class`.
@@ -11,19 +14,31 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from windtunnel.errors import UntrustedCodeError
+from windtunnel.models.base import ModelSize, SequenceModel
 from windtunnel.plugins import import_installed
 from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
 from windtunnel.text import did_you_mean
 
-if TYPE_CHECKING:
-    from windtunnel.models.base import ModelSize
-
 _REGISTRY = Registry("arch", entry_points="windtunnel.models")
+
+# The built-in architectures, in registration order (`names()`); the report orders them by their `row`.
+BUILT_IN = {
+    "oracle": "windtunnel.models.baselines:Oracle",
+    "uniform": "windtunnel.models.baselines:Uniform",
+    "lstm": "windtunnel.models.lstm:LSTM",
+    "mamba": "windtunnel.models.mamba:Mamba",
+    "mlp": "windtunnel.models.mlp:PrefixMLP",
+    "mlp-pointwise": "windtunnel.models.mlp:PointwiseMLP",
+    "transformer": "windtunnel.models.transformer:Transformer",
+}
+for _name, _target in BUILT_IN.items():
+    _REGISTRY.register_lazy(_name, _target)
 
 unregister = _REGISTRY.unregister
 names = _REGISTRY.names
@@ -41,8 +56,6 @@ class ArchFactory(Protocol):
 
 def _check_sized(arch: str, factory: Any) -> ArchFactory:
     """An architecture must declare its typed size: `factory.Size`, a ModelSize subclass."""
-    from windtunnel.models.base import ModelSize
-
     size = getattr(factory, "Size", None)
     if not (isinstance(size, type) and issubclass(size, ModelSize)):
         raise ValueError(
@@ -120,3 +133,50 @@ def size_class(arch: str, *, trust_code: bool = False) -> Any:
 def make(arch: str, spec: TaskSpec, size: Any = None, *, trust_code: bool = False, **fields: Any) -> Any:
     """Build architecture `arch` for a task `spec`: `size` (its Size object or a mapping) with `fields` on top."""
     return resolve(arch, trust_code=trust_code)(spec, size, **fields)
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    """An architecture's metadata (the ClassVars `models.base.SequenceModel` declares), with the defaults filled in."""
+
+    name: str
+    row: int  # sort key of its report rows
+    follows: str | None  # a control's: the architecture whose size, budget and recipe it takes (None: its own)
+    context_blind: bool  # cannot (or need not) read the context
+    baseline: bool  # never trained
+    cost: float  # relative training cost per step, token and parameter (transformer 1.0)
+    color: str | None  # its colour in figures (None: the report picks one from the name)
+
+
+_INFO_TYPES: dict[str, tuple[type, ...]] = {
+    "row": (int,),
+    "follows": (str, type(None)),
+    "context_blind": (bool,),
+    "baseline": (bool,),
+    "cost": (int, float),
+    "color": (str, type(None)),
+}
+
+
+def info(arch: str) -> ArchInfo:
+    """The metadata of architecture `arch`, read from its class (a built-in's module is imported now; an import string
+    only if its module already is): `SequenceModel`'s defaults for what the class does not set, and for a name not
+    found (e.g. an old run directory's). ValueError for a value of the wrong type."""
+    factory = peek(arch)
+    values: dict[str, Any] = {}
+    for key, types in _INFO_TYPES.items():
+        value = getattr(factory, key, getattr(SequenceModel, key))
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            kinds = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise ValueError(f"{arch}.{key}: must be {kinds} (got {value!r})")
+        values[key] = value
+    if not values["cost"] > 0:
+        raise ValueError(f"{arch}.cost: must be > 0 (got {values['cost']!r})")
+    return ArchInfo(name=arch, **{**values, "cost": float(values["cost"])})
+
+
+def built_ins(*, baseline: bool | None = None) -> list[str]:
+    """The built-in architectures in report-row order: all of them, only the baselines (`baseline=True`) or only
+    those that are trained (`baseline=False`). Imports every built-in's module."""
+    rows = sorted(BUILT_IN, key=lambda a: info(a).row)
+    return [a for a in rows if baseline is None or info(a).baseline == baseline]

@@ -22,7 +22,6 @@ from torch import nn
 from windtunnel.models.base import InitSize, ResidualModel, size_int
 from windtunnel.models.common import INIT_STD, FeedForward, InputEmbedding, OutputHead, initialise
 from windtunnel.models.hooks import LayerHook
-from windtunnel.models.registry import register
 from windtunnel.tasks.base import TaskSpec
 
 
@@ -147,6 +146,7 @@ class Transformer(ResidualModel):
 
     Size = TransformerSize
     size: TransformerSize
+    row, color, cost = 10, "C0", 1.0  # models.info: report row, figure colour, relative training cost
     layer_hooks = ("attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out")
     resid_parts = ("attn.out", "mlp.out")
 
@@ -178,6 +178,3 @@ class Transformer(ResidualModel):
     def state_size(self, T: int) -> int:
         """KV cache: keys and values of every layer for T tokens."""
         return 2 * self.n_layers * int(T) * self.d_model
-
-
-register("transformer", Transformer)

@@ -7,30 +7,24 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from windtunnel import models
 from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.tables import headline_metric
 
-ARCH_COLORS = {
-    "transformer": "C0",
-    "mamba": "C1",
-    "lstm": "C2",
-    "mlp": "C3",
-    "mlp-pointwise": "C4",
-    "uniform": "C7",
-    "oracle": "k",
-}
-# Colours of the architectures ARCH_COLORS does not know (a user's own), none of them a built-in's: each name gets
-# one by a hash of the name, so it has the same colour in every figure and every report.
+# Colours of the architectures that declare none (`models.info(arch).color`: a user's own), none of them a built-in's:
+# each name gets one by a hash of the name, so it has the same colour in every figure and every report.
 # Hues apart from the built-ins' blue, orange, green, red, purple, grey and black: brown, pink, olive, cyan, gold,
 # magenta, ochre.
 USER_COLORS = ("C5", "C6", "C8", "C9", "#e6ab02", "#e7298a", "#a6761d")
 
 
 def arch_color(arch: str) -> str:
-    """The colour of an architecture in every figure: the built-ins' own, else one of USER_COLORS, stable per name."""
-    if arch in ARCH_COLORS:
-        return ARCH_COLORS[arch]
+    """The colour of an architecture in every figure: its own (`models.info`), else one of USER_COLORS, stable per
+    name."""
+    color = models.info(arch).color
+    if color is not None:
+        return color
     digest = hashlib.sha256(arch.encode()).digest()
     return USER_COLORS[int.from_bytes(digest[:4], "big") % len(USER_COLORS)]
 

@@ -12,19 +12,23 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from windtunnel import marks, tasks
+from windtunnel import marks, models, tasks
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import paper_result, paper_setting, values
 from windtunnel.text import number
 
-CONTEXT_BLIND = ("uniform", "oracle", "mlp-pointwise")  # predictors that cannot (or need not) read the stored pairs
-ROW_ORDER = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise", "oracle", "uniform"]
 METRIC_WORDS = {"entropy_mae_bits": "entropy error (bits)", "accuracy": "accuracy"}
 
 
 def headline_metric(task: str) -> str:
     """The metric a task's column reports: the tunnel's own `headline_metric` (tasks.info)."""
     return tasks.info(task).headline_metric
+
+
+def arch_row(arch: str) -> int:
+    """Where an architecture's rows go in every table: `models.info(arch).row` (an architecture the registry does not
+    know comes after the built-ins)."""
+    return models.info(arch).row
 
 
 def task_order(names: set[str] | list[str]) -> list[str]:
@@ -199,8 +203,7 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     in more than the seed; columns = the wind tunnels in `records` (plus, for a task with approximate posteriors,
     its closest-posterior and belief-horizon column); returns (header, rows, data)."""
     configs = configurations(records)
-    archs = [a for a in ROW_ORDER if any(k[0] == a for k in configs)]
-    archs += sorted({a for a, _ in configs} - set(archs))
+    archs = sorted({a for a, _ in configs}, key=lambda a: (arch_row(a), a))
     row_keys = [
         (a, label) for a in archs for label in dict.fromkeys(lb for (x, _), v in configs.items() if x == a for lb in v)
     ]
@@ -288,7 +291,7 @@ def below_floor(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
                 continue
             for arch, cells in data.items():
                 c = cells.get(task)
-                if arch in CONTEXT_BLIND or c is None:
+                if c is None or models.info(arch).context_blind:
                     continue
                 worse = c["mean"] < ref.value if metric == "accuracy" else c["mean"] > ref.value
                 if worse:
@@ -321,8 +324,7 @@ def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[lis
         return None
     header = ["Architecture", *(f"{param} = {v}" for v in points), "largest exact", "largest approximate"]
     rows = []
-    order = {a: i for i, a in enumerate(ROW_ORDER)}
-    for name in sorted(curves, key=lambda n: (order.get(n.split(" ")[0], 99), n)):
+    for name in sorted(curves, key=lambda n: (arch_row(n.split(" ")[0]), n)):
         cells = curves[name]
         best = {
             lv: max(
@@ -450,8 +452,7 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
     columns_ = [*(f"{m:g}" for m in marks.PRECISION_MARKS["entropy_mae_bits"]), marks.EXACT_FILTER]
     header = ["Task", "Arch", "Seeds", *(marks.mark_header(m, "entropy_mae_bits") for m in columns_), "Accuracy marks"]
     rows = []
-    order = {a: i for i, a in enumerate(ROW_ORDER)}
-    for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
+    for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], arch_row(kv[0][1]))):
         summary = marks.summarize_marks(per_seed)
         if headline_metric(task) == "accuracy":
             acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {marks.format_mark(v)}" for m, v in summary.items())

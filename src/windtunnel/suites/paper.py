@@ -21,19 +21,20 @@ from typing import Any
 
 from windtunnel import tasks
 from windtunnel.config import EvalConfig, TrainConfig
-from windtunnel.models import size_class
+from windtunnel.models import built_ins, size_class
 from windtunnel.models.baselines import BASELINES
 from windtunnel.models.presets import preset
+from windtunnel.recipes import get_recipe
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 
 TIERS = ("smoke", "quick", "standard", "paper")
 TASKS = ("bijection", "hmm", "recall", "regression")
-ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")
+ARCHS = tuple(built_ins(baseline=False))  # the trained architectures, in report-row order (models.info)
 
 # The most training seeds a cell may have (reproduce --seeds, a time-to-bayes cell's seeds), checked before anything is
 # built: an interval over 100 seeds is already ~6x narrower than over 3 (1/sqrt(n)), and a quick-tier table at 100
-# seeds is many hours of CPU; a larger number is a typo, not an experiment (a million took ~22 min just to build).
+# seeds is many hours of CPU; a larger number is a typo, not an experiment (docs/reliability.md).
 MAX_SEEDS = 100
 # Training seeds per cell when `suite(seeds=None)`: the claimed architectures get a seed spread, controls one seed.
 SEEDS: dict[str, dict[str, int]] = {
@@ -49,13 +50,11 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "quick": {
         "bijection": {},
         "hmm": {},
-        # Binding beyond 4 pairs did not form within a CPU budget (a 2x64 transformer stayed at chance among the stored
-        # values for 3,000 steps at N = 8 and 2,500 at N = 16), nor did scoring at the answer slot at N = 4 (chance
-        # after 800 steps, against 100% by step 500 at the key): docs/reproduce.md. The capacity curve evaluates
-        # the N = 4 models at 6, 8 and 16 pairs.
+        # Binding beyond 4 pairs did not form within a CPU budget, nor did scoring at the answer slot at N = 4
+        # (measured: docs/reproduce.md). The capacity curve evaluates the N = 4 models at 6, 8 and 16 pairs.
         "recall": {"N": 4, "key_vocab": 16, "value_vocab": 16, "n_filler": 4, "M": 4, "score_at": "key"},
-        # One token per revealed (x, y) pair: without it no transformer recipe left the prior-mean plateau within
-        # 3,000 steps (docs/results/time-to-bayes.md).
+        # One token per revealed (x, y) pair: without it no transformer recipe left the prior-mean plateau
+        # (docs/results/time-to-bayes.md).
         "regression": {"pair_tokens": True},
     },
     "smoke": {
@@ -81,9 +80,8 @@ LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 # `BUDGET`), with one recipe (`RECIPE`: AdamW with a warmup-stable-decay schedule), and only its learning rate is its
 # own: picked from `LR_GRID` on the validation stream by a committed `windtunnel sweep` at that budget (`LR_PICKS`,
 # docs/results/lr-sweep/). The budgets hold the quick tier (3 seeds of every transformer and Mamba cell, one of each
-# other) in about half an hour on 2 CPU cores in float32; the standard tier trains twice the quick budget (cut from
-# four times, for every architecture alike, so that its own learning-rate sweep and the tier fit one 3-hour session on
-# 2 cores). Both are far below what exactness needs, and the marks say so.
+# other) in about half an hour on 2 CPU cores in float32; the standard tier trains twice the quick budget, for every
+# architecture alike (why not more: docs/reproduce.md). Both are far below what exactness needs, and the marks say so.
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (400, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
     "standard": {"bijection": (800, 32), "hmm": (300, 32), "recall": (2_000, 64), "regression": (240, 64)},
@@ -283,8 +281,6 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
         "seed": seed,
     }
     if tier in ("quick", "standard") and trained:
-        from windtunnel.recipes import get_recipe
-
         cfg = get_recipe(RECIPE).apply(cfg)
     return cfg
 

@@ -1,0 +1,157 @@
+"""The one launcher of every driver (`reproduce`, `sweep`, `time-to-bayes`): build jobs -> launch -> summarise.
+
+    launcher = launch(out, options)  # threads per run and the executor, checked before anything is created
+    with launcher:  # --out: never a run directory, writable, locked for the driver's life
+        ...  # the driver claims --out (its manifest, its run directories)
+        results = launcher.execute(jobs, "12 runs, tier quick", echo)  # storage token, first line, runs, progress
+        ...  # the driver summarises: its table or report, with `launcher.machine()` and `launcher.wall_s()`
+
+`ExecutorOptions` are the options every driver takes for where and how its runs execute, as its CLI command's
+`--executor`, `--jobs`, `--threads`, `--ray-address`, `--max-retries` and `--progress` give them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from windtunnel import manifest
+from windtunnel.executors.base import Executor, Job, write_storage_token
+from windtunnel.executors.driver import execute
+from windtunnel.executors.local import LocalExecutor
+from windtunnel.executors.ray_cluster import DEFAULT_RETRIES, RayExecutor
+from windtunnel.lock import DirLock
+from windtunnel.machine import machine_description
+from windtunnel.rundir import check_writable
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Where a driver's runs execute: `executor` "local" (`jobs` processes at once) or "ray" (the cluster at
+    `ray_address`, each run retried at most `max_retries` times, default 3); `threads` CPU threads per run (None: the
+    cores split between the jobs locally, 1 on Ray); `progress`: live progress on stderr."""
+
+    executor: str = "local"
+    jobs: int = 1
+    threads: int | None = None
+    ray_address: str | None = None
+    max_retries: int | None = None
+    progress: bool = False
+
+
+def default_threads(jobs: int = 1) -> int:
+    """CPU threads per run when none are given: this machine's cores split between `jobs` runs at once."""
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+
+def threads_per_run(executor: str, jobs: int, threads: int | None) -> int:
+    """CPU threads per run: `threads` when given (>= 1), else this machine's cores split between `jobs` local
+    runs, else 1 on Ray (whose nodes get as many runs as they have CPUs)."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads: must be >= 1 (got {threads})")
+    return threads or (default_threads(jobs) if executor == "local" else 1)
+
+
+def placement(runner: Executor, jobs: int) -> str:
+    """How runs are placed, for a command's first line: "2 job(s)" locally, "Ray" on a cluster."""
+    return f"{jobs} job(s)" if runner.name == "local" else "Ray"
+
+
+def make_executor(name: str, jobs: int = 1, ray_address: str | None = None, max_retries: int | None = None) -> Executor:
+    """The executor called `name` ("local" with `jobs` processes, or "ray" on the cluster at `ray_address`)."""
+    if name == "local":
+        if ray_address is not None or max_retries is not None:
+            raise ValueError("--ray-address, --max-retries: only with --executor ray")
+        return LocalExecutor(jobs)
+    if name == "ray":
+        if jobs != 1:
+            raise ValueError("--jobs: only with --executor local (Ray places runs by the cluster's resources)")
+        return RayExecutor(ray_address, DEFAULT_RETRIES if max_retries is None else max_retries)
+    raise ValueError(f"--executor: must be one of {', '.join(EXECUTORS)} (got {name!r})")
+
+
+@contextlib.contextmanager
+def holding(out: Path) -> Iterator[None]:
+    """`out` as a driver's output directory, for the life of the block: never a run directory itself (nor inside
+    one), writable, and locked (one driver per --out; each run also locks itself)."""
+    manifest.refuse_run_directory(out)
+    check_writable(out)
+    with DirLock(out, "output directory"):
+        yield
+
+
+class Launch:
+    """One driver's runs into `out`, on the executor `options` choose (see `launch`). Its threads per run and its
+    executor are fixed, and checked, when it is made; `with` it, --out is held (`holding`)."""
+
+    def __init__(self, out: str | Path, options: ExecutorOptions) -> None:
+        self.out = Path(out)
+        self.options = options
+        self.threads = threads_per_run(options.executor, options.jobs, options.threads)
+        self.executor = make_executor(
+            options.executor, jobs=options.jobs, ray_address=options.ray_address, max_retries=options.max_retries
+        )
+        self.started = time.time()
+        self._machine: dict[str, Any] | None = None
+        self._held: contextlib.AbstractContextManager[None] | None = None
+
+    def __enter__(self) -> Launch:
+        held = holding(self.out)
+        held.__enter__()
+        self._held = held
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(exc_type, exc, tb)
+
+    def machine(self) -> dict[str, Any]:
+        """The machine record (`machine.machine_description`) the driver's results carry, read once."""
+        if self._machine is None:
+            self._machine = machine_description()
+        return self._machine
+
+    def wall_s(self) -> float:
+        """Seconds since the runs started (`execute`), to 0.1 s."""
+        return round(time.time() - self.started, 1)
+
+    def execute(self, jobs: Sequence[Job], what: str, echo: Callable[[str], None]) -> list[dict[str, Any]]:
+        """Run `jobs` (each given this launch's threads per run and a fresh storage token under --out, which every
+        node checks before it trains), longest first, with live progress if the options ask for it; first echo
+        "`what`, 2 job(s) x 1 thread(s) -> OUT". Returns the results in the jobs' order (`driver.execute`)."""
+        storage = write_storage_token(self.out)
+        jobs = [replace(job, threads=self.threads, storage=storage) for job in jobs]
+        echo(f"{what}, {placement(self.executor, self.options.jobs)} x {self.threads} thread(s) -> {self.out}")
+        self.started = time.time()
+        return execute(jobs, self.executor, echo, progress=self.options.progress)
+
+
+def launch(out: str | Path, options: ExecutorOptions) -> Launch:
+    """A driver's launch of its runs into `out` (the module's docstring shows its use): threads per run and the
+    executor from `options`, checked now; then, `with` it, --out checked and locked, `execute` for the runs, and the
+    machine record for the driver's summary."""
+    return Launch(out, options)
+
+
+__all__ = [
+    "EXECUTORS",
+    "ExecutorOptions",
+    "Launch",
+    "default_threads",
+    "holding",
+    "launch",
+    "make_executor",
+    "placement",
+    "threads_per_run",
+]
