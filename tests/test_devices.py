@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 import torch
@@ -55,3 +56,91 @@ def test_bf16_autocast_keeps_norms_fused(task, arch):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = model(batch.inputs)
         out.float().sum().backward()
+
+
+def _smoke_lstm(task: str = "bijection"):
+    from windtunnel import runs
+    from windtunnel.config import build_config
+    from windtunnel.resolve import resolve_config
+
+    cfg = resolve_config(build_config(overrides={"model.arch": "lstm", "model.preset": "smoke", "task.name": task}))
+    t = runs.build_task(cfg)
+    return runs.build_model(cfg, t.spec, t).eval(), t.sample(4, seed=0)
+
+
+def test_lstm_probe_says_what_the_fused_kernel_does():
+    """The one probe of a bf16 LSTM kernel agrees with `nn.LSTM` itself under CPU bf16 autocast on this machine."""
+    layer = torch.nn.LSTM(8, 8, batch_first=True)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            layer(torch.randn(2, 3, 8))
+        runs = True
+    except RuntimeError as err:
+        assert "LSTM" in str(err)
+        runs = False
+    assert devices.cpu_bf16_lstm() is runs
+
+
+@pytest.mark.parametrize("task", ["bijection", "regression"])
+def test_lstm_without_a_bf16_kernel_runs_its_recurrence_in_float32(monkeypatch, task):
+    """On a CPU whose oneDNN has no bf16 LSTM (AVX2 only) the model under bf16 autocast runs the recurrence in float32:
+    the float32 model's numbers, not oneDNN's "could not create a primitive descriptor"."""
+    monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: False)
+    model, batch = _smoke_lstm(task)
+    with torch.no_grad():
+        ref = model(batch.inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert devices.lstm_needs_float32(torch.zeros(1))
+            out = model(batch.inputs)
+    for a, b in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref), strict=True):
+        assert a.dtype == torch.float32 and torch.allclose(a, b, atol=1e-6)
+    assert not devices.lstm_needs_float32(torch.zeros(1))  # outside autocast: the fused kernel as usual
+
+
+@pytest.mark.skipif(not devices.cpu_bf16_lstm(), reason="this CPU's oneDNN has no bf16 LSTM kernel (AVX2 only)")
+def test_lstm_with_a_bf16_kernel_uses_it():
+    """Where the kernel exists the LSTM layers run in bf16 under autocast (the speed bf16 is asked for)."""
+    model, batch = _smoke_lstm()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        _, cache = model.run_with_cache(batch.inputs, names=["blocks.0.lstm.h"])
+    assert cache["blocks.0.lstm.h"].dtype == torch.bfloat16
+
+
+AVX2_ONLY = frozenset({"fma", "avx2"})  # an AMD EPYC without AVX-512 or native bf16
+
+
+def _train_lstm(out, *extra: str):
+    from typer.testing import CliRunner
+
+    from cli_args import SMOKE
+    from windtunnel.cli import app
+
+    args = ["train", "--task", "bijection", "--arch", "lstm", "--out", str(out), *SMOKE, *extra]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "eval.json").read_text())
+
+
+def test_train_bf16_on_a_cpu_without_native_bf16_is_the_float32_run(monkeypatch, tmp_path):
+    """`train.dtype: bf16` where the CPU would emulate bf16 (10-18x slower): a warning naming the missing feature, and
+    exactly the float32 run's numbers."""
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: AVX2_ONLY)
+    monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: False)
+    f32 = _train_lstm(tmp_path / "f32")
+    with pytest.warns(UserWarning, match="no native bf16 \\(none of avx512_bf16, amx_bf16"):
+        bf16 = _train_lstm(tmp_path / "bf16", "--set", "train.dtype=bf16")
+    assert bf16["default"]["metrics"] == f32["default"]["metrics"]
+
+
+def test_train_bf16_lstm_through_the_entry_point(tmp_path):
+    """The issue's command on this machine, whatever its CPU: it trains (bf16 where the CPU has it natively, float32
+    with a one-line warning elsewhere), never a traceback."""
+    from readme_commands import check_ran, run_cli
+
+    args = ["train", "--task", "bijection", "--arch", "lstm", "--preset", "smoke", "--steps", "3", "--no-progress"]
+    args += ["--set", "train.dtype=bf16", "--set", "eval.n=32", "--out", "run"]
+    done = run_cli(args, tmp_path)
+    check_ran(args, done)
+    assert (tmp_path / "run" / "eval.json").is_file()
+    if not devices.cpu_has_native_bf16():
+        assert "warning: dtype bf16: this CPU has no native bf16" in done.stderr

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from readme_commands import check_ran, readme_commands, run_cli, shrink
 from windtunnel import checkpoints, rundir
 from windtunnel.cli import app
 from windtunnel.errors import StorageError
@@ -182,14 +183,19 @@ def test_sweep_on_ray_gives_the_local_table(cluster, tmp_path):
     assert [(r["run"], r["metrics"]) for r in on_ray["rows"]] == [(r["run"], r["metrics"]) for r in local["rows"]]
 
 
-def test_reproduce_cli_on_ray(cluster, tmp_path):
-    out = tmp_path / "cli"
-    args = ["reproduce", "--tier", "smoke", "--out", str(out), "--only", "arch=oracle", "--no-probe"]
-    r = CliRunner().invoke(app, [*args, "--executor", "ray", "--ray-address", cluster.address, "--no-progress"])
-    assert r.exit_code == 0, r.output
+def test_the_readme_ray_command_through_the_entry_point(cluster, tmp_path):
+    """The README's `reproduce --executor ray --ray-address auto` line, as a user runs it beside a cluster (RAY_ADDRESS
+    and its token in the environment), at the smoke size (tests/readme_commands.py)."""
+    (line,) = [a for a in readme_commands() if "--executor" in a and a[a.index("--executor") + 1] == "ray"]
+    args = shrink(line, tmp_path)
+    env = with_auth({**os.environ, "RAY_ADDRESS": cluster.address}, cluster.env)
+    done = run_cli(args, tmp_path, env=env)
+    check_ran(args, done)
+    out = Path(args[args.index("--out") + 1])
+    assert out.is_relative_to(tmp_path)
     meta = rundir.read_json(out / "reproduce.json")
     assert meta["executor"] == "ray" and "--executor ray" in meta["command"] and "--jobs" not in meta["command"]
-    assert (out / "report.md").is_file() and "bijection-oracle: finished in" in r.output
+    assert (out / "report.md").is_file() and "bijection-oracle: finished in" in done.stdout
 
 
 def test_the_cluster_listens_on_loopback_only(cluster):

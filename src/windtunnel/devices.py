@@ -1,6 +1,6 @@
 """Devices and dtypes: which device a run uses (`resolve_device`) and a model is on (`model_device`), what the CPU
-can do (native bf16, SIMD flags), and bf16 autocast where the hardware runs it natively (training, and evaluation on
-request)."""
+can do (native bf16, SIMD flags, a bf16 LSTM kernel), and bf16 autocast where the hardware runs it natively
+(training, and evaluation on request)."""
 
 from __future__ import annotations
 
@@ -65,14 +65,46 @@ def _cpu_flags() -> frozenset[str] | None:
     return None
 
 
+@functools.cache
+def cpu_bf16_lstm() -> bool:
+    """Whether this machine's oneDNN has a bf16 LSTM kernel: probed once with a tiny `nn.LSTM` forward under CPU bf16
+    autocast. It has none on AVX2-only CPUs ("could not create a primitive descriptor for the LSTM forward
+    propagation primitive"), where PyTorch still autocasts the LSTM's inputs to bf16; AVX-512 CPUs run it, emulated
+    or native."""
+    layer = torch.nn.LSTM(4, 4, batch_first=True)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            layer(torch.zeros(1, 2, 4))
+    except RuntimeError:
+        return False
+    return True
+
+
+def lstm_needs_float32(x: torch.Tensor) -> bool:
+    """True where an `nn.LSTM` on `x` would run under a CPU bf16 autocast this machine has no LSTM kernel for: the
+    caller then runs the recurrence in float32 with autocast off (same weights, the float32 result)."""
+    return (
+        x.device.type == "cpu"
+        and torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        and not cpu_bf16_lstm()
+    )
+
+
 def autocast(device: torch.device | str, dtype: str) -> contextlib.AbstractContextManager:
     """bf16 autocast on CUDA or on a CPU with native bf16; float32 (a no-op context) otherwise.
 
-    A CPU without native bf16 would emulate it slower than float32, so there bf16 falls back, with a warning.
+    A CPU without native bf16 emulates it 10-18x slower per step than float32 (measured on an AVX2 EPYC, the HMM
+    quick and bijection paper presets), so there bf16 falls back to float32 -- the numbers a float32 run gives --
+    with a warning naming the missing feature.
     """
     device = torch.device(device)
     if dtype == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
-        warnings.warn("dtype: this CPU has no native bf16; running in float32", stacklevel=2)
+        warnings.warn(
+            f"dtype bf16: this CPU has no native bf16 (none of {', '.join(BF16_FLAGS)} in its flags); running in "
+            "float32",
+            stacklevel=2,
+        )
         return contextlib.nullcontext()
     if dtype == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -23,58 +24,74 @@ from windtunnel.cli.common import (
 from windtunnel.cli.root import app
 
 
-@app.command()
-@guarded
-def reproduce(
-    tier: str = typer.Option(
-        "quick",
-        help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
-        "twice the quick budget, ~50 min) or paper (the authors' production recipes, a GPU)",
-    ),
-    out: Path | None = typer.Option(
-        None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"
-    ),
-    seeds: int | None = typer.Option(
-        None,
-        help="seeds per trained cell (default: the tier's, 3 for every "
-        "transformer and Mamba cell and 1 for the controls)",
-    ),
-    jobs: int = jobs_option(),
-    only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
-    probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
-    executor: str = executor_option(),
-    ray_address: str | None = ray_address_option(),
-    threads: int | None = threads_option(),
-    max_retries: int | None = max_retries_option(),
-    progress: bool = progress_option(),
-    fresh: bool = fresh_option(),
-    imports: list[str] | None = import_option(
-        "imported in this process (and the local workers it starts); the paper suite itself uses the built-in tasks "
-        "and architectures"
-    ),
-) -> None:
-    """Train what is missing, evaluate (with length generalisation), probe, and write the report."""
-    from windtunnel.executors import ExecutorOptions
-    from windtunnel.reproduce import default_out
-    from windtunnel.reproduce import reproduce as run
-    from windtunnel.suites import TIERS
+def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
+    """The one definition of the suite command's options and body; `reproduce` and `demo` are two instances of it
+    that differ only in defaults and help, so an option added here reaches both."""
 
-    import_modules(imports)
+    def command(
+        tier: str = typer.Option(
+            "quick",
+            help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
+            "twice the quick budget, ~50 min) or paper (the authors' production recipes, a GPU)",
+        ),
+        out: Path | None = typer.Option(
+            None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"
+        ),
+        seeds: int | None = typer.Option(
+            None,
+            help="seeds per trained cell (default: the tier's, 3 for every "
+            "transformer and Mamba cell and 1 for the controls)",
+        ),
+        jobs: int = jobs_option(jobs_default),
+        only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
+        probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
+        executor: str = executor_option(),
+        ray_address: str | None = ray_address_option(),
+        threads: int | None = threads_option(),
+        max_retries: int | None = max_retries_option(),
+        progress: bool = progress_option(),
+        fresh: bool = fresh_option(),
+        imports: list[str] | None = import_option(
+            "imported in this process (and the local workers it starts); the paper suite itself uses the built-in "
+            "tasks and architectures"
+        ),
+    ) -> None:
+        from windtunnel.executors import ExecutorOptions
+        from windtunnel.reproduce import default_out
+        from windtunnel.reproduce import reproduce as run
+        from windtunnel.suites import TIERS
 
-    if tier not in TIERS:
-        fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
-    out = default_out(tier) if out is None else out
-    meta = run(
-        tier,
-        out,
-        seeds=seeds,
-        only=parse_kv(only, "--only") or None,
-        probe=probe,
-        echo=typer.echo,
-        options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
-        fresh=fresh,
+        import_modules(imports)
+
+        if tier not in TIERS:
+            fail(f"--tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+        out = default_out(tier) if out is None else out
+        meta = run(
+            tier,
+            out,
+            seeds=seeds,
+            only=parse_kv(only, "--only") or None,
+            probe=probe,
+            echo=typer.echo,
+            options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
+            fresh=fresh,
+        )
+        typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
+
+    command.__doc__ = doc
+    return guarded(command)
+
+
+reproduce = app.command("reproduce")(
+    _suite_command(1, "Train what is missing, evaluate (with length generalisation), probe, and write the report.")
+)
+demo = app.command("demo")(
+    _suite_command(
+        2,
+        "The main job: `reproduce` with the demo's defaults (the quick tier into runs/paper-quick, 2 jobs): the "
+        "paper's table on this machine, and where its report is.",
     )
-    typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
+)
 
 
 @app.command()
@@ -99,25 +116,3 @@ def report(
     check_writable(out)  # before reading anything, so nothing is done for a report that cannot be written
     results = build_report(list(run_dirs), out)
     typer.echo(f"{len(results['runs'])} runs -> {out / 'report.md'}, {out / 'report.html'}")
-
-
-@app.command()
-def demo(
-    out: Path = typer.Option(Path("runs/paper-quick"), help="output directory"),
-    jobs: int = typer.Option(2, help="runs trained in parallel"),
-) -> None:
-    """The main job: reproduce the paper's table at the quick tier on this machine and print where the report is."""
-    reproduce(
-        tier="quick",
-        out=out,
-        seeds=None,
-        jobs=jobs,
-        only=None,
-        probe=True,
-        executor="local",
-        ray_address=None,
-        threads=None,
-        max_retries=None,
-        progress=True,
-        fresh=False,
-    )

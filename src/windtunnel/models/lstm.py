@@ -14,6 +14,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from windtunnel.devices import lstm_needs_float32
 from windtunnel.models.base import InitSize, ResidualModel, size_int
 from windtunnel.models.common import InputEmbedding, OutputHead, initialise
 from windtunnel.tasks.base import TaskSpec
@@ -86,6 +87,9 @@ class LSTM(ResidualModel):
         if self.wants(f"blocks.{l}.lstm.c"):  # the fused nn.LSTM returns only h: run the cell loop for c
             h, c = lstm_cell_loop(lstm, x)  # (B,T,d) each
             hook("lstm.c", c)
+        elif lstm_needs_float32(x):  # CPU bf16 autocast without a bf16 LSTM kernel here (AVX2): float32 recurrence
+            with torch.autocast("cpu", enabled=False):
+                h, _ = lstm(x.float())  # (B,T,d)
         else:
             h, _ = lstm(x)  # (B,T,d)
         return hook("lstm.h", h)
