@@ -144,3 +144,36 @@ def test_train_bf16_lstm_through_the_entry_point(tmp_path):
     assert (tmp_path / "run" / "eval.json").is_file()
     if not devices.cpu_has_native_bf16():
         assert "warning: dtype bf16: this CPU has no native bf16" in done.stderr
+
+
+AVX2_LSTM = """
+import torch
+from windtunnel import devices, runs
+from windtunnel.config import build_config
+from windtunnel.resolve import resolve_config
+
+cfg = resolve_config(build_config(overrides={"model.arch": "lstm", "model.preset": "smoke", "task.name": "bijection"}))
+t = runs.build_task(cfg)
+model = runs.build_model(cfg, t.spec, t).eval()
+x = t.sample(4, seed=0).inputs
+with torch.no_grad():
+    ref = model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+diff = 0.0 if devices.cpu_bf16_lstm() else float((out - ref).abs().max())
+print("kernel", devices.cpu_bf16_lstm(), "max_diff", diff)
+"""
+
+
+def test_lstm_under_bf16_autocast_runs_with_onednn_capped_at_avx2():
+    """oneDNN capped at AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, what an AVX2-only EPYC has) has no bf16 LSTM: the model
+    still runs under CPU bf16 autocast, with the float32 numbers."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", AVX2_LSTM], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert words[0] == "kernel" and float(words[3]) <= 1e-6
