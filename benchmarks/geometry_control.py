@@ -96,7 +96,7 @@ GEOMETRY_FIGURE = (  # the `geometry.seeds.SEED_QUANTITIES` drawn in figures/geo
     "authors' L0 signed key cos, key tokens",
     "authors' L0 signed key cos, value tokens",
     "PC1 var, values at value positions",
-    "Spearman(PC1, H), values at value positions",
+    "|Spearman(PC1, H)|, values at value positions",
     "participation ratio, values at value positions",
     "PC1 var, final at scored positions",
     "mass on revealed values, first layer (unrevealed keys)",

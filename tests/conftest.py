@@ -50,3 +50,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def trained(tmp_path):
+    """A finished two-step smoke run directory (`tests/cli_args.train_args`), trained through the CLI."""
+    from typer.testing import CliRunner
+
+    from cli_args import train_args
+    from windtunnel.cli import app
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, train_args(out))
+    assert r.exit_code == 0, r.output
+    return out

@@ -132,7 +132,10 @@ def test_a_grid_value_may_not_replace_a_section(tmp_path, item):
         ("task=", "only task: expected task=NAME[,NAME...] (got nothing)"),
         ("task=bijection,,hmm", "only task: expected task=NAME[,NAME...]"),
         ("arch=5", "only arch: expected arch=NAME[,NAME...] (got 5)"),
-        ("task=nosuch", "only task: 'nosuch' is not in the suite (one of bijection, hmm, recall, regression)"),
+        (
+            "task=nosuch",
+            "only task: 'nosuch' is not in the suite (one of bijection, hmm, hmm-sticky, recall, regression)",
+        ),
         ("arch=lstm,gru", "only arch: 'gru' is not in the suite"),
     ],
 )

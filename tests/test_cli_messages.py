@@ -62,13 +62,13 @@ def test_eval_names_both_entropy_columns_and_says_what_each_is(hmm_runs):
 def test_eval_shows_the_closest_posterior_and_by_how_much(hmm_runs):
     r = runner.invoke(app, ["eval", str(hmm_runs["oracle"]), "--n", "16"])
     assert r.exit_code == 0, r.output
-    line = next(ln for ln in r.output.splitlines() if "closest posterior" in ln)
-    assert re.search(r"closest posterior: exact, KL\(exact ‖ model\) 0\.0000 bits; next: last \d+ obs, ", line)
+    line = next(ln for ln in r.output.splitlines() if "KL-nearest reference" in ln)
+    assert re.search(r"KL-nearest reference: exact, KL\(exact ‖ model\) 0\.0000 bits; next: last \d+ obs, ", line)
     assert "bits further" in line
     # the uniform predictor is no better than the context-blind reference: said, with the nearest one anyway
     r = runner.invoke(app, ["eval", str(hmm_runs["uniform"]), "--n", "16"])
-    line = next(ln for ln in r.output.splitlines() if "closest posterior" in ln)
-    assert line.strip().startswith("closest posterior: none: no better than context-blind (nearest: ")
+    line = next(ln for ln in r.output.splitlines() if "KL-nearest reference" in ln)
+    assert line.strip().startswith("KL-nearest reference: none: no better than context-blind (nearest: ")
     assert "KL(context-blind ‖ model)" in line or "KL(exact ‖ model)" in line
     got = json.loads(runner.invoke(app, ["eval", str(hmm_runs["uniform"]), "--n", "16", "--json"]).output)
     assert got["default"]["closest"]["name"] in line

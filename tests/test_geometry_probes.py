@@ -62,12 +62,18 @@ def test_every_probe_runs_and_is_in_range(arch, task_name):
     m = r["manifold"]["final"]
     assert 0 <= m["pc1_var"] <= m["pc12_var"] <= 1 + 1e-9
     assert m["entropy_r2"] <= 1 and -1 <= m["best_pc_spearman"] <= 1 and m["dim95"] >= 1
+    within = m["within_position"]
+    if task_name == "bijection":  # without replacement: the entropy is a function of position
+        assert "function of the position alone" in within["not_measurable"]
+    else:
+        assert within["n_points"] >= 10 and -1 <= within["pc1_spearman"] <= 1 and within["entropy_r2"] <= 1
     assert applied(r["manifold"]["values"]) == has_attn
     # clusters only where the posterior has a definite most likely state (HMM)
     assert applied(r["clusters"]) == (task_name == "hmm")
     if task_name == "hmm":
         c = r["clusters"]
         assert -1 <= c["ari"] <= 1 and -1 <= c["silhouette"] <= 1 and c["entropy_r2"] <= 1 and c["k"] == 5
+        assert c["within_position"]["entropy_r2"] <= 1  # the HMM's entropy varies within a position
     kl = r["lens"]["kl_bits_per_layer"]
     assert len(kl) == len(data.resid) and all(k >= -1e-9 for k in kl)
     ab = r["ablation"]
@@ -138,6 +144,7 @@ def test_frame_precision_identical_checkpoints():
     r = frame_precision(lambda step: model, [10, 20, 30], task, n=8)
     assert [c["frame_cosine"] for c in r["checkpoints"]] == pytest.approx([1.0] * 3)
     assert [c["frame_1mjs"] for c in r["checkpoints"]] == pytest.approx([1.0] * 3)
+    assert [c["entropy_r2_within_position"] for c in r["checkpoints"]] == [None] * 3  # a function of position
     assert r["frame_step_90"] == 10 and r["precision_step_2x"] == 10
     other = {10: small("transformer", task, seed=1), 20: model}
     r2 = frame_precision(other.__getitem__, [10, 20], task, n=8)

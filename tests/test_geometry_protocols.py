@@ -144,11 +144,18 @@ def test_trained_probe_measures_both_token_sets_and_both_position_sets(probed):
             m = sets[pos][rep]
             assert all(finite(m[k]) and finite(m["init"][k]) and finite(m["gaussian"][k]) for k in STATS), (pos, rep)
             assert 1 <= m["participation_ratio"] <= 16 + 1e-9 and m["pc1_var"] <= m["pc12_var"] <= 1 + 1e-9
-            assert m["gaussian"]["n_points"] == m["n_points"]
+            assert m["gaussian"]["n_points"] == m["n_points"] == m["context_blind"]["n_points"]
+            # sep-vocab without replacement: the entropy is a function of position, so within position there is
+            # nothing to measure -- for the model, at init and for every reference alike
+            for part in (m, m["init"], m["gaussian"], m["context_blind"]):
+                assert "function of the position alone" in part["within_position"]["not_measurable"]
+            # ... and the pooled statistics are position's: the context-blind reference reaches R^2 1, |rho| ~1
+            assert m["context_blind"]["entropy_r2"] == pytest.approx(1.0, abs=1e-6)
+            assert abs(m["context_blind"]["pc1_spearman"]) > 0.95
     assert sets["value_positions"]["final"]["n_points"] != sets["scored_positions"]["final"]["n_points"]
     # the top level still is the scored positions, without the baselines
     assert g["manifold"]["final"] == {
-        k: v for k, v in sets["scored_positions"]["final"].items() if k not in ("init", "gaussian")
+        k: v for k, v in sets["scored_positions"]["final"].items() if k not in ("init", "gaussian", "context_blind")
     }
     ev = g["attention"]["unseen_value_evidence"]
     assert ev["mass_per_layer"] == g["attention"]["unseen_value_mass_per_layer"] and len(ev["mass_per_layer"]) == 2
@@ -168,13 +175,21 @@ def test_across_seed_intervals(probed):
     two = across_seeds([g, other])
     vals = [dig(x, "keys", "by_token_set", "key_tokens", "authors_signed_mean_cos_per_layer", 0) for x in (g, other)]
     assert two[name]["trained"]["values"] == vals
-    assert two[name]["trained"]["interval"] == pytest.approx(list(seed_interval(vals)))
+    z = [math.atanh(v) for v in vals]  # a signed mean cosine: its interval on Fisher's z, back-transformed
+    assert two[name]["trained"]["interval"] == pytest.approx([math.tanh(t) for t in seed_interval(z)])
+    assert two[name]["trained"]["mean"] == pytest.approx(math.tanh(sum(z) / 2)) and two[name]["trained"]["scale"]
     assert two[name]["init"]["n_seeds"] == 2
     assert two[name]["baseline"]["interval"] == pytest.approx([two[name]["baseline"]["mean"]] * 2)  # one draw, twice
     quantities = {q[0] for q in SEED_QUANTITIES}
     assert (
-        {"PC1 var, values at value positions", "Spearman(PC1, H), final at scored positions"} <= set(two) <= quantities
+        {"PC1 var, values at value positions", "|Spearman(PC1, H)|, final at scored positions"}
+        <= set(two)
+        <= quantities
     )
+    within = two["|Spearman(PC1, H)| within position, final at scored positions"]
+    assert "function of the position alone" in within["trained"]["not_measurable"]
+    assert "not_measurable" in within["init"] and "not_measurable" in within["baseline"]
+    assert within["baseline_label"] == "position + own input (context-blind)"
     assert "L0 key mean |cos|, all tokens" not in two  # no seed has the number: left out
 
 
@@ -192,9 +207,13 @@ def test_report_geometry_across_seeds_table(probed):
     assert len(data) == 1 and data[0]["seeds"] == [0, 1]
     row = next(r for r in rows if r[2] == "PC1 var, values at value positions")
     vals = [g["manifold"]["by_position_set"]["value_positions"]["values"]["pc1_var"], 0.5]
-    lo, hi = seed_interval(vals)
-    assert row[3] == f"{sum(vals) / 2:.3f} [{lo:.3f}, {hi:.3f}]" and row[-1] == "2"
+    logit = [math.log(v / (1 - v)) for v in vals]  # a share of variance: its interval on the logit scale
+    mean, lo, hi = (1 / (1 + math.exp(-t)) for t in (sum(logit) / 2, *seed_interval(logit)))
+    assert row[3] == f"{mean:.3f} [{lo:.3f}, {hi:.3f}]" and row[-1] == "2"
+    assert 0 <= lo <= mean <= hi <= 1
     assert row[5].startswith("Gaussian points: ")
+    within = next(r for r in rows if r[2] == "entropy R² within position, final at scored positions")
+    assert within[3:6] == ["not measurable", "not measurable", "position + own input (context-blind): not measurable"]
 
 
 def test_finished_run_without_geometry_is_probed_by_its_job(tmp_path):

@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"models"},
     {"config"},
-    {"resolve"},
+    {"resolve", "budget"},
     {"metrics", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs", "resume"},

@@ -86,7 +86,7 @@ def test_belief_horizon_decides_exact_and_approximate_on_filters():
     three = windows({0: 0.4, 1: 0.03, 2: 0.01, 3: 0.003, 4: 0.0})  # a 4-observation window filter: no gain over w=4
     v = marks.verdict(BIJ, scores(0.001, 0.001, approximations=three))
     assert (v.level, v.horizon, v.horizon_max) == ("approximate", 3, 4)
-    assert "4-observation filter" in v.reasons[-1]
+    assert "best 4-observation predictor" in v.reasons[-1]
     noisy = windows({0: 0.4, 1: 0.03, 2: 0.01, 3: 0.003, 4: 0.001}, lo_shift=0.002)  # w=4 gain interval reaches 0
     assert marks.belief_horizon(noisy) == (3, 4)
     one = windows({0: 0.4, 1: 0.0, 2: -0.02, 3: -0.03, 4: -0.03})  # the one-observation filter: no transport
@@ -137,3 +137,64 @@ def test_crossings_skip_nan_and_read_horizons():
     c = marks.crossings(evals, "entropy_mae_bits")
     assert c["0.1"] == {"step": 2, "train_s": 2.0} and c["0.01"] is None
     assert c[marks.EXACT_FILTER] == {"step": 1, "train_s": 1.0}
+
+
+def gap(nll: tuple[float, float, float], acc: tuple[float, float, float] | None = None) -> dict:
+    """A `bayes_gap` as `evaluate.bayes_gap` writes it: NLL(model) - NLL(exact), accuracy difference (mean, lo, hi)."""
+    return {"level": marks.INVALID_LEVEL, "nll_bits": iv(*nll), "accuracy": None if acc is None else iv(*acc)}
+
+
+def test_measurably_better_than_the_exact_posterior_is_invalid():
+    """⚠ overrides every other level where the NLL of the realised answers is below the exact posterior's at the upper
+    end of its interval, or the accuracy above the exact argmax's at the lower end; rounding (NUMERICAL_BITS) and an
+    interval reaching zero are not evidence."""
+    cheat = marks.verdict(BIJ, scores(2.4, 3.4, bayes_gap=gap((-3.07, -3.1, -3.0), (0.86, 0.84, 0.88))))
+    assert (cheat.level, cheat.mark) == ("invalid", "⚠") and "sees the answer" in cheat.reasons[0]
+    assert len([r for r in cheat.reasons if "sees the answer" in r]) == 2
+    assert marks.verdict(BIJ, scores(0.001, 0.001, bayes_gap=gap((-0.2, -0.3, -0.1)))).level == "invalid"
+    assert marks.verdict(BIJ, scores(0.5, 0.5, bayes_gap=gap((0.1, 0.05, 0.2), (0.02, 0.001, 0.04)))).level == "invalid"
+    oracle = scores(0.0, 0.0, bayes_gap=gap((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)))
+    assert marks.verdict(BIJ, oracle).level == "exact"
+    rounding = scores(0.0, 0.0, bayes_gap=gap((-1e-16, -2e-16, -1e-16)))
+    assert marks.verdict(BIJ, rounding).level == "exact"
+    noisy = scores(0.004, 0.004, bayes_gap=gap((-0.01, -0.03, 0.01), (0.01, -0.01, 0.03)))
+    assert marks.verdict(BIJ, noisy).level == "exact"
+    assert marks.verdict(BIJ, scores(0.0, 0.0, bayes_gap=gap((math.nan, math.nan, math.nan)))).level == "exact"
+    assert "invalid" in marks.LEVELS and marks.MARK["invalid"] == "⚠"
+
+
+def test_pool_takes_the_envelope_of_the_seeds_invalid_checks():
+    """Seeds share the test stream, so the invalid check pools the seeds' own intervals (their envelope), never a
+    Student-t over seed means that would shrink to a point for seeds that agree."""
+    a = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.001)))
+    b = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.0005)))
+    pooled = marks.pool([a, b])
+    assert pooled["bayes_gap"]["nll_bits"] == pytest.approx({"mean": -0.002, "lo": -0.004, "hi": 0.001})
+    assert marks.verdict(BIJ, pooled).level == "exact"
+    both = marks.pool([scores(0.3, 0.3, bayes_gap=gap((-1.0, -1.1, -0.9)))] * 2)
+    assert marks.verdict(BIJ, both).level == "invalid"
+    assert "bayes_gap" not in marks.pool([scores(0.0, 0.0), scores(0.0, 0.0)])
+
+
+def test_what_a_mark_certifies():
+    th = marks.Thresholds()
+    assert marks.certifies(th) == "exact at 0.01 bits"
+    assert marks.certifies(th, "accuracy") == "exact at 0.01 bits, accuracy ≥ 99%"
+    assert marks.certifies(th, depth=2) == "exact at 0.01 bits; memory beyond the last 2 observations"
+    v = marks.verdict(BIJ, scores(0.002, 0.001, approximations=windows({0: 0.4, 1: 0.03, 2: 0.01})))
+    assert v.certifies == "exact at 0.01 bits; memory beyond the last 2 observations"
+    assert marks.verdict(RECALL, scores(0.0, 0.0, acc=1.0)).certifies == "exact at 0.01 bits, accuracy ≥ 99%"
+    assert "transport demand W" in marks.rule_text() and "⚠ invalid" in marks.rule_text()
+
+
+def test_a_tunnel_with_windows_is_never_exact_without_their_scores():
+    """✓ on an HMM certifies memory: scores without the window filters (approximations=False) cannot show it."""
+    hmm = tasks.make("hmm")
+    v = marks.verdict(hmm, scores(0.001, 0.001))
+    assert v.level == "approximate" and "not measured" in v.reasons[-1]
+    assert v.certifies == f"exact at 0.01 bits; memory beyond the last {hmm.transport_demand.window - 1} observations"
+
+
+def test_gains_within_rounding_are_not_measurable():
+    tiny = windows({0: 0.4, 1: 0.03, 2: 5e-7})  # a float64 copy of the 2-observation window beats its float32 self
+    assert marks.belief_horizon(tiny) == (1, 2)

@@ -10,6 +10,7 @@ run; a node that cannot see --out fails at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +30,14 @@ from windtunnel import checkpoints, rundir
 from windtunnel.cli import app
 from windtunnel.errors import StorageError
 from windtunnel.executors import ExecutorOptions, Job, LocalExecutor, make_executor, run_job, write_storage_token
-from windtunnel.executors.ray_cluster import AUTH_VARS, check_reachable, driver_auth, with_auth
+from windtunnel.executors.ray_cluster import (
+    AUTH_VARS,
+    CLUSTER_VAR,
+    check_reachable,
+    driver_auth,
+    import_ray,
+    with_auth,
+)
 from windtunnel.executors.ray_local import LocalCluster
 from windtunnel.lock import read_owner
 from windtunnel.reproduce import reproduce
@@ -87,7 +95,7 @@ def test_smoke_suite_on_ray_equals_local(cluster, tmp_path):
     assert (
         on_ray["run_devices"] == f"cpu ({len(a)} runs)" and on_ray["run_hosts"]
     )  # where the runs, not the driver, ran
-    assert "run_devices: cpu (28 runs)" in (tmp_path / "ray" / "report.md").read_text()
+    assert f"run_devices: cpu ({len(a)} runs)" in (tmp_path / "ray" / "report.md").read_text()
     results = json.loads((tmp_path / "ray" / "results.json").read_text())
     assert results["table1"]["oracle"]["bijection"]["mean"] == pytest.approx(0.0, abs=1e-6)
 
@@ -324,30 +332,127 @@ def test_an_impossible_resource_request_fails_at_once(cluster, tmp_path):
     assert not job.run_dir.exists()
 
 
-def test_ray_without_an_address_leaves_no_world_readable_token(foreign_home, tmp_path):
+LOOPBACK_IPS = {"127.0.0.1", "::ffff:127.0.0.1"}
+
+
+def _psutil():
+    import_ray()  # Ray ships psutil and puts it on the path
+    import psutil
+
+    return psutil
+
+
+def _listening(root: int) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of each listening TCP socket of process `root` and its descendants now."""
+    psutil = _psutil()
+    found = set()
+    with contextlib.suppress(psutil.NoSuchProcess):
+        top = psutil.Process(root)
+        for p in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                name = p.name()
+                found |= {(name, c.laddr.ip, c.laddr.port) for c in p.net_connections("inet") if c.status == "LISTEN"}
+    return found
+
+
+@pytest.fixture(scope="module")
+def no_address(foreign_home):
+    """`windtunnel reproduce --executor ray` without an address (Ray starts a cluster of its own) of one oracle run,
+    run once for the module, with HOME and Ray's folders in a temporary root; every listening socket of the driver's
+    processes is recorded while it runs. Yields (the completed process, root, home, out, the sockets)."""
+    root = Path(tempfile.mkdtemp(prefix="wt-"))  # short: Ray's socket paths live under it
+    home, out = root / "home", root / "out"
+    home.mkdir()
+    env = with_auth({k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", CLUSTER_VAR)}, {})
+    env.update(HOME=str(home), RAY_TMPDIR=str(root), TMPDIR=str(root), OMP_NUM_THREADS="1", RAY_DISABLE_USAGE_STATS="1")
+    args = ["reproduce", "--tier", "smoke", "--only", "task=bijection", "--only", "arch=oracle", "--out", str(out)]
+    cmd = [WINDTUNNEL, *args, "--executor", "ray", "--threads", "1", "--no-probe", "--no-progress"]
+    driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sockets: set[tuple[str, str, int]] = set()
+        deadline = time.time() + 540
+        while driver.poll() is None and time.time() < deadline:
+            sockets |= _listening(driver.pid)
+            time.sleep(0.2)
+        stdout, stderr = driver.communicate(timeout=max(1.0, deadline - time.time()))
+        yield subprocess.CompletedProcess(cmd, driver.returncode, stdout, stderr), root, home, out, sockets
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_ray_without_an_address_leaves_no_world_readable_token(no_address):
     """`--executor ray` with no address starts Ray's own local cluster, with a private token (0600, removed after):
     no `~/.ray/auth_token` is written, and no token file is left anywhere under its temporary folder."""
-    root = Path(tempfile.mkdtemp(prefix="wt-"))  # short: Ray's socket paths live under it
-    home = root / "home"
-    home.mkdir()
-    env = with_auth({k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, {})
-    env.update(HOME=str(home), RAY_TMPDIR=str(root), TMPDIR=str(root), OMP_NUM_THREADS="1")
-    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_DISABLE_USAGE_STATS="1")  # Ray's servers on 127.0.0.1
-    out = tmp_path / "out"
-    args = ["reproduce", "--tier", "smoke", "--only", "task=bijection", "--only", "arch=oracle", "--out", str(out)]
+    done, root, home, out, _ = no_address
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert rundir.read_json(out / "reproduce.json")["executor"] == "ray"
+    assert not (home / ".ray").exists()
+    assert not list(root.glob("windtunnel-ray-auth-*"))  # the private token's folder is gone
+    readable = [p for p in root.rglob("*token*") if p.is_file() and p.stat().st_mode & 0o044]
+    assert not readable, readable
+
+
+def test_ray_without_an_address_listens_on_loopback_only(no_address):
+    """The cluster `--executor ray` starts without an address (Ray would listen on every interface, and two agents on
+    the host's network address) listens on 127.0.0.1 alone: every listening socket of the driver, its GCS, raylet,
+    agents and workers, seen while it ran; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is not in the driver's environment."""
+    done, *_, sockets = no_address
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = {name for name, _, _ in sockets}
+    assert {"gcs_server", "raylet"} <= names, sockets  # the cluster's own servers were seen
+    assert {ip for _, ip, _ in sockets} <= LOOPBACK_IPS, sorted(sockets)
+
+
+LIVE_CLUSTER = """
+import sys, time
+from windtunnel.executors.ray_local import LocalCluster
+cluster = LocalCluster(nodes=2, cpus=1, log_dir=sys.argv[1]).start()
+print(cluster.temp_dir, flush=True)
+time.sleep(600)
+"""
+
+
+def _cluster_processes(folder: str) -> list:
+    """Every process whose command line names the cluster's folder: `ray start`, gcs_server, raylet, agents, workers."""
+    psutil = _psutil()
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(folder in part for part in p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+def test_a_local_cluster_dies_with_the_process_that_started_it(foreign_home, tmp_path):
+    """A LocalCluster started by a child Python process that is then SIGKILLed (a test run killed by a timeout):
+    every process of both nodes -- `ray start`, gcs_server, raylet and what they started -- is gone within a bounded
+    wait, not left running for an hour. Anything left is killed by its PID (never `ray stop`)."""
+    psutil = _psutil()
+
+    starter = subprocess.Popen(
+        [sys.executable, "-c", LIVE_CLUSTER, str(tmp_path / "logs")], stdout=subprocess.PIPE, text=True
+    )
+    folder = ""
     try:
-        r = subprocess.run(
-            [WINDTUNNEL, *args, "--executor", "ray", "--threads", "1", "--no-probe", "--no-progress"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=540,
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert rundir.read_json(out / "reproduce.json")["executor"] == "ray"
-        assert not (home / ".ray").exists()
-        assert not list(root.glob("windtunnel-ray-auth-*"))  # the private token's folder is gone
-        readable = [p for p in root.rglob("*token*") if p.is_file() and p.stat().st_mode & 0o044]
-        assert not readable, readable
+        folder = starter.stdout.readline().strip()
+        assert folder, "the cluster did not start"
+        nodes = _cluster_processes(folder)
+        assert {"gcs_server", "raylet"} <= {p.name() for p in nodes}, nodes
+        assert len([p for p in nodes if {"start", "--block"} <= set(p.cmdline())]) == 2  # both nodes' `ray start`
+        starter.kill()
+        starter.wait()
+        _, alive = psutil.wait_procs(nodes, timeout=60)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        assert not _cluster_processes(folder)  # nor any the nodes started after the list was taken
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+        for p in _cluster_processes(folder) if folder else []:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -117,12 +117,12 @@ def test_table_rows_show_seed_spread_horizon_and_paper_only_at_paper_params():
     gains = {n: (d, g) for (n, d), g in zip(HMM_WINDOWS.items(), [0.4, 0.03, -0.01, -0.02], strict=True)}
     runs = [record("hmm", "mamba", s, v, kl_exact=0.03, gains=gains) for s, v in enumerate([0.08, 0.085, 0.083])]
     header, rows, data = tables.primitives_table(runs)
-    assert "HMM: closest posterior · belief horizon" in header
+    assert "HMM: KL-nearest reference · belief horizon" in header
     row = dict(zip(header, rows[0], strict=True))
     assert row["HMM entropy error (bits)"].startswith("◐ 0.083 [")
     assert "seeds 0.080–0.085 · 0/3 seeds ✓" in row["HMM entropy error (bits)"]
     assert "(paper 0.024)" in row["HMM entropy error (bits)"]
-    assert row["HMM: closest posterior · belief horizon"] == "exact · 1 of 3 obs"
+    assert row["HMM: KL-nearest reference · belief horizon"] == "exact · 1 of 3 obs"
     assert data["mamba"]["hmm"]["paper_source"].startswith("paper: ")
     small = [record("hmm", "mamba", s, 0.08, params={"S": 3}, kl_exact=0.03, gains=gains) for s in range(2)]
     _, rows, _ = tables.primitives_table(small)

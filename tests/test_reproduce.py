@@ -71,7 +71,7 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
 def test_every_architecture_of_a_task_gets_the_same_budget(tier):
     """The fair protocol: within a tier, steps x batch size is one number per task (the paper tier's published
     budgets excepted: they are the authors' own, listed as such)."""
-    from windtunnel.suites.paper import LR_GRID, LR_PICKS, LR_SWEEPS, lr_source, picked_lr
+    from windtunnel.suites.paper import LR_GRID, LR_PICKS, LR_SWEEPS, PROTOCOL_OF, lr_source, picked_lr
 
     by_task: dict[str, set[tuple[int, int]]] = {}
     for r in suite(tier):
@@ -81,9 +81,11 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
         by_task.setdefault(r.config["task"]["name"], set()).add((t["steps"], t["batch_size"]))
         if tier in ("quick", "standard"):  # the learning rate is each architecture's own pick from the grid
             assert t["lr"] == picked_lr(r.config["task"]["name"], r.config["model"]["arch"], tier)
-            # picked by this tier's own committed sweep, never a default or another tier's pick
+            # picked by this tier's own committed sweep, never a default or another tier's pick (a tunnel that takes
+            # another's protocol, the sticky HMM, takes that one's pick, and says so in protocol_text)
             assert lr_source(tier) == tier and tier in LR_SWEEPS
-            assert (r.config["task"]["name"], r.config["model"]["arch"]) in LR_PICKS[tier]
+            task = r.config["task"]["name"]
+            assert (PROTOCOL_OF.get(task, task), r.config["model"]["arch"]) in LR_PICKS[tier]
             assert t["lr"] in LR_GRID
             assert t.get("optimizer", "adamw") == "adamw" and t["schedule"] == "wsd"  # one recipe for all
     if tier == "paper":
@@ -91,6 +93,7 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
         return
     for task, budgets in by_task.items():
         assert len(budgets) == 1, (tier, task, budgets)
+    assert by_task["hmm-sticky"] == by_task["hmm"]  # the sticky column trains at the HMM's budget
 
 
 def test_deviations_are_computed_from_configs_and_name_their_source():
@@ -160,7 +163,7 @@ def test_smoke_report_structure(smoke):
         + "."
     ) in md
     assert table["oracle"]["hmm"]["level"] == "exact" and table["oracle"]["hmm"]["closest"] == "exact"
-    assert "closest posterior" in md and "Reference levels and scoring (derived from the tasks" in md
+    assert "KL-nearest reference" in md and "Reference levels and scoring (derived from the tasks" in md
     # length generalisation prints each task's headline metric (accuracy for recall)
     lg = md.split("## Length generalisation")[1].split("##")[0]
     assert all("| accuracy |" in line for line in lg.splitlines() if line.startswith("| recall |"))

@@ -43,14 +43,6 @@ def _one_line_error(r, code: int) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def trained(tmp_path):
-    out = tmp_path / "run"
-    r = runner.invoke(app, train_args(out))
-    assert r.exit_code == 0, r.output
-    return out
-
-
 # --- 1. import strings are code: trust is explicit -------------------------------------------------------------
 
 
@@ -284,8 +276,7 @@ def test_partial_last_line_from_a_crash_is_ignored(trained):
 
 @pytest.mark.parametrize("content", ["{}", '{"step": "x"}', "[]", ""])
 def test_corrupt_latest_json(trained, content):
-    (trained / "checkpoints" / "latest.json").write_text(content)
-    assert "latest.json" in _one_line_error(runner.invoke(app, ["eval", str(trained)]), 1)
+    (trained / "checkpoints" / "latest.json").write_text(content)  # eval: tests/test_hostile_files.py
     with pytest.warns(RuntimeWarning, match="resuming from step 2, the newest good checkpoint.*latest.json"):
         r = runner.invoke(
             app,

@@ -17,6 +17,7 @@ from windtunnel.tasks import registry
 LATENT = {
     "bijection": {"perm", "keys"},
     "hmm": {"transition", "emission", "states", "observations"},
+    "hmm-sticky": {"transition", "emission", "states", "observations"},
     "recall": {"keys", "values", "queries"},
     "regression": {"w", "xs", "ys"},
 }
@@ -34,6 +35,15 @@ SMALL = {
         )
     ),
     "hmm": st.fixed_dictionaries({"S": st.integers(2, 6), "O": st.integers(2, 6), "K": st.integers(1, 8)}),
+    "hmm-sticky": st.fixed_dictionaries(
+        {
+            "S": st.integers(2, 6),
+            "O": st.integers(2, 6),
+            "K": st.integers(1, 8),
+            "stickiness": st.floats(0.0, 1.0) | st.tuples(st.floats(0.0, 0.5), st.floats(0.5, 1.0)),
+            "min_prob": st.sampled_from([0.01, 0.02, 0.05]),
+        }
+    ),
     "recall": st.integers(1, 6).flatmap(
         lambda n: st.fixed_dictionaries(
             {
@@ -52,7 +62,7 @@ SMALL = {
 
 
 def test_builtins_registered():
-    assert tasks.names()[:4] == ["bijection", "hmm", "recall", "regression"]
+    assert tasks.names()[:5] == ["bijection", "hmm", "hmm-sticky", "recall", "regression"]
 
 
 @pytest.mark.parametrize("name", list(LATENT))
@@ -81,7 +91,9 @@ def test_batch_shapes_and_dtypes(name):
     assert len(task.describe(b, 1)) == T
 
 
-@pytest.mark.parametrize(("name", "n"), [("bijection", 2000), ("hmm", 2000), ("recall", 100), ("regression", 2000)])
+@pytest.mark.parametrize(
+    ("name", "n"), [("bijection", 2000), ("hmm", 2000), ("hmm-sticky", 2000), ("recall", 100), ("regression", 2000)]
+)
 def test_calibration_identity(name, n):
     """For an exact posterior, E[-log p(truth)] = E[entropy]: compare per-sequence means within 4 SE."""
     b = tasks.make(name).sample(n, seed=123)

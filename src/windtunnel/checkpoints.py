@@ -4,6 +4,8 @@ run_dir/checkpoints/step_00001000.safetensors          model weights
 run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
 run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
 run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
+
+Nothing is loaded unverified: a checkpoint whose state json lacks a checksum is refused like one that fails it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,21 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from windtunnel.errors import CheckpointError
-from windtunnel.rundir import CKPT_DIR, atomic_write, read_json_object, read_regular, write_json
+from windtunnel.rundir import (
+    CKPT_DIR,
+    CKPT_SUFFIXES,
+    LATEST,
+    atomic_write,
+    read_json_object,
+    read_regular,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from windtunnel.optim import MultiOptimizer
+
+
+_WEIGHTS, _STATE, _META = CKPT_SUFFIXES  # step_N.safetensors, step_N.state.safetensors, step_N.state.json
 
 
 def _ckpt_name(step: int) -> str:
@@ -35,14 +48,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, torch.Tensor]:
+def _read_safetensors(path: Path, expected_sha: str) -> dict[str, torch.Tensor]:
+    """The tensors of `path`, whose bytes must have the sha256 `expected_sha` (CheckpointError naming it else)."""
     if not path.exists():
         raise CheckpointError(f"{path} is missing")
     try:
         raw = read_regular(path)
     except OSError as err:
         raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
-    if expected_sha is not None and _sha256(raw) != expected_sha:
+    if _sha256(raw) != expected_sha:
         raise CheckpointError(f"{path} is corrupted or truncated: checksum mismatch")
     try:
         return st_load(raw)
@@ -50,10 +64,17 @@ def _read_safetensors(path: Path, expected_sha: str | None = None) -> dict[str, 
         raise CheckpointError(f"{path} is corrupted or truncated: {err}") from None
 
 
-def _checksums(meta: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's {"weights": sha256, "state": sha256} from its state json ({} when it has none)."""
+def _checksums(meta: dict[str, Any], meta_path: Path) -> dict[str, str]:
+    """A checkpoint's {"weights": sha256, "state": sha256} from its state json `meta_path`; one without both is a
+    CheckpointError naming the file and the key (every checkpoint windtunnel has written holds them)."""
     sha = meta.get("sha256")
-    return sha if isinstance(sha, dict) else {}
+    sums = sha if isinstance(sha, dict) else {}
+    missing = next((k for k in ("weights", "state") if not isinstance(sums.get(k), str)), None)
+    if missing is not None:
+        raise CheckpointError(
+            f"{meta_path} is corrupted: no checksum sha256.{missing}, so the checkpoint cannot be verified"
+        )
+    return {"weights": sums["weights"], "state": sums["state"]}
 
 
 def save_checkpoint(
@@ -82,16 +103,16 @@ def save_checkpoint(
                 tensors[f"optim.{pid}.{k}"] = t.detach().cpu().contiguous().clone()
         groups = sd["param_groups"]
     s_raw = st_save(tensors)
-    atomic_write(d / f"{name}.safetensors", w_raw)
-    atomic_write(d / f"{name}.state.safetensors", s_raw)
+    atomic_write(d / f"{name}{_WEIGHTS}", w_raw)
+    atomic_write(d / f"{name}{_STATE}", s_raw)
     meta = {
         "step": step,
         "param_groups": groups,
         "extra": extra or {},
         "sha256": {"weights": _sha256(w_raw), "state": _sha256(s_raw)},
     }
-    write_json(d / f"{name}.state.json", meta)
-    write_json(d / "latest.json", {"step": step})
+    write_json(d / f"{name}{_META}", meta)
+    write_json(d / LATEST, {"step": step})
 
 
 def list_checkpoints(run_dir: str | Path) -> list[int]:
@@ -100,17 +121,18 @@ def list_checkpoints(run_dir: str | Path) -> list[int]:
     if not d.is_dir():
         return []
     steps = []
-    for p in d.glob("step_*.state.json"):
+    for p in d.glob(f"step_*{_META}"):
         with contextlib.suppress(ValueError):
             s = int(p.name[len("step_") :].split(".")[0])
-            if (d / f"{_ckpt_name(s)}.safetensors").exists():
+            if (d / f"{_ckpt_name(s)}{_WEIGHTS}").exists():
                 steps.append(s)
     return sorted(steps)
 
 
-def latest_step(run_dir: str | Path) -> int | None:
-    """Step named by checkpoints/latest.json, or None if the run has no checkpoint yet."""
-    p = Path(run_dir) / CKPT_DIR / "latest.json"
+def _named_step(run_dir: str | Path) -> int | None:
+    """The step checkpoints/latest.json names; None where there is no latest.json, a CheckpointError naming it where
+    it is damaged."""
+    p = Path(run_dir) / CKPT_DIR / LATEST
     if not p.exists():
         return None
     step = read_json_object(p).get("step")
@@ -119,13 +141,48 @@ def latest_step(run_dir: str | Path) -> int | None:
     return step
 
 
+_WARNED: set[str] = set()  # the damage this process has warned about
+
+
+def _newest_good(run_dir: str | Path, candidates: list[int], problems: list[str], doing: str) -> int | None:
+    """The newest of `candidates` that verifies, with a warning (`doing` step N, ...) naming `problems` -- what was
+    already found wrong -- and each newer candidate skipped, once per process (a resume and its final evaluation
+    find the same damage); None where there is none and nothing was wrong, a CheckpointError naming every problem
+    where nothing verifies."""
+    for step in sorted(candidates, reverse=True):
+        try:
+            verify_checkpoint(run_dir, step)
+        except CheckpointError as err:
+            problems.append(str(err))
+            continue
+        damage = "; ".join(problems)
+        if problems and damage not in _WARNED:
+            _WARNED.add(damage)
+            warnings.warn(f"{doing} step {step}, the newest good checkpoint: {damage}", RuntimeWarning, stacklevel=3)
+        return step
+    if problems:
+        raise CheckpointError("no good checkpoint: " + "; ".join(problems))
+    return None
+
+
+def latest_step(run_dir: str | Path) -> int | None:
+    """The run's latest checkpoint (what evaluation loads): the one latest.json names; where latest.json is missing
+    or damaged, the newest checkpoint that verifies (a warning names the damage); None if the run has none. A damaged
+    checkpoint that latest.json names is not skipped (its loader names it): other weights would be other numbers."""
+    try:
+        named = _named_step(run_dir)
+    except CheckpointError as err:
+        return _newest_good(run_dir, list_checkpoints(run_dir), [str(err)], "using")
+    return named if named is not None else _newest_good(run_dir, list_checkpoints(run_dir), [], "using")
+
+
 def verify_checkpoint(run_dir: str | Path, step: int) -> None:
     """Check that checkpoint `step` is complete and matches its checksums (without building a model)."""
     d = Path(run_dir) / CKPT_DIR
-    meta = read_json_object(d / f"{_ckpt_name(step)}.state.json")
-    sha = _checksums(meta)
-    _read_safetensors(d / f"{_ckpt_name(step)}.safetensors", sha.get("weights"))
-    _read_safetensors(d / f"{_ckpt_name(step)}.state.safetensors", sha.get("state"))
+    meta_path = d / f"{_ckpt_name(step)}{_META}"
+    sha = _checksums(read_json_object(meta_path), meta_path)
+    _read_safetensors(d / f"{_ckpt_name(step)}{_WEIGHTS}", sha["weights"])
+    _read_safetensors(d / f"{_ckpt_name(step)}{_STATE}", sha["state"])
 
 
 def resume_step(run_dir: str | Path) -> int | None:
@@ -133,33 +190,18 @@ def resume_step(run_dir: str | Path) -> int | None:
     corrupt, the newest checkpoint that verifies, with a warning naming what was skipped; None if there is none."""
     problems = []
     try:
-        latest = latest_step(run_dir)
+        latest = _named_step(run_dir)
     except CheckpointError as err:
         latest, problems = None, [str(err)]
     candidates = [s for s in list_checkpoints(run_dir) if latest is None or s <= latest]
     if latest is not None and latest not in candidates:
         candidates.append(latest)
-    for step in sorted(candidates, reverse=True):
-        try:
-            verify_checkpoint(run_dir, step)
-        except CheckpointError as err:
-            problems.append(str(err))
-            continue
-        if problems:
-            warnings.warn(
-                f"resuming from step {step}, the newest good checkpoint: " + "; ".join(problems),
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        return step
-    if problems:
-        raise CheckpointError("no good checkpoint to resume from: " + "; ".join(problems))
-    return None
+    return _newest_good(run_dir, candidates, problems, "resuming from")
 
 
 def delete_checkpoint(run_dir: str | Path, step: int) -> None:
     d = Path(run_dir) / CKPT_DIR
-    for suffix in (".state.json", ".safetensors", ".state.safetensors"):
+    for suffix in CKPT_SUFFIXES:
         with contextlib.suppress(FileNotFoundError):
             (d / f"{_ckpt_name(step)}{suffix}").unlink()
 
@@ -174,19 +216,19 @@ def load_checkpoint(
     """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
     d = Path(run_dir) / CKPT_DIR
     name = _ckpt_name(step)
-    meta_path = d / f"{name}.state.json"
+    meta_path = d / f"{name}{_META}"
     if not meta_path.exists():
         raise CheckpointError(f"{meta_path} is missing (available steps: {list_checkpoints(run_dir)})")
     meta = read_json_object(meta_path)
-    sha = _checksums(meta)
-    weights = _read_safetensors(d / f"{name}.safetensors", sha.get("weights"))
+    sha = _checksums(meta, meta_path)
+    weights = _read_safetensors(d / f"{name}{_WEIGHTS}", sha["weights"])
     try:
         model.load_state_dict(weights, strict=True)
     except RuntimeError as err:
-        raise CheckpointError(f"{d / (name + '.safetensors')} does not match the model: {err}") from None
+        raise CheckpointError(f"{d / (name + _WEIGHTS)} does not match the model: {err}") from None
     if optimizer is None and not restore_rng:
         return meta
-    state = _read_safetensors(d / f"{name}.state.safetensors", sha.get("state"))
+    state = _read_safetensors(d / f"{name}{_STATE}", sha["state"])
     if optimizer is not None and meta.get("param_groups") is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         try:
@@ -199,7 +241,7 @@ def load_checkpoint(
             raise CheckpointError(f"{meta_path}: the optimiser state does not match the run: {err}") from None
     if restore_rng:
         if "rng.cpu" not in state:
-            raise CheckpointError(f"{d / (name + '.state.safetensors')} has no RNG state")
+            raise CheckpointError(f"{d / (name + _STATE)} has no RNG state")
         torch.set_rng_state(state["rng.cpu"])
         cuda = [state[k] for k in sorted(k for k in state if k.startswith("rng.cuda."))]
         if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():

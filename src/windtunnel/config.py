@@ -255,20 +255,57 @@ def parse_value(text: str) -> Any:
     return value
 
 
+# Bounds on a config or recipe file, far above any real one (a few KB, a few hundred values, 5 levels deep): a YAML
+# alias bomb (each alias repeats the node it names, so a few hundred bytes can stand for 10^9 values) or a deeply
+# nested file is refused when it is read, not expanded by what validates or reports it.
+MAX_FILE_BYTES = 1 << 20
+MAX_NODES = 100_000  # values, each alias counted as the values it repeats
+MAX_DEPTH = 64
+
+
 def read_file(path: str | Path) -> dict[str, Any]:
-    """Raw dict from a YAML or JSON config file."""
+    """Raw dict from a YAML or JSON config file, within MAX_FILE_BYTES, MAX_NODES and MAX_DEPTH (a ValueError
+    naming the file otherwise)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"config: no such file {str(p)!r}")
+    with p.open("rb") as f:
+        raw = f.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"config: {str(p)!r} is larger than {MAX_FILE_BYTES} bytes; a config or recipe is a few KB")
     try:
-        data = json.loads(p.read_text()) if p.suffix == ".json" else yaml.safe_load(p.read_text())
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        text = raw.decode("utf-8")
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as err:
         raise ValueError(f"config: cannot parse {str(p)!r}: {err}") from None
+    except RecursionError:
+        raise ValueError(f"config: {str(p)!r} is nested more than {MAX_DEPTH} levels deep") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ValueError(f"config: {str(p)!r} must hold a mapping at the top level")
+    _check_bounds(data, str(p))
     return data
+
+
+def _check_bounds(data: Any, where: str) -> None:
+    """A ValueError naming `where` if `data`, with every YAML alias expanded, holds more than MAX_NODES values or
+    nests deeper than MAX_DEPTH. Walks at most MAX_NODES values, so a bomb (or an alias that contains itself) is
+    refused in the time of a real file."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise ValueError(
+                f"config: {where!r} holds more than {MAX_NODES} values once its YAML aliases are expanded (an alias "
+                "repeats what it names); a config or recipe holds a few hundred"
+            )
+        if depth > MAX_DEPTH:
+            raise ValueError(f"config: {where!r} is nested more than {MAX_DEPTH} levels deep")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -12,6 +12,7 @@ interrupted (130/143)   `TrainingInterrupted`: SIGINT or SIGTERM stopped trainin
 
 from __future__ import annotations
 
+import reprlib
 import shlex
 import signal
 from typing import Any, get_args
@@ -95,20 +96,43 @@ def error_message(
     """One line per invalid field: `train.lr: Input should be greater than 0 (got -1)`, each field name after
     `prefix`. An error of the whole object (a check across fields, whose message names them) is given as is, or after
     `where` when it names nothing. With `model` (the class validated), an unknown key names the closest known one:
-    `train.lrr: Extra inputs are not permitted (got 1; did you mean 'lr'?)`."""
+    `train.lrr: Extra inputs are not permitted (got 1; did you mean 'lr'?)`. Bounded: a value is shown in at most
+    MAX_SHOWN characters and at most MAX_FIELDS fields are named, so a huge input never makes a huge line."""
     parts = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(p) for p in e["loc"])
+    errors = err.errors()
+    if len(errors) > MAX_FIELDS:
+        parts.append(f"{len(errors)} fields are invalid, the first {MAX_FIELDS}")
+        errors = errors[:MAX_FIELDS]
+    for e in errors:
+        msg = shorten(e["msg"].removeprefix("Value error, "), 4 * MAX_SHOWN)
+        loc = ".".join(shorten(str(p), MAX_SHOWN) for p in e["loc"])
         if not loc:
             parts.append(prefix + msg if ": " in msg else f"{where}: {msg}")
             continue
-        notes = [f"got {e['input']!r}"] if "input" in e and not isinstance(e["input"], dict) else []
-        if e["type"] == "extra_forbidden" and model is not None:
+        notes = [f"got {_shown(e['input'])}"] if "input" in e and not isinstance(e["input"], dict) else []
+        if e["type"] == "extra_forbidden" and model is not None and len(str(e["loc"][-1])) <= MAX_SHOWN:
             match = close_match(e["loc"][-1], _known_keys(model, e["loc"][:-1]))
             notes += [f"did you mean {match!r}?"] if match else []
         parts.append(f"{prefix}{loc}: {msg}" + (f" ({'; '.join(notes)})" if notes else ""))
     return "; ".join(parts)
+
+
+MAX_SHOWN = 120  # characters of a value an error message shows
+MAX_FIELDS = 20  # invalid fields an error message names
+
+
+_REPR = reprlib.Repr()  # a list of 10^6 values is never formatted whole: its first few, then "..."
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 8, MAX_SHOWN, MAX_SHOWN
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (its end replaced by "…"): what an error line shows of something unbounded."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)`, cut to MAX_SHOWN characters."""
+    return shorten(_REPR.repr(value), MAX_SHOWN)
 
 
 def _known_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:

@@ -3,11 +3,13 @@
 `evaluate(run)` scores a run's model on the test stream (`seeds.test_seed`: the same sequences for every run,
 disjoint from training and from the validation stream that training-time evaluation reads) for the training
 setting and each `eval.overrides` setting (e.g. {"K": 50} for length generalisation), and merges the results into
-run_dir/eval.json.
+run_dir/eval.json, each entry with the record of what the run is (`resume.run_record`: finished, unfinished, ...).
+Held-out sequences are drawn in fixed blocks (`DRAW_BLOCK`), so the forward batch size changes no sequence.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,25 +18,64 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from windtunnel import checkpoints, marks, metrics, rundir, runs
+from windtunnel import checkpoints, marks, metrics, models, resume, rundir, runs
 from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.models import baselines
+from windtunnel.models.base import predictive
 from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
 from windtunnel.seeds import stream_seed
-from windtunnel.tasks.base import Batch
+from windtunnel.tasks.base import Batch, check_posterior
 
 Predict = Callable[[Batch], Distribution]
+# Held-out sequences per draw: a stream's n sequences are drawn as blocks of this many (the last one shorter), block i
+# with seeds.stream_seed(stream, seed, i), whatever the forward batch size, so `eval --batch-size` changes no
+# sequence. It is eval.batch_size's default, which drew chunks of this size: a run evaluated at the default batch
+# size draws exactly the sequences it drew before the two were separated.
+DRAW_BLOCK = 250
+
+
+class ModelPredictor:
+    """A model (or baseline) as a predictor (`Predict`: one forward pass per batch), under the evaluation dtype;
+    `many` predicts several batches with forward passes of at most `batch_size` sequences each. A sequence's
+    prediction depends on no other sequence, so the forward batch size changes nothing but float rounding."""
+
+    def __init__(self, model: nn.Module, spec: Any, device: torch.device | str, dtype: str = "float32") -> None:
+        self.model, self.spec, self.device, self.dtype = model, spec, device, dtype
+
+    def __call__(self, batch: Batch) -> Distribution:
+        with autocast(self.device, self.dtype):
+            return baselines.predict(self.model, self.spec, batch)
+
+    def many(self, batches: list[Batch], batch_size: int) -> list[Distribution]:
+        if baselines.is_baseline(self.model):  # a baseline predicts whole batches (`predict`), never split
+            return [self(b) for b in batches]
+        inputs = torch.cat([b.inputs for b in batches]) if len(batches) > 1 else batches[0].inputs
+        with autocast(self.device, self.dtype):
+            out = torch.cat([self.model(x) for x in inputs.split(batch_size)])  # (B,T,K)
+            return [predictive(self.spec, o) for o in out.split([b.batch_size for b in batches])]
+
+
+def _blocks(task: Any, seed: int, n: int, device: torch.device | str, stream: str) -> Iterator[Batch]:
+    """The n held-out sequences of `task` on `stream`, as blocks of DRAW_BLOCK (block i sampled with
+    seeds.stream_seed(stream, seed, i))."""
+    for i, start in enumerate(range(0, n, DRAW_BLOCK)):
+        yield task.sample(min(DRAW_BLOCK, n - start), seed=stream_seed(stream, seed, i), device=device)
 
 
 def _predictions(
     predict: Predict, task: Any, seed: int, n: int, batch_size: int, device: torch.device | str, stream: str
 ) -> Iterator[tuple[Batch, Distribution]]:
-    """(batch, predictive) for n held-out sequences of `task` (chunk i sampled with seeds.stream_seed(stream, seed,
-    i)), one call of `predict` per chunk."""
-    for i, start in enumerate(range(0, n, batch_size)):
-        batch = task.sample(min(batch_size, n - start), seed=stream_seed(stream, seed, i), device=device)
-        yield batch, predict(batch)
+    """(block, predictive) for every block of `_blocks`: a `ModelPredictor` forwards at most `batch_size` sequences
+    at a time (the blocks of a pass joined where batch_size is larger than a block); any other predictor is called
+    once per block."""
+    blocks = _blocks(task, seed, n, device, stream)
+    if not isinstance(predict, ModelPredictor):
+        for batch in blocks:
+            yield batch, predict(batch)
+        return
+    while group := list(itertools.islice(blocks, -(-batch_size // DRAW_BLOCK))):
+        yield from zip(group, predict.many(group, batch_size), strict=True)
 
 
 class ApproximationScores:
@@ -92,6 +133,23 @@ class ApproximationScores:
         return out, {"name": best, "margins": dict(zip(kl, diffs, strict=True))}
 
 
+def bayes_gap(table: metrics.ScoreTable, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """How much better than the exact posterior a predictor does on the realised answers, paired by answer: per scored
+    position, NLL(model) − NLL(exact) in bits ("nll_bits"; its expectation is KL(exact ‖ model) >= 0 for any predictor
+    that reads only the input) and argmax accuracy of the model minus the exact posterior's ("accuracy", None for real
+    answers), each with a paired bootstrap interval over sequences at `marks.INVALID_LEVEL` (`marks.sees_the_answer`
+    reads it). None without a bootstrap (n_boot = 0): no predictor is called invalid on point estimates."""
+    if n_boot <= 0 or table.bayes_nll_bits is None:
+        return None
+    cols = [table.nll_bits - table.bayes_nll_bits]  # (N,S) each
+    if table.correct is not None and table.bayes_correct is not None:
+        cols.append(table.correct - table.bayes_correct)
+    scored = ~table.nll_bits.isnan()  # (N,S)
+    sums = torch.stack([torch.where(scored, c, torch.zeros_like(c)).sum(1) for c in cols], 1)  # (N,M)
+    ivs = metrics.ratio_intervals(sums, scored.sum(1), n_boot, seed, level=marks.INVALID_LEVEL)
+    return {"level": marks.INVALID_LEVEL, "nll_bits": ivs[0], "accuracy": ivs[1] if len(ivs) > 1 else None}
+
+
 @torch.inference_mode()
 def score(
     predict: Predict,
@@ -104,9 +162,13 @@ def score(
     stream: str = "test",
 ) -> metrics.ScoreTable:
     """ScoreTable of `predict` on n held-out sequences of `task` from `stream` ("test": the reported numbers;
-    "validation": training-time evaluation and tuning); the same predictions also feed `approximations`."""
-    tables = []
+    "validation": training-time evaluation and tuning), `batch_size` sequences per forward pass of a
+    `ModelPredictor` (the sequences do not depend on it: `_blocks`); the same predictions also feed
+    `approximations`."""
+    tables: list[metrics.ScoreTable] = []
     for batch, pred in _predictions(predict, task, seed, n, batch_size, device, stream):
+        if not tables:  # the first batch: a task's posterior is checked before anything is scored against it
+            check_posterior(getattr(task, "name", type(task).__name__), batch)
         tables.append(metrics.score_table(pred, batch))
         if approximations is not None:
             approximations.add(task, batch, pred)
@@ -127,8 +189,10 @@ def score_predictor(
 ) -> dict[str, Any]:
     """Score any predictor -- a function Batch -> Distribution with batch shape (B,T) -- exactly as eval.json scores a
     model: {"task_params", "n", "stream", "metrics", "per_position", "metrics_point"}, plus for a task with
-    `approximations` its "approximations" and "closest", and the "verdict" (`marks.verdict`). The test stream is the
-    same for every seed; `seed` picks the validation chunks and the bootstrap draws."""
+    `approximations` its "approximations" and "closest", with a bootstrap its "bayes_gap" against the exact posterior
+    (`bayes_gap`), and the "verdict" (`marks.verdict`). The test stream is the
+    same for every seed; `seed` picks the validation blocks and the bootstrap draws. `batch_size`: sequences per
+    forward pass of a `ModelPredictor`; a plain function gets one block (`DRAW_BLOCK` sequences) per call."""
     if int(n) < 1:
         raise ValueError(f"n: must be >= 1 (got {n})")
     if int(batch_size) < 1:
@@ -152,6 +216,9 @@ def score_predictor(
     }
     if approx is not None:
         out["approximations"], out["closest"] = approx.result(n_boot=n_boot, seed=seed)
+    gap = bayes_gap(table, n_boot=n_boot, seed=seed)
+    if gap is not None:
+        out["bayes_gap"] = gap
     out["verdict"] = marks.verdict(task, out).to_dict()
     return out
 
@@ -182,16 +249,6 @@ def score_controls(task: Any, n: int = 1000, seed: int = 0, **kwargs: Any) -> di
     }
 
 
-def model_predictor(model: nn.Module, spec: Any, device: torch.device | str, dtype: str = "float32") -> Predict:
-    """A model (or baseline) as a predictor: one forward pass per batch, under the evaluation dtype."""
-
-    def predict(batch: Batch) -> Distribution:
-        with autocast(device, dtype):
-            return baselines.predict(model, spec, batch)
-
-    return predict
-
-
 def evaluate_model(
     model: nn.Module,
     task: Any,
@@ -212,7 +269,7 @@ def evaluate_model(
     try:
         return score_predictor(
             task,
-            model_predictor(model, task.spec, dev, cfg.eval.dtype),
+            ModelPredictor(model, task.spec, dev, cfg.eval.dtype),
             n,
             cfg.seed,
             batch_size=bs,
@@ -240,8 +297,9 @@ def evaluate(
     """Evaluate a run (or a config's freshly built predictor) on each evaluation setting.
 
     overrides: task-parameter settings to evaluate (None: the training setting plus config eval.overrides).
-    Returns {name: {"task_params", "n", "step", "metrics": {m: {"mean", "lo", "hi"}}, "per_position": {...}}};
-    for a run directory the results are merged into eval.json (write=False to skip). trust_code: allow an
+    Returns {name: {"task_params", "n", "batch_size", "step", "metrics": {m: {"mean", "lo", "hi"}}, "per_position":
+    {...}}}; for a run directory each entry also has "run", what its weights are (`resume.run_record`: an unfinished
+    or extended run says so), and the results are merged into eval.json (write=False to skip). trust_code: allow an
     import-string architecture (see `runs.load_run`).
     """
     run: runs.Run | None = None
@@ -252,21 +310,27 @@ def evaluate(
             run = runs.load_run(run_or_config, trust_code=trust_code)
         cfg, task = run.config, run.task
         step = checkpoints.latest_step(run.path)
-        model = model if model is not None else run.model
+        model = run.model if model is None else models.check_causal(model, task.spec)  # run.model: checked
     else:
         cfg = resolve_config(run_or_config)
         task = runs.build_task(cfg)
         step = None
-        model = model if model is not None else runs.build_model(cfg, task.spec, task, trust_code=trust_code).eval()
+        model = (
+            runs.build_model(cfg, task.spec, task, trust_code=trust_code).eval()  # checked as it is built
+            if model is None
+            else models.check_causal(model, task.spec)
+        )
     if device is not None:
         model = model.to(device)
     settings = eval_settings(cfg) if overrides is None else [dict(o) for o in overrides]
+    record = {} if run is None else {"run": resume.run_record(run.path, step, trains=not baselines.is_baseline(model))}
+    forward = int(cfg.eval.batch_size if batch_size is None else batch_size)
     results: dict[str, Any] = {}
     for o in settings:
         t = task if not o else check_override(cfg, o)  # a setting may change lengths, not the model's shape
-        r = evaluate_model(model, t, cfg, n=n, batch_size=batch_size, device=device, n_boot=n_boot)
+        r = evaluate_model(model, t, cfg, n=n, batch_size=forward, device=device, n_boot=n_boot)
         r.pop("metrics_point")
-        results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, **r}
+        results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, "batch_size": forward, **r, **record}
     if run is not None and write:
         rundir.merge_eval(run.path, results)
     return results

@@ -5,19 +5,26 @@ eval.json holds it (`evaluate.score_predictor`), or a cell's seeds pooled by `po
 
     ✓ exact        entropy error ≤ 0.01 bits AND KL(exact ‖ model) ≤ 0.01 bits, each at the conservative (upper) end
                    of its interval; accuracy ≥ 99% (lower end) where accuracy is the task's headline; and, for a task
-                   whose approximate posteriors have depths (the HMM's window filters: how many observations each
-                   keeps), a belief horizon that covers every one of them
+                   whose approximate posteriors have depths (the HMMs' window filters "last w obs", the best
+                   predictors of the last w observations, for every w below the tunnel's transport demand W), a belief
+                   horizon that covers every one of them
     ◐ approximate  both ≤ 0.1 bits, accuracy ≥ 90% where it is the headline, and (with depths) a horizon of at least
-                   the shallowest window: the model transports belief at least that far
+                   the shallowest window: measurably better than the best one-observation predictor
+    ⚠ invalid      measurably better than the exact posterior on the realised answers (NLL below the exact
+                   posterior's, or accuracy above its argmax's, at the conservative end of a paired interval at
+                   INVALID_LEVEL): no predictor that reads only the input can be, so this one sees the answer
     ✗ otherwise    -- including any number that is missing or not finite.
 
-A task may set its own thresholds (`mark_thresholds = {"exact_bits": ...}` on the task). Entropy error alone
-certifies nothing: a predictor can match the posterior's entropy everywhere without reading the context (each task's
-`controls`), so KL is always part of the rule. The belief horizon is the largest depth w such that the model is
-measurably closer to the exact posterior than every approximation of depth ≤ w is (`gain_bits`: KL(exact ‖
-approximation) − KL(exact ‖ model), its interval above zero). The closest posterior is the one minimising KL(· ‖
-model), with paired intervals of every other candidate's margin over it; where the model is not measurably better
-than the context-blind reference it is "none: no better than context-blind".
+What ✓ certifies on a tunnel (`certifies`): exactness at the exact level, and with windows, memory beyond the last
+W - 1 observations (a predictor measurably closer to the exact posterior than the best predictor of the last w
+observations reads further back than w). A task may set its own thresholds (`mark_thresholds = {"exact_bits": ...}`
+on the task). Entropy error alone certifies nothing: a predictor can match the posterior's entropy everywhere without
+reading the context (each task's `controls`), so KL is always part of the rule. The belief horizon is the largest
+depth w such that the model is measurably closer to the exact posterior than every approximation of depth ≤ w is
+(`gain_bits`: KL(exact ‖ approximation) − KL(exact ‖ model), its interval above float rounding, NUMERICAL_BITS). The
+closest posterior is the KL-nearest reference, the candidate minimising KL(· ‖ model), with paired intervals of every
+other candidate's margin over it: a description of the predictor, never a memory claim (the horizon is); where the
+model is not measurably better than the context-blind reference it is "none: no better than context-blind".
 """
 
 from __future__ import annotations
@@ -30,9 +37,16 @@ from statistics import fmean
 from typing import Any
 
 from windtunnel.metrics import seed_interval
+from windtunnel.tasks.base import EXACT_BITS
 
-LEVELS = ("exact", "approximate", "fail")
-MARK = {"exact": "✓", "approximate": "◐", "fail": "✗"}
+LEVELS = ("exact", "approximate", "fail", "invalid")  # best first; "invalid" overrides every other level
+MARK = {"exact": "✓", "approximate": "◐", "fail": "✗", "invalid": "⚠"}
+# The interval level of the invalid check (`bayes_gap` in the scores): stricter than the 95% of the other marks, since
+# ⚠ accuses the predictor of seeing the answer; the exact posterior's own differences are zero by construction.
+INVALID_LEVEL = 0.999
+# Differences in bits smaller than this are float rounding (posteriors and approximations are stored in float32, ~1e-7
+# relative), never evidence: a gain over an approximation, or an NLL below the exact posterior's, must exceed it.
+NUMERICAL_BITS = 1e-6
 CONTEXT_BLIND = "context-blind"  # the name of the reference that reads nothing, where a task's approximations have it
 EXACT = "exact"  # the exact posterior, as a candidate for "closest"
 METRIC_WORDS = {"entropy_mae_bits": "entropy error", "kl_bits": "KL(exact ‖ model)", "accuracy": "accuracy"}
@@ -49,7 +63,7 @@ EXACT_FILTER = "exact filter"
 class Thresholds:
     """The levels of the rule: bits for entropy error and KL (both), fractions for accuracy."""
 
-    exact_bits: float = 0.01
+    exact_bits: float = EXACT_BITS
     approx_bits: float = 0.1
     exact_accuracy: float = 0.99
     approx_accuracy: float = 0.90
@@ -57,8 +71,9 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A predictor's level ("exact" | "approximate" | "fail"), why it is not higher (`reasons`), and for tasks with
-    approximations its belief horizon (of `horizon_max`) and the posterior it is closest to."""
+    """A predictor's level ("exact" | "approximate" | "fail" | "invalid"), why it is not higher (`reasons`; for
+    "invalid", why it sees the answer), for tasks with approximations its belief horizon (of `horizon_max`) and the
+    KL-nearest reference (`closest`), and what ✓ certifies on this task (`certifies`)."""
 
     level: str
     reasons: tuple[str, ...] = ()
@@ -67,6 +82,7 @@ class Verdict:
     closest: str | None = None
     closest_text: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    certifies: str = ""
 
     @property
     def mark(self) -> str:
@@ -111,15 +127,15 @@ def level_of_value(metric: str, value: float, th: Thresholds | None = None) -> s
 
 def belief_horizon(approximations: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """(horizon, deepest window) from approximations with a "depth": the largest depth w such that the model beats
-    (gain interval above zero) every approximation of depth ≤ w; horizon None where it does not beat the shallowest.
-    (None, None) when no approximation has a depth."""
+    (gain interval above NUMERICAL_BITS) every approximation of depth ≤ w; horizon None where it does not beat the
+    shallowest. (None, None) when no approximation has a depth."""
     ordered = sorted((int(a["depth"]), name) for name, a in approximations.items() if a.get("depth") is not None)
     if not ordered:
         return None, None
     horizon = None
     for depth, name in ordered:
         gain = finite(approximations[name].get("gain_bits"))
-        if gain is None or not gain["lo"] > 0:
+        if gain is None or not gain["lo"] > NUMERICAL_BITS:
             break
         horizon = depth
     return horizon, ordered[-1][0]
@@ -133,7 +149,7 @@ def closest_text(closest: Mapping[str, Any] | None, approximations: Mapping[str,
     blind = approximations.get(CONTEXT_BLIND)
     if blind is not None:
         gain = finite(blind.get("gain_bits"))
-        if gain is None or not gain["lo"] > 0:
+        if gain is None or not gain["lo"] > NUMERICAL_BITS:
             return f"none: no better than {CONTEXT_BLIND}"
     name = str(closest["name"])
     tied = [c for c, m in (closest.get("margins") or {}).items() if c != name and (f := finite(m)) and f["lo"] <= 0]
@@ -181,13 +197,15 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
             cap("approximate", f"accuracy {100 * m['lo']:.1f}% < {100 * th.exact_accuracy:.0f}% (lower end)")
     approx = scores.get("approximations") or {}
     horizon, deepest = belief_horizon(approx)
-    if deepest is not None:
+    if not approx and _declared_depth(task):
+        cap("approximate", "belief horizon not measured (no window-filter scores): exactness without memory unproven")
+    if deepest:  # windows 1..W-1 below the transport demand (depth 0 alone: no window is needed)
         shallowest = min(int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > 0)
         if horizon is None or horizon < shallowest:
             cap(
                 "fail",
-                f"belief horizon {'none' if horizon is None else horizon}: not measurably better than the "
-                f"{shallowest}-observation filter",
+                f"belief horizon {'none' if horizon is None else horizon}: not measurably better than the best "
+                f"{shallowest}-observation predictor",
             )
         elif horizon < deepest:
             beyond = min(
@@ -195,13 +213,17 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
             )
             cap(
                 "approximate",
-                f"belief horizon {horizon} of {deepest}: not measurably better than the {beyond}-observation filter",
+                f"belief horizon {horizon} of {deepest}: not measurably better than the best {beyond}-observation "
+                "predictor",
             )
     else:
         for name, a in approx.items():
             gain = finite(a.get("gain_bits"))
-            if gain is None or not gain["lo"] > 0:
+            if gain is None or not gain["lo"] > NUMERICAL_BITS:
                 cap("approximate", f"not measurably closer to the exact posterior than '{name}'")
+    answer = sees_the_answer(scores.get("bayes_gap"))
+    if answer:
+        level, reasons = "invalid", answer + reasons
     closest = scores.get("closest")
     return Verdict(
         level=level,
@@ -211,7 +233,49 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
         closest=str(closest["name"]) if closest else None,
         closest_text=closest_text(closest, approx),
         thresholds=th,
+        certifies=certifies(th, metric, deepest if deepest is not None else _declared_depth(task)),
     )
+
+
+def _declared_depth(task: Any) -> int:
+    """The deepest approximation the task declares (`approximation_depths`), 0 where it declares none."""
+    depths = getattr(task, "approximation_depths", None)
+    return max(depths().values(), default=0) if callable(depths) else 0
+
+
+def certifies(th: Thresholds, metric: str = "entropy_mae_bits", depth: int = 0) -> str:
+    """What ✓ certifies on a tunnel whose deepest window below its transport demand keeps `depth` observations:
+    "exact at 0.01 bits; memory beyond the last 2 observations" (beating the best predictor of the last w
+    observations needs an older one)."""
+    out = f"exact at {th.exact_bits:g} bits"
+    if metric == "accuracy":
+        out += f", accuracy ≥ {100 * th.exact_accuracy:.0f}%"
+    if depth > 0:
+        out += f"; memory beyond the last {depth} observation{'s' if depth > 1 else ''}"
+    return out
+
+
+def sees_the_answer(gap: Any) -> list[str]:
+    """Why a predictor is invalid, from its `bayes_gap` (paired by answer against the exact posterior; []
+    where it is not): its NLL of the realised answers below the exact posterior's, or its accuracy above the exact
+    argmax's, at the conservative end of the interval."""
+    if not isinstance(gap, Mapping):
+        return []
+    level = float(gap.get("level") or INVALID_LEVEL)
+    out = []
+    nll = finite(gap.get("nll_bits"))
+    if nll is not None and nll["hi"] < -NUMERICAL_BITS:
+        out.append(
+            f"NLL of the realised answers {-nll['mean']:.3g} bits below the exact posterior's (upper end "
+            f"{nll['hi']:.3g}, {100 * level:g}% interval): it sees the answer"
+        )
+    acc = finite(gap.get("accuracy"))
+    if acc is not None and acc["lo"] > 0:
+        out.append(
+            f"accuracy {100 * acc['mean']:.1f} points above the exact posterior's argmax (lower end "
+            f"{100 * acc['lo']:.1f}, {100 * level:g}% interval): it sees the answer"
+        )
+    return out
 
 
 def rule_text(th: Thresholds | None = None) -> str:
@@ -220,11 +284,17 @@ def rule_text(th: Thresholds | None = None) -> str:
     return (
         f"✓ exact = entropy error ≤ {th.exact_bits:g} bits and KL(exact ‖ model) ≤ {th.exact_bits:g} bits (both at "
         f"the upper end of their intervals), accuracy ≥ {100 * th.exact_accuracy:.0f}% where accuracy is the headline, "
-        "and, for the HMM, a belief horizon covering every window filter (measurably closer to the exact filter than "
-        f"each); ◐ approximate = both ≤ {th.approx_bits:g} bits, accuracy ≥ {100 * th.approx_accuracy:.0f}% where it "
-        "is the headline, and for the HMM measurably better than the one-observation filter; ✗ otherwise (a missing "
-        "or non-finite number included). Intervals: the 95% Student-t interval over training seeds (≥ 2 seeds), or "
-        "the run's bootstrap interval over test sequences (1 seed: evaluation noise only)"
+        "and, for the HMMs, measurably closer to the exact filter (paired interval) than the best predictor of the "
+        "last w observations for every w below the tunnel's transport demand W (the shortest window within "
+        f"{th.exact_bits:g} bits on its own): ✓ certifies exactness at {th.exact_bits:g} bits, and on the HMMs "
+        f"memory beyond the last W − 1 observations; ◐ approximate = both ≤ {th.approx_bits:g} bits, accuracy ≥ "
+        f"{100 * th.approx_accuracy:.0f}% where it is the headline, and for the HMMs measurably better than the best "
+        "one-observation predictor; ⚠ invalid = measurably better than the exact posterior on the realised answers "
+        f"(NLL below the exact posterior's, or accuracy above its argmax's, at the conservative end of a paired "
+        f"{100 * INVALID_LEVEL:g}% interval): it sees the answer; ✗ otherwise (a missing or non-finite number "
+        "included). Intervals: the 95% Student-t interval over training seeds (≥ 2 seeds), or the run's bootstrap "
+        "interval over test sequences (1 seed: evaluation noise only); the invalid check takes over seeds the "
+        "envelope of each seed's own interval (seeds share the test sequences)"
     )
 
 
@@ -264,6 +334,12 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         clip = (0.0, 1.0) if name in ("accuracy", "bayes_accuracy") else (0.0, math.inf)
         metrics[name] = _seed_stats(clean, clip)
     out: dict[str, Any] = {"metrics": metrics, "seeds": len(settings), "interval": "seeds"}
+    gaps = [g for s in settings if isinstance(g := s.get("bayes_gap"), Mapping)]
+    if len(gaps) == len(settings):
+        out["bayes_gap"] = {
+            "level": gaps[0].get("level"),
+            **{k: _envelope([g.get(k) for g in gaps]) for k in ("nll_bits", "accuracy")},
+        }
     approx_sets = [s.get("approximations") or {} for s in settings]
     names = [n for n in approx_sets[0] if all(n in a for a in approx_sets)]
     if names:
@@ -283,6 +359,16 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 _APPROX_NUMBERS = ("entropy_mae_bits", "kl_bits", "kl_from_model_bits")  # per approximation, averaged over seeds
+
+
+def _envelope(intervals: list[Any]) -> dict[str, float] | None:
+    """The seeds' own intervals joined: mean of the means, the lowest lower and the highest upper end (None where one is
+    missing). For the invalid check: the seeds share the test stream, so their spread is not its evaluation noise."""
+    found = [finite(m) for m in intervals]
+    if not found or any(m is None for m in found):
+        return None
+    ok = [m for m in found if m is not None]
+    return {"mean": fmean(m["mean"] for m in ok), "lo": min(m["lo"] for m in ok), "hi": max(m["hi"] for m in ok)}
 
 
 def _mean_of(m: Any) -> float | None:
@@ -349,12 +435,15 @@ def mark_header(mark: str, metric: str) -> str:
 __all__ = [
     "CONTEXT_BLIND",
     "EXACT_FILTER",
+    "INVALID_LEVEL",
     "LEVELS",
+    "NUMERICAL_BITS",
     "MARK",
     "PRECISION_MARKS",
     "Thresholds",
     "Verdict",
     "belief_horizon",
+    "certifies",
     "closest_posterior",
     "closest_text",
     "crossings",
@@ -364,6 +453,7 @@ __all__ = [
     "pool",
     "rule_text",
     "seed_stats",
+    "sees_the_answer",
     "summarize_marks",
     "thresholds",
     "verdict",

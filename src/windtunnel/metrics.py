@@ -85,6 +85,9 @@ class ScoreTable:
     # Tiny in KL (about its size / ln 2) but costly in entropy (about m log2(n/m) bits): the leak the entropy
     # error punishes.
     impossible_mass: torch.Tensor | None = None
+    # (N,S) the exact posterior's own -log2 p(target): the model's NLL minus it, paired by answer, has expectation
+    # KL(exact ‖ model) >= 0 for any predictor that reads only the input (`marks.sees_the_answer`)
+    bayes_nll_bits: torch.Tensor | None = None
 
     @property
     def entropy_abs_err_bits(self) -> torch.Tensor:
@@ -133,13 +136,15 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         logq = _params(pred)[1][0]
         tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).long()
         nll = -logq.gather(-1, tgt[..., None])[..., 0] / LN2
+        bayes_nll = -_params(post)[1][0].gather(-1, tgt[..., None])[..., 0] / LN2
         correct = (_argmax(pred) == tgt).double()
         bayes_correct = (_argmax(post) == tgt).double()
         impossible = (logq.exp() * (post.probs == 0)).sum(-1)  # (B,T)
     else:
-        assert isinstance(pred, Normal)
+        assert isinstance(pred, Normal) and isinstance(post, Normal)
         tgt = torch.where(mask, batch.targets, torch.zeros_like(batch.targets)).double()
         nll = -Normal(pred.loc.double(), pred.scale.double(), validate_args=False).log_prob(tgt) / LN2
+        bayes_nll = -Normal(post.loc.double(), post.scale.double(), validate_args=False).log_prob(tgt) / LN2
         correct = bayes_correct = impossible = None
     return ScoreTable(
         model_entropy_bits=_to_table(h_model, mask),
@@ -149,6 +154,7 @@ def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
         correct=None if correct is None else _to_table(correct, mask),
         bayes_correct=None if bayes_correct is None else _to_table(bayes_correct, mask),
         impossible_mass=None if impossible is None else _to_table(impossible, mask),
+        bayes_nll_bits=_to_table(bayes_nll, mask),
     )
 
 

@@ -7,6 +7,7 @@ save(fig, "figures/x.png", bbox_inches="tight")
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,14 @@ def subplots(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] | None
 
 
 def save(fig: Any, path: str | Path, dpi: int = 110, **kw: Any) -> Path:
-    """Write `fig` as a PNG at `path` through a temporary file, so a reader never sees half an image."""
+    """Write `fig` as a PNG at `path` through a temporary file, so a reader never sees half an image; a symbolic link
+    planted at either name is never written through (O_NOFOLLOW: an OSError naming it; the rename replaces a link)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi, **kw)
+    with os.fdopen(
+        os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666), "wb"
+    ) as f:
+        fig.savefig(f, dpi=dpi, format="png", **kw)
     tmp.replace(path)
     return path

@@ -103,6 +103,8 @@ def _import_here(name: str, where: str) -> None:
                 f"{where} {name}: no module named {err.name!r} (not installed, and not in the current directory {cwd})"
             ) from err
         raise PluginError(f"{where} {name}: importing it failed: {err}") from err
+    except SystemExit as err:
+        raise PluginError(f"{where} {name}: {exit_message(err)}") from None
     except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
         if os.environ.get(DEBUG_ENV) == "1":  # the module's own traceback, to debug it
             raise
@@ -111,6 +113,12 @@ def _import_here(name: str, where: str) -> None:
         ) from err
     finally:
         sys.path[:] = saved
+
+
+def exit_message(err: SystemExit) -> str:
+    """What a module that called `sys.exit` while it was imported did, for the error naming it: left alone, the exit
+    would end the command with the module's code (0 for sys.exit(0)) and say nothing."""
+    return f"importing it called sys.exit({err.code!r}); a plugin module must not exit"
 
 
 def _not_imported(names: Sequence[str], where: str, trust_flag: bool) -> None:
@@ -143,6 +151,8 @@ def require(
                 f"{where}: cannot import {name!r} from an installed package ({err}); --trust-code never imports from "
                 f"the current directory or a run directory: for a module of your own, pass --import {name}"
             ) from None
+        except PluginError as err:  # it called sys.exit (import_installed)
+            raise PluginError(f"{where}: {err}") from None
         except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
             raise PluginError(f"{where}: importing {name!r} raised {type(err).__name__}: {err}") from err
 
@@ -154,12 +164,15 @@ def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
 
 def import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
     """Import `module` from an installed package: the current directory and `exclude` (a run directory) are taken off
-    sys.path for the duration (what `--trust-code` imports, for import-string architectures and a config's imports)."""
+    sys.path for the duration (what `--trust-code` imports, for import-string architectures and a config's imports).
+    A module that calls sys.exit while it is imported is a PluginError naming it."""
     bad = _untrusted_paths(exclude)
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) not in bad]
     try:
         return importlib.import_module(module)
+    except SystemExit as err:
+        raise PluginError(f"{module}: {exit_message(err)}") from None
     finally:
         sys.path[:] = saved
 
@@ -216,6 +229,9 @@ def load_entry_points(group: str, name: str | None = None) -> list[str]:
             what = f"entry point {group} {ep.name!r} ({ep.value}{_dist(ep)})"
             try:
                 obj = ep.load()
+            except SystemExit as err:  # its module called sys.exit: the command goes on without it
+                warnings.warn(f"{what}: cannot load it ({exit_message(err)}); ignored", PluginWarning, 3)
+                continue
             except Exception as err:  # noqa: BLE001 - a broken plugin must not break unrelated commands
                 warnings.warn(f"{what}: cannot load it ({type(err).__name__}: {err}); ignored", PluginWarning, 3)
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from windtunnel import models, tasks
+from windtunnel import budget, models, tasks
 from windtunnel.config import RunConfig, validate
 from windtunnel.models.baselines import BASELINES
 from windtunnel.models.presets import preset
@@ -98,7 +98,7 @@ def reserved_length(task_name: str, params: dict[str, Any]) -> int | None:
     return int(longer.spec.seq_len)
 
 
-def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
+def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True) -> RunConfig:
     """Expand a config into the fully explicit one a run records.
 
     Builds the task (validating task.params and each curriculum stage; defaults filled in), expands the preset into
@@ -111,6 +111,9 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     capacity-matched MLPs), max_len also covers the task at LENGTH_RESERVE x its length parameter (`reserved_length`),
     and model.reserved_positions records how many positions past the longest trained or evaluated one that added.
     Reserving changes no weight and no number of training (`common.PositionTable`).
+
+    Bounds last (`windtunnel.budget`, skipped with check_memory=False): a run that needs more memory than this machine
+    has, or more than `budget.MAX_STEPS` steps, is a ValueError naming the fields of `cfg` to change.
     """
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_imported(cfg.imports)  # a config's own modules are imported by who asked for them (windtunnel.plugins)
@@ -125,6 +128,11 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
         except ValueError as err:
             raise ValueError(f"eval.overrides {o}: {err}") from None
     for i, stage in enumerate(cfg.train.curriculum):
+        if stage.until >= cfg.train.steps:  # the run would end inside the stage: never trained on the task itself
+            raise ValueError(
+                f"train.curriculum[{i}].until: {stage.until} is not below train.steps ({cfg.train.steps}), so the "
+                "run would never train on the task itself; end the stage earlier or train longer"
+            )
         where = f"train.curriculum[{i}].params {stage.params}"
         try:
             spec = tasks.make(cfg.task.name, **{**params, **stage.params}).spec
@@ -180,7 +188,10 @@ def resolve_config(cfg: RunConfig | dict[str, Any]) -> RunConfig:
     data["model"]["size"] = size
     data["model"]["max_len"] = max_len
     data["model"]["reserved_positions"] = reserved or None  # None: no reservation (config.json omits it)
-    return validate(data)
+    resolved = validate(data)
+    if check_memory:  # before anything is built or allocated
+        budget.check(cfg, resolved, lambda variant: resolve_config(variant, check_memory=False))
+    return resolved
 
 
 # Size fields added after run directories were first written, with the value every run stored without them trained

@@ -1,21 +1,26 @@
-"""Opening a run directory for training: a new run, an overwrite, or a resume from its latest checkpoint.
+"""Opening a run directory for training: a new run, an overwrite, or a resume from its latest checkpoint; and the
+record of what a run's weights are (`run_record`: finished, unfinished, extended, resumed or edited).
 
-A resume continues with the run's own config; only the keys in `RESUMABLE_KEYS` may differ, and one that changes
-the learning rates before the checkpoint is a warning recorded in resumes.json. File names and reads: `rundir`.
+A resume continues with the run's own config; only the keys in `RESUMABLE_KEYS` may differ from the config the run
+trained with (trained.json, written whenever training starts, so an edit of config.json by hand meets the same rule
+as `--set`), and one that changes the learning rates before the checkpoint is a warning recorded in resumes.json.
+File names and reads: `rundir`.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from windtunnel import checkpoints, manifest, rundir
-from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
+from windtunnel.config import RunConfig, apply_overrides, config_to_json, run_identity, validate
 from windtunnel.errors import CheckpointError
 from windtunnel.lock import DirLock
 from windtunnel.optim import lr_at
+from windtunnel.resolve import upgrade_stored
 
 # The keys a resume may change (`train(..., resume=True)`, `windtunnel train --resume RUN --set ...`), each with why
 # it is safe: none changes a weight of the steps up to the checkpoint, nor what the steps after it train, so the
@@ -34,6 +39,14 @@ RESUMABLE_KEYS: dict[str, str] = {
     "eval.batch_size": "the forward batch of the evaluations, not of training",
 }
 RESUMES = "resumes.json"  # a run's resumes that changed keys: {"resumes": [{"step", "changed", "note"}, ...]}
+# The config the run's checkpoints were trained with, {"config": {...}}: written when training starts (a new run, or
+# an accepted resume), compared with config.json on every resume and evaluation. config.json is what a person reads
+# and may edit; this is the record it is checked against.
+TRAINED = "trained.json"
+# What a run's weights are (`run_record`), most serious first: stopped before its last step; config.json no longer
+# the config it trained with; extended by a resume that changed the learning rates already trained; resumed with
+# changed keys (all in RESUMABLE_KEYS: the run its config trains from scratch); none of these.
+STATUSES = ("unfinished", "edited", "extended", "resumed", "finished")
 
 
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -59,21 +72,62 @@ def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
     )
 
 
+def write_trained(run_dir: Path, cfg: RunConfig) -> None:
+    """Record `cfg` as the config `run_dir`'s training continues with (trained.json, atomically)."""
+    rundir.write_json(run_dir / TRAINED, {"config": json.loads(config_to_json(cfg))})
+
+
+def read_trained(run_dir: Path) -> RunConfig | None:
+    """The config `run_dir` trained with (trained.json), or None for a run made before it was recorded; a damaged
+    record is a CheckpointError naming it."""
+    path = run_dir / TRAINED
+    if not path.exists():
+        return None
+    data = rundir.read_json_object(path).get("config")
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: config: expected a JSON object, got {type(data).__name__}")
+    try:
+        return validate(upgrade_stored(data))
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+
+
+def _changes(old: RunConfig, new: RunConfig) -> list[tuple[str, Any, Any]]:
+    return manifest.config_changes(run_identity(old), run_identity(new))
+
+
+def _edited(run_dir: Path) -> tuple[RunConfig, set[str]]:
+    """The config `run_dir` trained with (trained.json; config.json for a run made before it was recorded) and the
+    keys whose value config.json has changed since (edited by hand)."""
+    stored = rundir.read_config(run_dir)
+    trained = read_trained(run_dir)
+    if trained is None:
+        return stored, set()
+    return trained, {path for path, _, _ in _changes(trained, stored)}
+
+
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str | None]:
     """The step a resume of `run_dir` with `cfg` continues from, the keys it changes (`path: old → new`, all in
-    RESUMABLE_KEYS) and the schedule note (`_schedule_note`); any other changed key is refused, each one named with
-    its stored and its new value."""
+    RESUMABLE_KEYS) against the config the run trained with, and the schedule note (`_schedule_note`); any other
+    changed key -- given with --set, or edited into config.json by hand -- is refused, each one named with the value
+    it trained with and its new value."""
     if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
-    stored = rundir.read_config(run_dir)
-    changes = manifest.config_changes(run_identity(stored), run_identity(cfg))
-    refused = [manifest.change_line(*c) for c in changes if c[0] not in RESUMABLE_KEYS]
+    stored, edited = _edited(run_dir)
+    changes = _changes(stored, cfg)
+    refused = [
+        manifest.change_line(*c) + (f" (edited in {rundir.CONFIG})" if c[0] in edited else "")
+        for c in changes
+        if c[0] not in RESUMABLE_KEYS
+    ]
     if refused:
+        record = TRAINED if (run_dir / TRAINED).exists() else rundir.CONFIG
+        undo = f"put back the values edited in {rundir.CONFIG} and " if any(c[0] in edited for c in changes) else ""
         raise ValueError(
-            f"resume: {len(refused)} key{'s' if len(refused) > 1 else ''} differ from the run's own config "
-            f"({str(run_dir / rundir.CONFIG)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
-            "change on resume: drop the other changes to continue this run (`windtunnel train --resume RUN` alone "
-            "uses its own config), or train the new config as a new run (another --out, or --overwrite)"
+            f"resume: {len(refused)} {'keys differ' if len(refused) > 1 else 'key differs'} from the config the run "
+            f"trained with ({str(run_dir / record)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
+            f"change on resume: {undo}drop the other changes to continue this run (`windtunnel train --resume RUN` "
+            "alone uses its own config), or train the new config as a new run (another --out, or --overwrite)"
         )
     changed = rundir.version_diff(run_dir)
     if changed:
@@ -90,12 +144,8 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
 
 def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | None) -> None:
     """Append a resume that changed keys to the run's resumes.json (its config.json holds only the new values)."""
-    path = run_dir / RESUMES
-    history = rundir.read_json_object(path).get("resumes", []) if path.exists() else []
-    if not isinstance(history, list):
-        raise CheckpointError(f"{path}: resumes must be a list (got {type(history).__name__})")
-    history = [*history, {"step": step, "changed": changed, "note": note}]
-    rundir.write_json(path, {"resumes": history})
+    history = [*_resumes(run_dir), {"step": step, "changed": changed, "note": note}]
+    rundir.write_json(run_dir / RESUMES, {"resumes": history})
 
 
 def _reopen(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[int, list[str]]:
@@ -114,12 +164,14 @@ def _reopen(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tup
             warnings.warn(f"resume: {note}; recorded in {str(run_dir / RESUMES)!r}", RuntimeWarning, stacklevel=4)
         rundir.truncate_metrics(run_dir, step)
         rundir.write_config(run_dir, cfg)
+        write_trained(run_dir, cfg)
         return step, changed
     if exists:
         rundir.clear(run_dir)  # overwrite (checked by refuse_existing before the lock was taken)
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
     rundir.write_versions(run_dir)
     rundir.write_config(run_dir, cfg)
+    write_trained(run_dir, cfg)
     return 0, []
 
 
@@ -140,3 +192,62 @@ def open_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -
             shutil.rmtree(created, ignore_errors=True)
         raise
     return lock, start, changed
+
+
+def _resumes(run_dir: Path) -> list[dict[str, Any]]:
+    """resumes.json's entries, each {"step": int, "changed": [str], "note": str | None}; [] where there is none, a
+    CheckpointError naming the file and the entry where one is garbled."""
+    path = run_dir / RESUMES
+    if not path.exists():
+        return []
+    history = rundir.read_json_object(path).get("resumes")
+    if not isinstance(history, list):
+        raise CheckpointError(f"{path}: resumes: expected a list, got {type(history).__name__}")
+    for i, e in enumerate(history):
+        if not _is_resume(e):
+            raise CheckpointError(
+                f"{path}: resumes[{i}]: expected {{step: integer, changed: [text], note: text or null}}"
+            )
+    return history
+
+
+def _is_resume(entry: Any) -> bool:
+    """Whether a resumes.json entry has its fields, of their kinds."""
+    if not isinstance(entry, dict) or type(entry.get("step")) is not int or not isinstance(entry.get("changed"), list):
+        return False
+    return all(isinstance(c, str) for c in entry["changed"]) and isinstance(entry.get("note"), (str, type(None)))
+
+
+def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> dict[str, Any]:
+    """What the weights of `run_dir` at checkpoint `step` are, for every entry of its eval.json: {"status" (one of
+    STATUSES: the most serious that applies), "steps" (what its config.json trains), "steps_trained",
+    "sequences_seen", "notes" (each status that applies, in words)}. `trains` False for a baseline, which trains
+    nothing (finished at 0 steps)."""
+    run_dir = Path(run_dir)
+    cfg = rundir.read_config(run_dir)
+    trained = read_trained(run_dir) or cfg
+    steps, batch = (cfg.train.steps, cfg.train.batch_size) if trains else (0, cfg.train.batch_size)
+    done = int(step or 0) if trains else 0
+    found: dict[str, list[str]] = {}
+    if done < steps:
+        found["unfinished"] = [
+            f"unfinished: stopped at step {done:,} of {steps:,} ({done * batch:,} of {steps * batch:,} sequences "
+            "seen), not the run its config trains"
+        ]
+    edits = [manifest.change_line(*c) for c in _changes(trained, cfg) if not c[0].startswith("eval.")]
+    if edits:
+        found["edited"] = [
+            f"edited: {rundir.CONFIG} differs from the config it trained with ({TRAINED}): " + "; ".join(edits)
+        ]
+    for e in _resumes(run_dir):
+        kind = "extended" if e["note"] else "resumed"
+        what = f"{kind}: resumed at step {e['step']:,} with {'; '.join(e['changed'])}"
+        found.setdefault(kind, []).append(f"{what}: {e['note']}" if e["note"] else what)
+    status = next((s for s in STATUSES if s in found), "finished")
+    return {
+        "status": status,
+        "steps": steps,
+        "steps_trained": done,
+        "sequences_seen": done * batch,
+        "notes": [note for s in STATUSES if s in found for note in found[s]],
+    }

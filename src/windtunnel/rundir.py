@@ -8,11 +8,15 @@ of its files (checkpoints: `windtunnel.checkpoints`).
     run_dir/eval.json                         final evaluation, one entry per evaluation setting
     run_dir/geometry.json                     geometry probes (windtunnel.geometry.run)
     run_dir/done.json                         written last by `reproduce`: the run is finished and probed
-    run_dir/figures/
+    run_dir/resumes.json, trained.json        a resume's changed keys, the config training continues with (resume.py)
+    run_dir/figures/*.png                     the probes' figures
+    run_dir/tensorboard/, run_dir/wandb/      the loggers' files (windtunnel.tracking)
 
 Files are written atomically (temp file + fsync + rename) and readable by everyone the umask allows (0644 by
-default); a file that is missing, truncated or garbled raises `CheckpointError` naming it. A writer holds the
-directory's lock (`windtunnel.lock`).
+default); a file that is missing, truncated or garbled, or is a symbolic link, raises `CheckpointError` naming it
+(files are opened without following a link, so a link planted in a run directory never leaks what it points at).
+A writer holds the directory's lock (`windtunnel.lock`). `--overwrite` deletes only what this layout names, in a
+directory whose config.json is a run's (`clear`); anything else there is refused, naming it.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -36,8 +42,11 @@ from windtunnel.resolve import upgrade_stored
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
+RESUMES, TRAINED = "resumes.json", "trained.json"  # written by windtunnel.resume
 LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"  # a writer's lock and its record (windtunnel.lock)
 TEMP_SUFFIX = ".tmp"
+LATEST, CKPT_SUFFIXES = "latest.json", (".safetensors", ".state.safetensors", ".state.json")  # checkpoints.py
+TENSORBOARD, WANDB, WANDB_ID = "tensorboard", "wandb", "windtunnel-run-id"  # tracking.py's folders, wandb's run id
 
 
 def _read_umask() -> int:
@@ -53,19 +62,33 @@ FILE_MODE = 0o666 & ~_read_umask()  # what open() would give a new file: results
 # --- atomic files ----------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An OSError raised inside without a file name (a write's "[Errno 27] File too large" under `ulimit -f`, a full
+    disk) is raised again naming `path`, so its one error line says which file could not be written."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None:
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from None
+        raise
+
+
 def atomic_write(path: str | Path, data: bytes | str) -> None:
-    """Write via a temp file in the same directory + fsync + os.replace: readers see old or new, never half."""
+    """Write via a temp file in the same directory + fsync + os.replace: readers see old or new, never half. A link
+    at `path` is replaced, never written through; a failed write is an OSError naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
-        os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with naming(path):
+            os.fchmod(fd, FILE_MODE)  # mkstemp creates 0600
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -131,10 +154,24 @@ def clean_temp_files(run_dir: str | Path) -> list[Path]:
     return removed
 
 
+def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """`os.open(path, flags, mode)` that never follows a symbolic link at `path` (O_NOFOLLOW): a link is an OSError
+    naming it, so a link planted in a run directory is neither read (a secret copied out) nor written through."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError:
+        if os.path.islink(path):
+            raise OSError(
+                errno.ELOOP, "is a symbolic link; a run directory's files are never opened through one", str(path)
+            ) from None
+        raise
+
+
 def open_regular(path: str | Path) -> BinaryIO:
-    """`path` opened for reading, if it is a regular file; anything else (a FIFO, a device, a directory) is an
-    OSError naming it. The open never blocks, so a FIFO planted in a run directory cannot hang a reader."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    """`path` opened for reading, if it is a regular file; anything else (a symbolic link, a FIFO, a device, a
+    directory) is an OSError naming it. The open never blocks, so a FIFO planted in a run directory cannot hang a
+    reader, and never follows a link (`open_nofollow`)."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))
@@ -215,11 +252,12 @@ class MetricsLog:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / METRICS
-        self._f = open(self.path, "a")  # noqa: SIM115 - held open for the run
+        self._f = os.fdopen(open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a")  # held for the run
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
+        with naming(self.path):
+            self._f.write(json.dumps(record) + "\n")
+            self._f.flush()
 
     def sync(self) -> None:
         os.fsync(self._f.fileno())
@@ -285,18 +323,96 @@ def contents(run_dir: Path) -> list[Path]:
     return [p for p in run_dir.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)] if run_dir.is_dir() else []
 
 
+# --- what --overwrite may delete -------------------------------------------------------------------------------
+
+_CHECKPOINT = re.compile(r"step_\d{8,}(?:" + "|".join(map(re.escape, CKPT_SUFFIXES)) + ")")
+_TEMP = re.compile(r"\.(.+)\.\w+" + re.escape(TEMP_SUFFIX))  # atomic_write's .NAME.XXXXXXXX.tmp, for NAME
+# The regular files each folder of a run directory holds ("": the run directory itself), by name (the lock's owner
+# file is never deleted, `_entries`; a temp file of its write may be).
+_LAYOUT: dict[str, Callable[[str], bool]] = {
+    "": lambda name: name in (CONFIG, VERSIONS, METRICS, EVAL, GEOMETRY, DONE, RESUMES, TRAINED, OWNER_FILE),
+    CKPT_DIR: lambda name: name == LATEST or _CHECKPOINT.fullmatch(name) is not None,
+    FIGURES: lambda name: name.endswith(".png"),  # plotting.save's NAME.png and NAME.tmp.png
+    TENSORBOARD: lambda name: name.startswith("events.out.tfevents."),
+}
+
+
+def _mode(p: Path) -> int:
+    """`p`'s st_mode, not following a link (0: gone since it was listed)."""
+    try:
+        return p.lstat().st_mode
+    except FileNotFoundError:
+        return 0
+
+
+def _entries(folder: Path, rel: str = "") -> Iterator[tuple[Path, bool]]:
+    """Each entry of `folder` (the run directory's folder `rel`), sorted, a folder after what it holds, with whether
+    the run directory's layout names it. A symbolic link never is; wandb/ is wandb's own, recognised by the run id
+    windtunnel keeps there, and not looked into; the lock and its record are left out (never deleted)."""
+    for p in sorted(folder.iterdir()):
+        mode = _mode(p)
+        if mode == 0 or (not rel and p.name in (LOCK_FILE, OWNER_FILE)):
+            continue
+        if not rel and stat.S_ISDIR(mode) and p.name in _LAYOUT:
+            yield from _entries(p, p.name)
+            yield p, True
+        elif not rel and stat.S_ISDIR(mode) and p.name == WANDB:
+            yield p, stat.S_ISREG(_mode(p / WANDB_ID))
+        else:
+            temp = _TEMP.fullmatch(p.name)
+            yield p, stat.S_ISREG(mode) and _LAYOUT[rel](temp.group(1) if temp else p.name)
+
+
+def first_stray(run_dir: Path) -> Path | None:
+    """The first entry of `run_dir` (sorted, depth first) that a run directory's layout does not name, or names as
+    another kind (a folder for a file, a link for either); None when everything there is windtunnel's."""
+    return next((p for p, ours in _entries(run_dir) if not ours), None)
+
+
+def _not_a_run_config(path: Path) -> str | None:
+    """Why `path` is not the config.json a run writes (`write_config`: a valid RunConfig with every section it always
+    writes), or None when it is one."""
+    try:
+        data = read_json_object(path)
+        validate(upgrade_stored(data))
+    except CheckpointError as err:
+        return str(err)
+    except ValueError as err:
+        return f"{path}: {err}"
+    missing = [k for k in json.loads(config_to_json(RunConfig())) if k not in data]  # what write_config always writes
+    return f"{path}: no {missing[0]!r}, so not the config a run writes" if missing else None
+
+
+def _refuse_unless_run(run_dir: Path) -> None:
+    """A ValueError, unless `run_dir` is a run directory `--overwrite` may clear: it holds nothing its layout does
+    not name (`first_stray`, named) and its config.json is a run's (`_not_a_run_config`)."""
+    stray = first_stray(run_dir)
+    if stray is not None:
+        raise ValueError(
+            f"overwrite: {str(run_dir)!r} is not a run directory: it holds {str(stray.relative_to(run_dir))!r}, "
+            "which windtunnel did not write; refusing to delete anything"
+        )
+    why = _not_a_run_config(run_dir / CONFIG)
+    if why is not None:
+        raise ValueError(f"overwrite: {str(run_dir)!r} is not a run directory ({why}); refusing to delete anything")
+
+
 def clear(run_dir: Path) -> None:
-    """Delete a run directory's contents, except the lock this process holds on it."""
-    for p in contents(run_dir):
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
+    """Delete a run directory's contents -- only what its layout names, after `_refuse_unless_run` -- except the lock
+    this process holds on it."""
+    _refuse_unless_run(run_dir)
+    for p, _ in list(_entries(run_dir)):
+        if p.parent == run_dir and p.name == WANDB:
+            shutil.rmtree(p)  # wandb's own files
+        elif p.is_dir():
+            p.rmdir()  # a folder of the layout, emptied just before
         else:
             p.unlink()
 
 
 def refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
     """Before anything is created: an existing, non-empty `run_dir` needs resume or overwrite, and overwrite
-    only ever deletes a run directory."""
+    only ever deletes a run directory's own files (`clear`)."""
     if not run_dir.exists():
         return
     if not run_dir.is_dir():
@@ -308,5 +424,4 @@ def refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
             f"run_dir: {str(run_dir)!r} already exists; pass overwrite=True (--overwrite) "
             "to replace it or resume=True (--resume) to continue it"
         )
-    if not (run_dir / CONFIG).is_file():
-        raise ValueError(f"overwrite: {str(run_dir)!r} is not empty and not a run directory; refusing to delete it")
+    _refuse_unless_run(run_dir)

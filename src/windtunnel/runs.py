@@ -29,10 +29,17 @@ def build_task(cfg: RunConfig) -> Any:
 
 
 def build_model(
-    cfg: RunConfig, spec: TaskSpec, task: Any = None, *, trust_code: bool = False, exclude: tuple[str | Path, ...] = ()
+    cfg: RunConfig,
+    spec: TaskSpec,
+    task: Any = None,
+    *,
+    trust_code: bool = False,
+    exclude: tuple[str | Path, ...] = (),
+    check: bool = True,
 ) -> nn.Module:
     """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline, built from its
-    typed size (`model.size` with `model.max_len` and `model.reserved_positions`).
+    typed size (`model.size` with `model.max_len` and `model.reserved_positions`). check: refuse a model that sees
+    the future (`models.check_causal`, CausalityError) -- before anything trains, plugins included.
 
     trust_code: allow `model.arch` to be an import string (importing runs code; see `models.resolve`), never from
     the current directory or the directories in `exclude`.
@@ -41,7 +48,17 @@ def build_model(
     reserved = {"reserved_positions": cfg.model.reserved_positions} if cfg.model.reserved_positions else {}
     size = factory.Size.of({"max_len": cfg.model.max_len, **reserved, **cfg.model.size}, where="model.size.")
     torch.manual_seed(cfg.seed)
-    return factory(spec, size, task=task) if is_baseline(factory) else factory(spec, size)
+    model = factory(spec, size, task=task) if is_baseline(factory) else factory(spec, size)
+    return models.check_causal(model, spec, name=f"model.arch: {cfg.model.arch!r}") if check else model
+
+
+def check_finite_weights(model: nn.Module, where: str) -> None:
+    """A CheckpointError naming `where` and the first parameter or buffer of `model` holding NaN or inf: weights that
+    pass their checksums may still have been written after a run diverged, and would score a finite number."""
+    for name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            what = "NaN" if bool(torch.isnan(value).any()) else "inf"
+            raise CheckpointError(f"{where}: weight {name!r} holds {what} values; the model cannot be evaluated")
 
 
 @dataclass
@@ -79,11 +96,18 @@ class Run:
     def load_checkpoint(self, step: int) -> nn.Module:
         """A fresh model with the weights of checkpoint `step`, in eval mode."""
         m = build_model(
-            self.config, self.task.spec, self.task, trust_code=self.trust_code, exclude=(self.path, self.path.parent)
+            self.config,
+            self.task.spec,
+            self.task,
+            trust_code=self.trust_code,
+            exclude=(self.path, self.path.parent),
+            check=False,  # checked below, with the weights it is evaluated with
         )
         if not is_baseline(m):
             load_checkpoint(self.path, step, m)
-        return m.eval()
+            check_finite_weights(m, f"{self.path}: checkpoint of step {step}")
+        where = f"{self.path}: model.arch {self.config.model.arch!r} at step {step}"
+        return models.check_causal(m, self.task.spec, name=where).eval()
 
     def checkpoints(self) -> list[int]:
         return list_checkpoints(self.path)

@@ -10,14 +10,15 @@ training ended or failed. Pass your own with `train(..., callbacks=[...])`; the 
     wandb         run_dir/wandb/         one wandb run per run directory (resumed with it); WANDB_MODE etc. apply
 
 Each needs its optional extra (`pip install 'windtunnel[tensorboard]'`); a missing one is a ValueError naming it,
-raised before anything is created. Loggers change no number, so `train.loggers` is not part of a run's identity
-(`config.run_identity`).
+raised before anything is created, as is what would make `wandb.init` fail (`check_wandb`). Loggers change no
+number, so `train.loggers` is not part of a run's identity (`config.run_identity`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel.config import RunConfig
-from windtunnel.rundir import MetricsLog
+from windtunnel.errors import CheckpointError, shorten
+from windtunnel.rundir import MetricsLog, atomic_write, open_regular
 
 TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"
 _WANDB_ID = "windtunnel-run-id"  # in run_dir/wandb/: the wandb run a resumed run directory continues
+_WANDB_ID_FORM = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what windtunnel writes there (16 hex digits) and wandb accepts
 HOOKS = ("on_step", "on_eval", "on_end", "close")
 
 
@@ -106,18 +109,19 @@ class WandbLogger(Callback):
         import wandb
 
         run_dir = Path(run_dir)
-        (run_dir / WANDB_DIR).mkdir(exist_ok=True)
-        id_file = run_dir / WANDB_DIR / _WANDB_ID
-        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(8)
-        id_file.write_text(run_id + "\n")
-        self.run = wandb.init(
-            dir=str(run_dir),  # wandb writes run_dir/wandb/
-            project=os.environ.get("WANDB_PROJECT", "windtunnel"),
-            name=run_dir.name,
-            id=run_id,
-            resume="allow",
-            config=cfg.model_dump(mode="json"),
-        )
+        run_id = stored_wandb_id(run_dir) or secrets.token_hex(8)
+        atomic_write(run_dir / WANDB_DIR / _WANDB_ID, run_id + "\n")  # replaces whatever is there: never blocks
+        try:
+            self.run = wandb.init(
+                dir=str(run_dir),  # wandb writes run_dir/wandb/
+                project=_wandb_project(),
+                name=run_dir.name,
+                id=run_id,
+                resume="allow",
+                config=cfg.model_dump(mode="json"),
+            )
+        except Exception as err:  # noqa: BLE001 - wandb's own error (network, server): one line naming the logger
+            raise ValueError(f"train.loggers: wandb.init failed: {_one_line(err)}") from None
         self.ended = False
 
     def on_step(self, step: int, record: dict[str, Any]) -> None:
@@ -138,14 +142,74 @@ class WandbLogger(Callback):
 _REQUIRES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
-def check_loggers(names: Sequence[str]) -> None:
-    """A ValueError naming the extra to install for the first logger whose package is missing."""
+def check_loggers(names: Sequence[str], run_dir: Path | None = None, resume: bool = False) -> None:
+    """Before the run directory is created or touched: a ValueError naming the extra to install for the first logger
+    whose package is missing, and for wandb what would make `wandb.init` fail (`check_wandb`; the id a resumed
+    `run_dir` keeps, `stored_wandb_id`)."""
     for name in names:
         if importlib.util.find_spec(_REQUIRES[name]) is None:
             raise ValueError(
                 f"train.loggers: {name!r} needs the {_REQUIRES[name]} package; "
                 f"install the extra with pip install 'windtunnel[{name}]'"
             )
+    if "wandb" in names:
+        check_wandb(stored_wandb_id(run_dir) if resume and run_dir is not None else None)
+
+
+def _one_line(err: BaseException) -> str:
+    """The first line of an error's message, at most 300 characters (wandb's errors span many lines)."""
+    return shorten((str(err).strip().splitlines() or [type(err).__name__])[0], 300)
+
+
+def _wandb_project() -> str:
+    return os.environ.get("WANDB_PROJECT", "windtunnel")
+
+
+def stored_wandb_id(run_dir: Path) -> str | None:
+    """The wandb run id kept in `run_dir/wandb/windtunnel-run-id` (None if there is none). A file there that is not a
+    regular file (a FIFO would block the read for ever) or holds no wandb id is a CheckpointError naming it."""
+    path = run_dir / WANDB_DIR / _WANDB_ID
+    try:
+        with open_regular(path) as f:
+            text = f.read(200).decode("utf-8").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path} cannot be read: {getattr(err, 'strerror', None) or err}") from None
+    if not _WANDB_ID_FORM.fullmatch(text):
+        raise CheckpointError(f"{path}: {text[:70]!r} is not a wandb run id (1 to 64 letters, digits, _ or -)")
+    return text
+
+
+def check_wandb(run_id: str | None = None) -> None:
+    """A ValueError for what would make `wandb.init` fail (or, on a terminal, stop to ask): a project
+    ($WANDB_PROJECT) or run id it refuses, or online mode (WANDB_MODE is not offline or disabled) without an API key
+    (WANDB_API_KEY, `wandb login`). wandb's own settings decide, read as `wandb.init` reads them."""
+    import wandb
+
+    try:
+        wandb.Settings(project=_wandb_project(), run_id=run_id)
+    except Exception as err:  # noqa: BLE001 - wandb's validation error, whatever its kind
+        raise ValueError(f"train.loggers: wandb: {_one_line(err)}") from None
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib.wbauth import authenticate
+    except ImportError:  # another wandb version: its own error, from wandb.init, is made one line there
+        return
+    settings = wandb_setup.singleton().settings
+    if settings.mode in ("offline", "dryrun", "disabled"):
+        return
+    try:
+        auth = authenticate.authenticate_session(
+            host=settings.base_url, source="windtunnel", prompt=False, update_session=False
+        )
+    except Exception as err:  # noqa: BLE001 - a malformed key: wandb's message, one line
+        raise ValueError(f"train.loggers: wandb: {_one_line(err)}") from None
+    if auth is None:
+        raise ValueError(
+            "train.loggers: wandb logs online here (WANDB_MODE is not offline) but has no API key: set "
+            "WANDB_MODE=offline to write the run under RUN/wandb, or WANDB_API_KEY (or run `wandb login`)"
+        )
 
 
 def check_callbacks(callbacks: Sequence[Any]) -> list[Any]:
@@ -239,8 +303,10 @@ __all__ = [
     "WandbLogger",
     "check_callbacks",
     "check_loggers",
+    "check_wandb",
     "final_scalars",
     "make_logger",
     "opened",
     "scalars",
+    "stored_wandb_id",
 ]

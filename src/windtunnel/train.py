@@ -44,7 +44,7 @@ from windtunnel.progress import StepLines
 from windtunnel.resolve import resolve_config, resolve_loss
 from windtunnel.resume import open_run_dir
 from windtunnel.seeds import train_seed
-from windtunnel.tasks.base import Batch, TaskSpec
+from windtunnel.tasks.base import Batch, TaskSpec, check_posterior
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -81,13 +81,12 @@ def validation_line(result: dict[str, Any]) -> dict[str, Any]:
     return line
 
 
-def checkpoint_steps(cfg: RunConfig) -> set[int]:
-    """Steps that get a checkpoint: every checkpoint_every, the explicit schedule, and the final step."""
+def is_checkpoint_step(cfg: RunConfig, step: int) -> bool:
+    """Whether `step` gets a checkpoint: every checkpoint_every, the explicit schedule, and the final step. Asked step
+    by step, so nothing lists every checkpoint step (at train.steps 1e9, checkpoint_every 1 such a set fills RAM)."""
     t = cfg.train
-    steps = set(t.checkpoint_schedule or []) | {t.steps}
-    if t.checkpoint_every:
-        steps |= set(range(t.checkpoint_every, t.steps + 1, t.checkpoint_every))
-    return {s for s in steps if 1 <= s <= t.steps}
+    every = bool(t.checkpoint_every) and step % t.checkpoint_every == 0
+    return 1 <= step <= t.steps and (every or step == t.steps or step in (t.checkpoint_schedule or ()))
 
 
 def _prune(run_dir: Path, cfg: RunConfig) -> None:
@@ -254,8 +253,10 @@ def train(
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
     if resolve_loss(cfg, task) == "ce_vocab" and not baselines.is_baseline(model):
         _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
+    # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
+    check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
     callbacks = tracking.check_callbacks(callbacks)
-    tracking.check_loggers(cfg.train.loggers)
+    tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
     lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite)
     try:
@@ -299,7 +300,6 @@ def _train_locked(
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
-    ckpt_at = checkpoint_steps(cfg)
     log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, each line then to callbacks
     bar = _progress_bar(t.steps, start, progress)
     lines = _progress_lines(t.steps, start, progress)
@@ -364,7 +364,7 @@ def _train_locked(
                         }
                     )
                     last_eval = m["metrics_point"]["entropy_mae_bits"]
-                if step in ckpt_at:
+                if is_checkpoint_step(cfg, step):
                     log.sync()
                     checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
                     _prune(run_dir, cfg)
@@ -377,7 +377,7 @@ def _train_locked(
                 if lines is not None:
                     lines.update(step, loss_value, last_eval)
                 if stop.signum is not None:  # SIGINT/SIGTERM: a checkpoint at this step, then stop
-                    if step not in ckpt_at:
+                    if not is_checkpoint_step(cfg, step):
                         log.sync()
                         extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
                         checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra)

@@ -1,16 +1,31 @@
 """`windtunnel` command line: thin shells over the Python API. The only module that prints for humans.
 
-Each command group lives in its own module and registers itself on `app`.
+Each command group lives in its own module and registers itself on `app`. This module imports none of them (they
+import torch: seconds) until `main` runs or `app` is asked for, so the console entry's Ctrl-C handling is in place
+before that import starts.
 """
 
 from __future__ import annotations
 
-from windtunnel.cli.root import app
+from typing import Any
 
 __all__ = ["app", "main"]
 
-# Command modules attach their commands to `app` on import.
-from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd, sweep_cmd  # noqa: E402, F401, I001
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended by Ctrl-C
+
+
+def _load() -> Any:
+    """The Typer app with every command attached; command modules attach their commands to it on import."""
+    from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd, sweep_cmd  # noqa: F401, I001
+    from windtunnel.cli.root import app
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # `from windtunnel.cli import app`: the app with its commands
+        return _load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> str:
@@ -19,6 +34,12 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
 
 
 def main() -> None:
+    """The console entry. A Ctrl-C while the commands load (importing torch takes seconds) exits 130 without a
+    traceback, as typer ends one in a command that has no handler of its own."""
+    try:
+        app = _load()
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED) from None
     import warnings
 
     warnings.formatwarning = _one_line_warning

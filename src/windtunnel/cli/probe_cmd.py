@@ -19,6 +19,14 @@ def _fmt(x: Any) -> str:
     return number(x, ".4g") if isinstance(x, float) else str(x)
 
 
+def _within(m: dict[str, Any]) -> str:
+    """The manifold's entropy R^2 within position (position cannot fake it), or that the task leaves none to measure."""
+    w = m.get("within_position") or {}
+    if "entropy_r2" not in w:
+        return "within position not measurable on this task" if "not_measurable" in w else "within position n/a"
+    return f"within position {_fmt(w['entropy_r2'])}"
+
+
 def _dynamics(p: dict[str, Any]) -> str:
     """When the frame and the precision settled, or that they had not by the last checkpoint probed."""
     last = p["checkpoints"][-1]["step"] if p.get("checkpoints") else None
@@ -36,6 +44,15 @@ def _dynamics(p: dict[str, Any]) -> str:
     return f"{head}, {when('error within 2x', p.get('precision_step_2x'))}"
 
 
+def _memory(p: dict[str, Any]) -> str:
+    """`lag 1 model 0.081 / exact 0.085 bits; ...` at lags 1, 2, 4, 8, ... and the last: the belief's move when one
+    earlier observation is resampled, beside the exact filter's (no verdict)."""
+    lags = p["lags"]
+    shown = sorted({j for j in lags if j & (j - 1) == 0} | {lags[-1]})
+    moves = "; ".join(f"lag {j} model {_fmt(p['model'][j - 1])} / exact {_fmt(p['exact'][j - 1])}" for j in shown)
+    return f"{moves} bits"
+
+
 def _summary(r: dict[str, Any]) -> list[str]:
     """A few headline numbers per probe, for the terminal."""
     lines = [f"{r['arch']} on {r['task']}, step {r['step']}: entropy error {_fmt(r['entropy_error_bits'])} bits"]
@@ -44,7 +61,10 @@ def _summary(r: dict[str, Any]) -> list[str]:
             f"layer-0 mean |cos| {_fmt(p['mean_abs_cos_per_layer'][0])} (gaussian {_fmt(p['gaussian_baseline'])})"
         ),
         "attention": lambda p: f"entropy drop first->last layer {_fmt(p['drop_first_to_last_pct'])}%",
-        "manifold": lambda p: f"final PC1 {_fmt(p['final']['pc1_var'])}, entropy R^2 {_fmt(p['final']['entropy_r2'])}",
+        "manifold": lambda p: (
+            f"final PC1 {_fmt(p['final']['pc1_var'])}, entropy R^2 {_fmt(p['final']['entropy_r2'])} pooled "
+            f"(position alone can give it), {_within(p['final'])}"
+        ),
         "clusters": lambda p: (
             f"ARI {_fmt(p['ari'])}, silhouette {_fmt(p.get('silhouette'))}, entropy R^2 {_fmt(p['entropy_r2'])}"
         ),
@@ -58,9 +78,12 @@ def _summary(r: dict[str, Any]) -> list[str]:
             )
         ),
         "dynamics": _dynamics,
+        "memory": _memory,
     }
     for name, pick in picks.items():
-        p = r.get(name, {})
+        p = r.get(name)
+        if p is None:  # not probed (a probe subset, or a result from before the probe existed)
+            continue
         if "not_applicable" in p:
             lines.append(f"  {name}: n/a ({p['not_applicable']})")
         elif "error" in p:
@@ -85,7 +108,7 @@ def probe(
     ),
 ) -> None:
     """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
-    frame-precision dynamics) on held-out sequences; writes geometry.json and figures/."""
+    frame-precision dynamics, memory) on held-out sequences; writes geometry.json and figures/."""
     import torch
 
     from windtunnel.devices import resolve_device

@@ -81,13 +81,13 @@ def _closest_line(r: dict[str, Any]) -> str | None:
         details += f"; next: {nxt}, {_interval(others[nxt], small=True)} bits further"
     text = (r.get("verdict") or {}).get("closest_text") or name
     if text.startswith("none"):  # "none: no better than context-blind": say it, then which one is nearest anyway
-        return f"closest posterior: {text} (nearest: {name}, {details})"
-    return f"closest posterior: {text}, {details}"
+        return f"KL-nearest reference: {text} (nearest: {name}, {details})"
+    return f"KL-nearest reference: {text}, {details}"
 
 
 def print_table(results: dict[str, Any]) -> None:
     """Human-readable table: one row per evaluation setting, mean [95% CI] per metric, each setting's verdict and
-    closest posterior below its row, and what each column is."""
+    KL-nearest reference below its row (not a memory claim: the belief horizon is), and what each column is."""
     header = ["setting", "n", *(title for _, title, _ in COLUMNS)]
     rows = [
         [name, str(r["n"]), *(_interval(r["metrics"].get(key)) for key, _, _ in COLUMNS)] for name, r in results.items()
@@ -230,6 +230,7 @@ def eval_command(
     imports: list[str] | None = import_option(READ_IMPORT_HELP),
 ) -> None:
     """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
+    from windtunnel.budget import check_evaluation
     from windtunnel.evaluate import evaluate
     from windtunnel.resolve import check_override
     from windtunnel.rundir import check_writable
@@ -248,9 +249,13 @@ def eval_command(
     import_modules(imports)
     run = load_run(run_dir, trust_code=trust_code)
     check_writable(run.path, "run_dir")  # eval.json is written there: fail now, not after the work
+    check_evaluation(run.config, n, batch_size)  # memory for --n sequences (or the stored eval.n), before the work
     if override:
         check_override(run.config, override)
     results = evaluate(run, n=n, overrides=[override] if override else None, batch_size=batch_size)
+    record: dict[str, Any] = next(iter(results.values())).get("run") or {}  # what the run is, for every setting
+    if record.get("status", "finished") != "finished":
+        typer.echo(f"warning: {run.path}: {'; '.join(record['notes'])}", err=True)
     if as_json:
         typer.echo(json.dumps(results, indent=2))
     else:

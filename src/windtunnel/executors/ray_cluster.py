@@ -9,7 +9,9 @@ Run directories live under the driver's --out, which every node must see (docs/s
 Authentication: a driver connects with Ray's token settings from its environment (`RAY_AUTH_MODE=token` and
 `RAY_AUTH_TOKEN_PATH`, docs/scale-out.md). Without an address, where Ray would start a new local cluster, the
 executor gives that cluster a token of its own (a 0600 file in a private folder, removed afterwards), so Ray does
-not write a world-readable `~/.ray/auth_token` that later clusters would pick up.
+not write a world-readable `~/.ray/auth_token` that later clusters would pick up, and starts it on 127.0.0.1 alone
+(`single_machine`): its GCS, raylet, agents and workers listen on the loopback interface, not on every one. A
+cluster other machines may reach is started by hand (`ray start --head`, docs/scale-out.md) and given as the address.
 """
 
 from __future__ import annotations
@@ -131,6 +133,28 @@ def private_token() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+LOOPBACK = "127.0.0.1"
+# Ray's switch for clusters of more than one machine; "0" is its rule on macOS and Windows: a node at 127.0.0.1 keeps
+# that address (elsewhere Ray rewrites it to the network address), so its servers listen on the loopback interface.
+CLUSTER_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def single_machine() -> Iterator[None]:
+    """Ray's rule for a cluster of this machine alone while the block runs: `CLUSTER_VAR=0` in the environment the
+    nodes it starts inherit, and in this process, where Ray read it once at import (`ENABLE_RAY_CLUSTER`); both
+    restored after."""
+    constants = ray_internal("ray._private.ray_constants")
+    saved, saved_env = constants.ENABLE_RAY_CLUSTER, os.environ.get(CLUSTER_VAR)
+    constants.ENABLE_RAY_CLUSTER = False
+    os.environ[CLUSTER_VAR] = "0"
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = saved
+        _set_env({CLUSTER_VAR: saved_env})
+
+
 def starts_local_cluster(address: str | None) -> bool:
     """Whether `ray.init(address)` would start a new local cluster rather than connect to one (Ray's own rule:
     "local", or no address with no RAY_ADDRESS and no cluster started on this machine)."""
@@ -226,7 +250,8 @@ def check_resources(jobs: Sequence[Job], nodes: Sequence[Mapping[str, Any]], clu
 
 class RayExecutor:
     """Runs jobs as Ray tasks on the cluster at `address` (None: `ray.init()`'s default -- RAY_ADDRESS, a cluster
-    started on this machine, else a new local one; "auto": an existing cluster; "HOST:PORT": that cluster's head)."""
+    started on this machine, else a new local one, on 127.0.0.1 alone; "auto": an existing cluster; "HOST:PORT": that
+    cluster's head)."""
 
     name = "ray"
 
@@ -241,11 +266,15 @@ class RayExecutor:
         ray = import_ray()
         if ray.is_initialized():
             return self._run(ray, jobs, on_result)
-        with contextlib.ExitStack() as stack:  # left in reverse: Ray shut down, then the private token removed
+        with contextlib.ExitStack() as stack:  # left in reverse: Ray shut down, then its settings restored
             if wants_private_token(self.address):
                 stack.enter_context(private_token())
+            local: dict[str, Any] = {}
+            if starts_local_cluster(self.address):  # a new cluster of this machine, on 127.0.0.1 alone
+                stack.enter_context(single_machine())
+                local = {"_node_ip_address": LOOPBACK, "include_dashboard": False}
             try:
-                ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                ray.init(address=self.address, log_to_driver=False, configure_logging=False, **local)
             except ConnectionError as err:
                 raise ValueError(f"--ray-address: cannot reach a Ray cluster at {self.address!r}: {err}") from None
             stack.callback(ray.shutdown)
@@ -294,7 +323,9 @@ class RayExecutor:
 
 __all__ = [
     "AUTH_VARS",
+    "CLUSTER_VAR",
     "DEFAULT_RETRIES",
+    "LOOPBACK",
     "RayExecutor",
     "check_reachable",
     "check_resources",
@@ -304,6 +335,7 @@ __all__ = [
     "ray_internal",
     "refresh_auth",
     "run_on_node",
+    "single_machine",
     "starts_local_cluster",
     "task_resources",
     "token_env",

@@ -17,23 +17,39 @@ the cluster listens on every interface while it runs (`loopback_only` is False; 
 Every node and the driver use token authentication with a token of the cluster's own (`RAY_AUTH_MODE=token`, a 0600
 file under the cluster's temporary folder), and each node runs with HOME in that folder: nothing in the user's
 `~/.ray` (an `auth_token` another Ray left there) changes how the cluster starts or whom it admits.
+
+The nodes die with the process that started them (`dies_with`): a test run or benchmark killed by a timeout, even by
+SIGKILL, leaves no cluster running. The kernel ties a node to the thread that started it, so start a cluster on a
+thread that outlives it (the main thread).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from windtunnel.executors.ray_cluster import driver_auth, import_ray, token_env, with_auth, write_token
+from windtunnel.executors.local import PR_SET_PDEATHSIG
+from windtunnel.executors.ray_cluster import (
+    CLUSTER_VAR,
+    LOOPBACK,
+    driver_auth,
+    import_ray,
+    token_env,
+    with_auth,
+    write_token,
+)
 
 STARTED = "Ray runtime started"
 
@@ -45,7 +61,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-LOOPBACK = "127.0.0.1"
+def dies_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` for a node's `ray start`: the kernel SIGKILLs it when `parent` ends (PR_SET_PDEATHSIG, kept
+    across exec), and it exits at once if `parent` has already ended, as `local.watch_parent` does for pool workers.
+    Its GCS, raylet and agents die with it (Ray's own fate sharing, the same prctl) and its workers with their raylet,
+    so a cluster outlives no driver killed by a timeout. libc is looked up here, before the fork: between fork and
+    exec the child only makes two system calls. None where there is no prctl (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
 def loopback_name() -> str | None:
@@ -107,14 +140,21 @@ class LocalCluster:
             cmd += ["--node-ip-address", LOOPBACK]
         cmd += ["--object-store-memory", str(100 * 2**20), "--disable-usage-stats", "--temp-dir", str(self.ray_dir)]
         cmd += ["--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()), *args]
-        drop = ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+        drop = ("RAY_ADDRESS", CLUSTER_VAR)
         env = with_auth({k: v for k, v in os.environ.items() if k not in drop}, self.env)
         env.update(RAY_DISABLE_USAGE_STATS="1", OMP_NUM_THREADS=str(self.cpus), HOME=str(self.home))
         if head and self.loopback_only:
-            env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep the head's 127.0.0.1 as given
+            env[CLUSTER_VAR] = "0"  # keep the head's 127.0.0.1 as given
         log = self.log_dir / f"{name}.log"
         with log.open("w") as f:  # the child keeps its own descriptor
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=dies_with(os.getpid()),  # two system calls between fork and exec (see dies_with)
+            )
         self.procs.append(proc)
         deadline = time.time() + self.timeout
         while STARTED not in log.read_text():
@@ -209,4 +249,4 @@ class LocalCluster:
         self.stop()
 
 
-__all__ = ["LOOPBACK", "LocalCluster", "free_port", "loopback_name"]
+__all__ = ["LOOPBACK", "LocalCluster", "dies_with", "free_port", "loopback_name"]

@@ -2,7 +2,8 @@
 
 k-means with k = number of classes on the final-layer representation at scored positions; the reference
 labels are the exact posterior's MAP class. Reported: adjusted Rand index (clusters vs MAP labels), silhouette
-of the MAP labels, and the held-out linear-probe R^2 for posterior entropy.
+of the MAP labels, and the held-out linear-probe R^2 for posterior entropy, pooled (the paper's; position alone can
+raise it) and within position (`stats.within_position_stats`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any, cast
 from torch.distributions import Categorical
 
 from windtunnel.geometry.data import ProbeData, not_applicable
-from windtunnel.geometry.manifold import scored_points
-from windtunnel.geometry.stats import cluster_stats, linear_probe_r2, pca
+from windtunnel.geometry.manifold import point_positions, scored_points
+from windtunnel.geometry.stats import cluster_stats, linear_probe_r2, pca, within_position_stats
 
 # A posterior whose top two classes are this close has no meaningful MAP state (e.g. bijection: uniform).
 TIE_TOL = 1e-6
@@ -46,7 +47,8 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
     y = lab[data.mask][idx.to(lab.device)]
     if x.shape[0] < max(10, k + 1):
         return not_applicable("too few scored positions to cluster")
-    ratios, _ = pca(x)
+    ratios, scores = pca(x)
+    pos = point_positions(data.mask, idx).cpu().numpy()  # (n,)
     out: dict[str, Any] = cluster_stats(x, y.cpu().numpy(), k=k, seed=seed)
     out.update(
         {
@@ -54,6 +56,7 @@ def state_clusters(data: ProbeData, max_points: int = 4000, seed: int = 0) -> di
             "tied_fraction": tied,
             "pc1_var": float(ratios[0]),
             "entropy_r2": linear_probe_r2(x, h, seed=seed),
+            "within_position": within_position_stats(x, scores[:, 0], h, pos, seed=seed),
             "paper": {
                 "clusters": "5 for Mamba on HMM (v3)",
                 "entropy_r2": "Mamba 0.40 vs LSTM 0.004 (v3)",

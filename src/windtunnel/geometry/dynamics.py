@@ -4,7 +4,8 @@ On one fixed held-out batch, per checkpoint step s:
 * frame similarity: layer-0 attention of checkpoint s against the final checkpoint's, as the cosine between
   paired attention rows (per head, per scored query row), averaged over rows, heads and sequences; and
   1 - JS divergence (bits) averaged the same way. Both are 1 at the final checkpoint.
-* precision: entropy error (metrics.entropy_mae_bits) and the value-manifold stats of the hook point `final`.
+* precision: entropy error (metrics.entropy_mae_bits) and the value-manifold stats of the hook point `final` (entropy
+  R^2 pooled and within position; None where the task's entropy does not vary within a position).
 Summary steps (the first checkpoint from which the condition holds at every later checkpoint):
 * frame_step_90: frame cosine >= 0.9 (90% of its final value, 1);
 * frame_step_90_progress: frame cosine has covered 90% of the way from the first checkpoint's value to 1;
@@ -21,7 +22,7 @@ from torch import nn
 
 from windtunnel.geometry.attention import attention_maps
 from windtunnel.geometry.data import collect, not_applicable
-from windtunnel.geometry.manifold import scored_points
+from windtunnel.geometry.manifold import point_positions, scored_points
 from windtunnel.geometry.stats import first_step_where, js_bits, manifold_stats, row_cosine
 
 
@@ -48,14 +49,15 @@ def frame_precision(
         mask = data.mask
         layer_maps = attention_maps(data)
         maps.append(None if layer_maps is None else layer_maps[0].cpu())
-        x, h, _ = scored_points(data, data.final, max_points)
-        m = manifold_stats(x, h)
+        x, h, idx = scored_points(data, data.final, max_points)
+        m = manifold_stats(x, h, positions=point_positions(data.mask, idx).cpu().numpy())
         rows.append(
             {
                 "step": step,
                 "entropy_error_bits": data.entropy_error,
                 "pc1_var": m["pc1_var"],
                 "entropy_r2": m["entropy_r2"],
+                "entropy_r2_within_position": m["within_position"].get("entropy_r2"),  # None: not measurable
             }
         )
     errors = [r["entropy_error_bits"] for r in rows]

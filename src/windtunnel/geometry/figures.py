@@ -186,14 +186,14 @@ def arms_across_seeds(rows: list[tuple[str, dict[str, dict[str, Any]], Any]], pa
         for i, (arm, row) in enumerate(arms.items()):
             for part, dx, face in (("trained", 0.0, f"C{i}"), ("init", 0.25, "none")):
                 s = row.get(part)
-                if s is None:
+                if s is None or "not_measurable" in s:  # no number to draw
                     continue
                 lo_hi = s["interval"]
                 err = [[s["mean"] - lo_hi[0]], [lo_hi[1] - s["mean"]]] if lo_hi else None
                 label = f"{arm} {part}"
                 ax.errorbar([i + dx], [s["mean"]], yerr=err, fmt="o", color=f"C{i}", mfc=face, capsize=3, label=label)
                 ax.scatter([i + dx] * len(s["values"]), s["values"], s=8, color=f"C{i}", alpha=0.5)
-        if baseline is not None:
+        if baseline is not None and "not_measurable" not in baseline:
             ax.axhline(baseline["mean"], ls="--", color="k", lw=0.8)
         ax.set_xticks(range(len(arms)), list(arms))
         ax.set_title(name, fontsize=7)

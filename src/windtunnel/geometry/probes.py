@@ -18,8 +18,9 @@ from windtunnel.geometry.data import ProbeData, collect, heldout_batch
 from windtunnel.geometry.keys import key_orthogonality
 from windtunnel.geometry.lens import logit_lens
 from windtunnel.geometry.manifold import value_manifold
+from windtunnel.geometry.memory import memory
 
-PROBES = ("keys", "attention", "manifold", "clusters", "lens", "ablation")
+PROBES = ("keys", "attention", "manifold", "clusters", "lens", "ablation", "memory")
 
 
 def _safe(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -40,9 +41,9 @@ def probe_model(
 ) -> tuple[dict[str, Any], ProbeData]:
     """Run the single-checkpoint probes on `n` held-out sequences; returns (results, the probe data).
 
-    `init_model`: the same architecture at initialisation (the baseline of the key, manifold and attention-evidence
-    probes; the manifold and attention ones read it on the same held-out sequences); `n_ablation`: sequences for
-    the ablation sweep (default `n`, its own held-out seed).
+    `init_model`: the same architecture at initialisation (the baseline of the key, manifold, attention-evidence and
+    memory probes; the manifold, attention and memory ones read it on the same held-out sequences); `n_ablation`:
+    sequences for the ablation sweep (default `n`, its own held-out seed).
     """
     unknown = set(probes) - set(PROBES)
     if unknown:
@@ -58,6 +59,7 @@ def probe_model(
         "clusters": lambda: state_clusters(data, seed=seed),
         "lens": lambda: logit_lens(model, data),
         "ablation": lambda: ablations(model, heldout_batch(task, n_ablation or n, offset=2, device=data.batch.device)),
+        "memory": lambda: memory(model, task, data.batch, init_model, seed=seed),
     }
     results: dict[str, Any] = {
         "n_sequences": int(n),

@@ -1,13 +1,22 @@
 """Geometry across the training seeds of one cell: each headline probe number (trained, init and baseline) as its
-mean over the seeds' geometry.json, with a Student-t interval (`metrics.seed_interval`) when >= 2 seeds have it.
+mean over the seeds' geometry.json, with a Student-t interval when >= 2 seeds have it, computed on a scale that keeps
+it inside the statistic's range (`Scale`) and back-transformed.
 
     >>> across_seeds([geometry_seed0, geometry_seed1])["authors' L0 signed key cos, key tokens"]["trained"]
-    {"n_seeds": 2, "mean": ..., "interval": [lo, hi], "values": [...]}
+    {"n_seeds": 2, "mean": ..., "interval": [lo, hi], "values": [...], "scale": "Fisher z"}
+
+A plain t-interval of two seeds leaves a bounded range ([-1.004, -0.943] for a correlation, [-0.130, 1.270] for a
+variance share): a correlation's interval is taken on Fisher's z = atanh(r), a share's on its logit, a participation
+ratio's on log(PR - 1), and the mean is the back-transformed mean on that scale. A correlation with a principal
+component has an arbitrary sign (the PC's), so it is summarised as |r| (per-seed -0.70, -0.57, +0.61 is one
+magnitude, not an interval spanning 0). A number a probe marks not measurable on the task (`within_position` where
+the entropy does not vary within any position) is summarised as {"not_measurable": reason}: "not measurable".
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from windtunnel.metrics import seed_interval
@@ -25,7 +34,55 @@ def dig(d: Any, *path: Any) -> Any:
     return d
 
 
-def _keys(token_set: str) -> list[tuple[str, KeyPath, KeyPath, tuple[str, KeyPath]]]:
+@dataclass(frozen=True)
+class Scale:
+    """The range [lo, hi] a statistic lives in (None: unbounded that side) and whether its sign is arbitrary
+    (`fold`: summarised as |value|). The across-seed interval is taken on the scale that maps the range onto the
+    real line -- logit of (v - lo)/(hi - lo) when bounded both sides (for [-1, 1] that is 2 atanh v: Fisher z),
+    log(v - lo) or -log(hi - v) when bounded one side -- and mapped back, so it never leaves the range."""
+
+    name: str
+    lo: float | None = None
+    hi: float | None = None
+    fold: bool = False
+
+    def to(self, v: float) -> float:
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            eps = 1e-12 * (hi - lo)
+            u = (min(max(v, lo + eps), hi - eps) - lo) / (hi - lo)
+            return math.log(u / (1.0 - u))
+        if lo is not None:
+            return math.log(max(v - lo, 1e-12))
+        if hi is not None:
+            return -math.log(max(hi - v, 1e-12))
+        return v
+
+    def back(self, t: float) -> float:
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            u = 1.0 / (1.0 + math.exp(-t)) if t >= 0 else math.exp(t) / (1.0 + math.exp(t))
+            return lo + (hi - lo) * u
+        if lo is not None:
+            return lo + math.exp(t)
+        if hi is not None:
+            return hi - math.exp(-t)
+        return t
+
+
+LINEAR = Scale("linear")
+FRACTION = Scale("logit", 0.0, 1.0)  # a share of variance, of attention mass, a mean |cosine|
+CORRELATION = Scale("Fisher z", -1.0, 1.0)  # a correlation or a signed mean cosine
+PC_CORRELATION = Scale("Fisher z of |r|", -1.0, 1.0, fold=True)  # with a PC, whose sign is arbitrary
+PARTICIPATION = Scale("log(PR - 1)", 1.0, None)  # a participation ratio, >= 1
+POSITIVE = Scale("log", 0.0, None)  # an entropy in bits
+R2 = Scale("-log(1 - R^2)", None, 1.0)  # a held-out R^2: at most 1, may be negative
+
+# (quantity, trained path, init path (() = none), (baseline label, baseline path), scale) into geometry.json
+Quantity = tuple[str, KeyPath, KeyPath, tuple[str, KeyPath], Scale]
+
+
+def _keys(token_set: str) -> list[Quantity]:
     base: KeyPath = ("keys", "by_token_set", token_set)
     return [
         (
@@ -33,28 +90,44 @@ def _keys(token_set: str) -> list[tuple[str, KeyPath, KeyPath, tuple[str, KeyPat
             (*base, "mean_abs_cos_per_layer", 0),
             (*base, "init_mean_abs_cos_per_layer", 0),
             ("Gaussian keys", (*base, "gaussian_baseline")),
+            FRACTION,
         ),
         (
             f"authors' L0 signed key cos, {token_set.replace('_', ' ')}",
             (*base, "authors_signed_mean_cos_per_layer", 0),
             (*base, "init_authors_signed_mean_cos_per_layer", 0),
             ("Gaussian keys", (*base, "authors_gaussian_baseline", "mean")),
+            CORRELATION,
         ),
     ]
 
 
-def _manifold(positions: str, rep: str) -> list[tuple[str, KeyPath, KeyPath, tuple[str, KeyPath]]]:
+BLIND = "position + own input (context-blind)"
+
+
+def _manifold(positions: str, rep: str) -> list[Quantity]:
     base: KeyPath = ("manifold", "by_position_set", positions, rep)
     where = f"{rep} at {positions.replace('_', ' ')}"
-    stats = [("PC1 var", "pc1_var"), ("PC1+2 var", "pc12_var"), ("participation ratio", "participation_ratio")]
-    stats.append(("Spearman(PC1, H)", "pc1_spearman"))
+    gaussian = [
+        ("PC1 var", ("pc1_var",), FRACTION),
+        ("PC1+2 var", ("pc12_var",), FRACTION),
+        ("participation ratio", ("participation_ratio",), PARTICIPATION),
+    ]
+    # entropy statistics: beside the context-blind reference, which position (and the own input) can fake them to
+    blind = [
+        ("|Spearman(PC1, H)|", ("pc1_spearman",), PC_CORRELATION),
+        ("entropy R²", ("entropy_r2",), R2),
+        ("|Spearman(PC1, H)| within position", ("within_position", "pc1_spearman"), PC_CORRELATION),
+        ("entropy R² within position", ("within_position", "entropy_r2"), R2),
+    ]
     return [
-        (f"{label}, {where}", (*base, key), (*base, "init", key), ("Gaussian points", (*base, "gaussian", key)))
-        for label, key in stats
+        (f"{label}, {where}", (*base, *key), (*base, "init", *key), (ref, (*base, part, *key)), scale)
+        for group, ref, part in ((gaussian, "Gaussian points", "gaussian"), (blind, BLIND, "context_blind"))
+        for label, key, scale in group
     ]
 
 
-def _attention(layer: int, which: str) -> list[tuple[str, KeyPath, KeyPath, tuple[str, KeyPath]]]:
+def _attention(layer: int, which: str) -> list[Quantity]:
     base: KeyPath = ("attention", "unseen_value_evidence")
     return [
         (
@@ -62,24 +135,40 @@ def _attention(layer: int, which: str) -> list[tuple[str, KeyPath, KeyPath, tupl
             (*base, "mass_per_layer", layer),
             (*base, "init_mass_per_layer", layer),
             ("uniform attention (exact eliminator: 1)", (*base, "uniform_mass")),
+            FRACTION,
         ),
         (
             f"entropy inside revealed values, {which} layer (bits)",
             (*base, "spread_bits_per_layer", layer),
             (),
             ("even over revealed values (Bayes-implied)", (*base, "bayes_entropy_bits")),
+            POSITIVE,
         ),
     ]
 
 
-# (quantity, trained path, init path (() = none), (baseline label, baseline path)) into geometry.json
-SEED_QUANTITIES: list[tuple[str, KeyPath, KeyPath, tuple[str, KeyPath]]] = [
+def _memory(lag: int, which: str) -> list[Quantity]:
+    """The belief's move at the first or last lag of the memory probe, at init and beside the exact filter's."""
+    return [
+        (
+            f"memory: belief move, {which} lag (bits)",
+            ("memory", "model", lag),
+            ("memory", "init", lag),
+            ("exact filter, same edits", ("memory", "exact", lag)),
+            POSITIVE,
+        )
+    ]
+
+
+SEED_QUANTITIES: list[Quantity] = [
     *_keys("key_tokens"),
     *_keys("value_tokens"),
     *_keys("all_tokens"),
     *(q for pos in ("value_positions", "scored_positions") for rep in ("values", "final") for q in _manifold(pos, rep)),
     *_attention(0, "first"),
     *_attention(-1, "last"),
+    *_memory(0, "first"),
+    *_memory(-1, "last"),
 ]
 
 
@@ -87,30 +176,63 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def seed_summary(values: list[float]) -> dict[str, Any]:
-    """n_seeds, mean, the across-seed Student-t 95% interval (None under 2 seeds) and the values."""
-    out: dict[str, Any] = {"n_seeds": len(values), "mean": sum(values) / len(values), "values": values}
-    out["interval"] = list(seed_interval(values)) if len(values) >= 2 else None
+def not_measurable(d: Any, path: KeyPath) -> str | None:
+    """The reason a probe gave for not measuring the number at `path` (a {"not_measurable": reason} on the way to
+    it), else None."""
+    for p in path:
+        if isinstance(d, dict) and "not_measurable" in d:
+            return str(d["not_measurable"])
+        d = dig(d, p)
+        if d is None:
+            return None
+    return None
+
+
+def seed_summary(values: list[float], scale: Scale = LINEAR) -> dict[str, Any]:
+    """n_seeds, mean, the across-seed Student-t 95% interval (None under 2 seeds; `metrics.seed_interval`) and the
+    values, on `scale` (folded to |value| where its sign is arbitrary): mean and interval are taken of the
+    transformed values and mapped back, so both stay in the statistic's range; "scale" names it."""
+    vals = [abs(v) for v in values] if scale.fold else list(values)
+    t = [scale.to(v) for v in vals]
+    out: dict[str, Any] = {"n_seeds": len(vals), "mean": scale.back(sum(t) / len(t)), "values": vals}
+    if len(vals) == 1:
+        out["mean"] = vals[0]  # one seed: its own value, exactly
+    interval = [scale.back(x) for x in seed_interval(t)] if len(vals) >= 2 else None
+    if interval is not None and scale.fold:
+        interval[0] = max(interval[0], 0.0)  # |r| >= 0
+    out["interval"] = interval
+    if scale is not LINEAR:
+        out["scale"] = scale.name
     return out
 
 
 def seed_text(summary: dict[str, Any] | None) -> str:
-    """A `seed_summary` as text: mean [95% interval over seeds], or the mean alone for one seed; "—" for None."""
+    """A `seed_summary` as text: mean [95% interval over seeds], or the mean alone for one seed; "not measurable"
+    where the probe said so; "—" for None."""
     if summary is None:
         return "—"
+    if "not_measurable" in summary:
+        return "not measurable"
     lo_hi = summary["interval"]
     return f"{summary['mean']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else "")
 
 
 def across_seeds(geometries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """quantity -> {"trained", "init", "baseline"}: `seed_summary` over the seeds that have the number (None where
-    none has), and "baseline_label"; quantities no seed has are left out."""
+    """quantity -> {"trained", "init", "baseline"}: `seed_summary` over the seeds that have the number on the
+    quantity's `Scale` (None where none has; {"not_measurable": reason} where the probe of every seed said it is
+    not measurable on this task), and "baseline_label"; quantities no seed has are left out."""
     out: dict[str, dict[str, Any]] = {}
-    for name, trained, init, (label, baseline) in SEED_QUANTITIES:
+    for name, trained, init, (label, baseline), scale in SEED_QUANTITIES:
         row: dict[str, Any] = {}
         for part, path in (("trained", trained), ("init", init), ("baseline", baseline)):
             vals = [float(v) for g in geometries if path and _number(v := dig(g, *path))]
-            row[part] = seed_summary(vals) if vals else None
+            reasons = {r for g in geometries if path and (r := not_measurable(g, path))}
+            if vals:
+                row[part] = seed_summary(vals, scale)
+            elif reasons:
+                row[part] = {"not_measurable": "; ".join(sorted(reasons))}
+            else:
+                row[part] = None
         if row["trained"] is not None:
             out[name] = {**row, "baseline_label": label}
     return out

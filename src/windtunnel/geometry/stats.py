@@ -185,12 +185,19 @@ def best_pc(scores: Any, y: Any, n_pcs: int = 5) -> dict[str, float]:
     return best
 
 
-def linear_probe_r2(x: Any, y: Any, test_frac: float = 0.2, seed: int = 0, ridge: float = 1e-6) -> float:
+def linear_probe_r2(
+    x: Any, y: Any, test_frac: float = 0.2, seed: int = 0, ridge: float = 1e-6, groups: Any = None
+) -> float:
     """Held-out R^2 of a ridge regression from rows of `x` (n,d) to `y` (n,), on a fixed random split.
 
     Features are standardised on the training part; `ridge` is relative to the mean feature variance (1 after
     standardising), so a target that is an exact linear function of the features scores R^2 = 1 (up to ~1e-6).
     R^2 = 1 - SSE/SST on the test part (SST about the test mean), so it can be negative, never above 1.
+
+    groups (n,), e.g. each point's position: R^2 within groups, what `x` predicts of `y` beyond its group. `x` and
+    `y` are centred by their group's means on the training part (test points of a group with no training point are
+    left out), and SST is the error of those group means alone: 1 = the rest of `y` predicted exactly, 0 = nothing
+    beyond the group (a representation of the group alone), < 0 = worse than the group means.
     """
     a, b = _np(x), _np(y).ravel()
     if a.ndim != 2 or a.shape[0] != b.size:
@@ -203,25 +210,143 @@ def linear_probe_r2(x: Any, y: Any, test_frac: float = 0.2, seed: int = 0, ridge
         raise ValueError(f"x: need at least {n_test + 2} rows for a split (got {n})")
     perm = np.random.default_rng(seed).permutation(n)
     te, tr = perm[:n_test], perm[n_test:]
-    mu, sd = a[tr].mean(0), a[tr].std(0)
-    sd[sd == 0] = 1.0
-    xtr, xte = (a[tr] - mu) / sd, (a[te] - mu) / sd
-    ymu = b[tr].mean()
-    gram = xtr.T @ xtr + ridge * len(tr) * np.eye(a.shape[1])
-    w = np.linalg.solve(gram, xtr.T @ (b[tr] - ymu))
-    pred = xte @ w + ymu
-    sst = ((b[te] - b[te].mean()) ** 2).sum()
+    if groups is not None:
+        a, b, te = _centre_by_group(a, b, np.asarray(groups).ravel(), tr, te)
+    pred = _ridge_predict(a[tr], b[tr], a[te], ridge)
+    sst = ((b[te] - (0.0 if groups is not None else b[te].mean())) ** 2).sum()
     sse = ((b[te] - pred) ** 2).sum()
     if sst <= 0:
         return 1.0 if sse <= 1e-12 else 0.0
     return float(1.0 - sse / sst)
 
 
-def manifold_stats(x: Any, entropy: Any, seed: int = 0) -> dict[str, float]:
-    """PCA summary of representations `x` (n,d) against the posterior entropy (n,) of each point."""
+def _ridge_predict(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, ridge: float) -> np.ndarray:
+    """(m,) predictions at `xte` (m,d) of a ridge regression fitted to `xtr` (n,d), `ytr` (n,), features
+    standardised on `xtr`, `ridge` relative to their variance (1), an unpenalised intercept."""
+    mu, sd = xtr.mean(0), xtr.std(0)
+    sd[sd == 0] = 1.0
+    a, t = (xtr - mu) / sd, (xte - mu) / sd
+    ymu = ytr.mean()
+    w = np.linalg.solve(a.T @ a + ridge * len(ytr) * np.eye(a.shape[1]), a.T @ (ytr - ymu))
+    return np.asarray(t @ w + ymu)
+
+
+def cross_fitted(x: Any, y: Any, folds: int = 5, seed: int = 0, ridge: float = 1e-6) -> np.ndarray:
+    """(n,) held-out ridge predictions of `y` (n,) from `x` (n,d): each point predicted by the fit to the other
+    folds (a fixed random split into `folds`), so no point's own value is in its prediction."""
+    a, b = _np(x), _np(y).ravel()
+    parts = np.array_split(np.random.default_rng(seed).permutation(b.size), int(folds))
+    out = np.empty_like(b)
+    for k, te in enumerate(parts):
+        tr = np.concatenate([p for j, p in enumerate(parts) if j != k])
+        out[te] = _ridge_predict(a[tr], b[tr], a[te], ridge)
+    return out
+
+
+def _centre_by_group(
+    a: np.ndarray, b: np.ndarray, groups: np.ndarray, tr: np.ndarray, te: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a, b) (n,d), (n,) minus their group's means over the training rows `tr`, and the test rows `te` whose group
+    has a training row (the others have no group mean to be centred by)."""
+    if groups.size != b.size:
+        raise ValueError(f"groups: need one per row (got {groups.size} for {b.size} rows)")
+    _, inv = np.unique(groups, return_inverse=True)
+    count = np.bincount(inv[tr], minlength=inv.max() + 1).astype(np.float64)  # (G,) training rows per group
+    te = te[count[inv[te]] > 0]
+    if te.size == 0:
+        raise ValueError("groups: no test row shares a group with a training row")
+    mean_a = np.zeros((count.size, a.shape[1]))  # (G,d)
+    np.add.at(mean_a, inv[tr], a[tr])
+    mean_b = np.bincount(inv[tr], weights=b[tr], minlength=count.size)  # (G,)
+    safe = np.maximum(count, 1.0)
+    return a - (mean_a / safe[:, None])[inv], b - (mean_b / safe)[inv], te
+
+
+# A position whose posterior entropies spread less than this (std, bits) has none to correlate: float noise of a
+# constant (bijection without replacement: log2(V - t) at every sequence, within-position std 4e-16).
+VARIES_BITS = 1e-9
+MIN_WITHIN_POINTS = 10
+
+
+def varying_groups(y: Any, groups: Any, tol: float = VARIES_BITS) -> np.ndarray:
+    """(n,) bool: the points whose group's `y` varies (std over the group > `tol`); a group of one point does not."""
+    b, g = _np(y).ravel(), np.asarray(groups).ravel()
+    if g.size != b.size:
+        raise ValueError(f"y, groups: need the same length (got {b.size} and {g.size})")
+    _, inv = np.unique(g, return_inverse=True)
+    count = np.bincount(inv).astype(np.float64)  # (G,)
+    mean = np.bincount(inv, weights=b) / count
+    var = np.bincount(inv, weights=(b - mean[inv]) ** 2) / count
+    return (var > tol**2)[inv]
+
+
+def within_group_correlations(x: Any, y: Any, groups: Any) -> dict[str, float]:
+    """Pooled within-group Pearson and Spearman correlation of two 1-d samples: each centred within its group
+    (Spearman: ranked within its group first), then one correlation over all points. Whatever the groups differ
+    by (a position's mean) cannot move it; a group where either is constant adds variance but no covariance.
+    0 where either has no variance left within groups."""
+    a, b, g = _np(x).ravel(), _np(y).ravel(), np.asarray(groups).ravel()
+    if not a.size == b.size == g.size:
+        raise ValueError(f"x, y, groups: need the same length (got {a.size}, {b.size} and {g.size})")
+    out = {}
+    for name, (u, v) in (("pearson", (a, b)), ("spearman", _ranked_within(a, b, g))):
+        u, v = _centred_within(u, g), _centred_within(v, g)
+        den = math.sqrt(float((u**2).sum() * (v**2).sum()))
+        out[name] = float((u * v).sum() / den) if den > 0 else 0.0
+    return out
+
+
+def _centred_within(a: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(n,) `a` minus its group's mean."""
+    _, inv = np.unique(groups, return_inverse=True)
+    return a - (np.bincount(inv, weights=a) / np.bincount(inv))[inv]
+
+
+def _ranked_within(a: np.ndarray, b: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) each of `a` and `b` replaced by its rank within its group (ties: average rank)."""
+    ra, rb = np.empty_like(a), np.empty_like(b)
+    for g in np.unique(groups):
+        at = groups == g
+        ra[at], rb[at] = sps.rankdata(a[at]), sps.rankdata(b[at])
+    return ra, rb
+
+
+def within_position_stats(x: Any, pc1: Any, entropy: Any, positions: Any, seed: int = 0) -> dict[str, Any]:
+    """The entropy statistics position cannot fake: pooled within-position Pearson and Spearman of PC1 scores `pc1`
+    (n,) with the `entropy` (n,), and the held-out ridge R^2 of `x` (n,d) for the entropy beyond each position's mean
+    (`linear_probe_r2` with groups), over the points of positions where the entropy varies (`varying_groups`); a
+    position where it does not contributes nothing. {"not_measurable": reason} where fewer than MIN_WITHIN_POINTS
+    such points remain (bijection without replacement has none: its entropy is a function of position)."""
+    h, pos = _np(entropy).ravel(), np.asarray(positions).ravel()
+    keep = varying_groups(h, pos)
+    if not keep.any():
+        return {
+            "not_measurable": "the posterior entropy does not vary within any position (it is a function of the "
+            "position alone), so its correlation with anything is a statistic of position"
+        }
+    if int(keep.sum()) < MIN_WITHIN_POINTS:
+        return {
+            "not_measurable": f"only {int(keep.sum())} points at positions where the posterior entropy varies "
+            f"(needs {MIN_WITHIN_POINTS})"
+        }
+    a, s, h, pos = _np(x)[keep], _np(pc1).ravel()[keep], h[keep], pos[keep]
+    corr = within_group_correlations(s, h, pos)
+    return {
+        "n_points": int(keep.sum()),
+        "n_positions": int(np.unique(pos).size),
+        "pc1_pearson": corr["pearson"],
+        "pc1_spearman": corr["spearman"],
+        "entropy_r2": linear_probe_r2(a, h, seed=seed, groups=pos),
+    }
+
+
+def manifold_stats(x: Any, entropy: Any, seed: int = 0, positions: Any = None) -> dict[str, Any]:
+    """PCA summary of representations `x` (n,d) against the posterior entropy (n,) of each point; given each point's
+    position (n,), also `within_position` (`within_position_stats`). The pooled correlations and R^2 read the
+    entropy's differences between positions too, which a representation of position alone carries."""
     ratios, scores = pca(x)
     best = best_pc(scores, entropy)
-    return {
+    out: dict[str, Any] = {
         "n_points": int(_np(entropy).size),
         "pc1_var": float(ratios[0]),
         "pc12_var": float(ratios[:2].sum()),
@@ -233,12 +358,35 @@ def manifold_stats(x: Any, entropy: Any, seed: int = 0) -> dict[str, float]:
         "pc1_spearman": correlations(scores[:, 0], entropy)["spearman"],
         "entropy_r2": linear_probe_r2(x, entropy, seed=seed),
     }
+    if positions is not None:
+        out["within_position"] = within_position_stats(x, scores[:, 0], entropy, positions, seed=seed)
+    return out
 
 
-def gaussian_manifold_baseline(n: int, d: int, entropy: Any, seed: int = 0) -> dict[str, float]:
-    """`manifold_stats` of i.i.d. Gaussian points (n,d) labelled with the same entropies (n,): what PC1 share,
-    participation ratio and entropy correlation look like with no structure at all (PC1 ~ 1/d, correlations ~ 0)."""
-    return manifold_stats(np.random.default_rng(seed).standard_normal((int(n), int(d))), entropy, seed=seed)
+def reference_stats(z: Any, entropy: Any, seed: int = 0, positions: Any = None) -> dict[str, Any]:
+    """The entropy statistics of `manifold_stats` for a reference representation `z` (n,F) -- features of what a
+    predictor that cannot infer reads (the position, its own input) -- at the most it allows: its "PC1" is the
+    held-out prediction of the entropy from `z` (`cross_fitted`), the component of any representation carrying
+    only `z` that correlates best. A trained model's correlation at or below it is one `z` can fake."""
+    best = cross_fitted(z, entropy, seed=seed)  # (n,)
+    corr = correlations(best, entropy)
+    out: dict[str, Any] = {
+        "n_points": int(_np(entropy).size),
+        "pc1_pearson": corr["pearson"],
+        "pc1_spearman": corr["spearman"],
+        "entropy_r2": linear_probe_r2(z, entropy, seed=seed),
+    }
+    if positions is not None:
+        out["within_position"] = within_position_stats(z, best, entropy, positions, seed=seed)
+    return out
+
+
+def gaussian_manifold_baseline(n: int, d: int, entropy: Any, seed: int = 0, positions: Any = None) -> dict[str, Any]:
+    """`manifold_stats` of i.i.d. Gaussian points (n,d) labelled with the same entropies (n,) (and positions):
+    what PC1 share, participation ratio and entropy correlation look like with no structure at all (PC1 ~ 1/d,
+    correlations ~ 0)."""
+    x = np.random.default_rng(seed).standard_normal((int(n), int(d)))
+    return manifold_stats(x, entropy, seed=seed, positions=positions)
 
 
 # --------------------------------------------------------------------------------------------- clusters
@@ -282,3 +430,33 @@ def first_step_where(steps: Sequence[int], ok: Sequence[bool]) -> int | None:
         elif not good:
             found = None
     return found
+
+
+# --------------------------------------------------------------------------------------------- intervals
+
+
+def bootstrap_ratios(
+    num: torch.Tensor, den: torch.Tensor, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per column of `num`, `den` (N,M) -- one row per sequence -- the ratio of column sums sum(num)/sum(den) (a
+    mean where `den` is all ones) and its bootstrap `level` interval over rows, every column resampled with the same
+    draws (paired). Returns (estimates (M,), intervals (M,2)) float64; nan where a sum of `den` is 0."""
+    num, den = num.detach().double().cpu(), den.detach().double().cpu()
+    if num.shape != den.shape or num.dim() != 2 or num.shape[0] < 1:
+        shapes = f"{tuple(num.shape)}, {tuple(den.shape)}"
+        raise ValueError(f"num, den: need the same (N,M) shape with N >= 1 (got {shapes})")
+    n = num.shape[0]
+
+    def ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(b != 0, a / torch.where(b != 0, b, 1.0), torch.nan)
+
+    est = ratio(num.sum(0), den.sum(0))  # (M,)
+    if n_boot <= 0 or n < 2:
+        return est, torch.stack([est, est], 1)
+    g = torch.Generator().manual_seed(int(seed))
+    draws = torch.randint(0, n, (int(n_boot), n), generator=g)  # (R,N) rows drawn with replacement
+    counts = torch.zeros(int(n_boot), n, dtype=torch.float64).scatter_add_(1, draws, torch.ones_like(draws).double())
+    boots = ratio(counts @ num, counts @ den)  # (R,M)
+    alpha = (1 - level) / 2
+    q = torch.nanquantile(boots, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)  # (2,M)
+    return est, q.T

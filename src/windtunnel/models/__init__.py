@@ -22,11 +22,15 @@ Glossary:
                    `reserved_positions` rows a buffer kept for evaluating longer sequences; `Size.learned_positions()`
                    says whether a model has one.
 
+`check_causal(model, spec)` refuses a model whose output at a position depends on a later input (CausalityError,
+exit 2): every model is checked before it trains or is evaluated (`models.causality`).
+
 `info(arch)` is what the suites and the report read of an architecture (row order, follows, context-blindness,
 baseline, relative cost, colour): ClassVars on its class, with `SequenceModel`'s defaults for a user's own.
 """
 
 from windtunnel.models.base import InitSize, ModelSize, ResidualModel, SequenceModel, predictive
+from windtunnel.models.causality import CausalityError, check_causal
 from windtunnel.models.registry import (
     ArchInfo,
     built_ins,
@@ -42,12 +46,14 @@ from windtunnel.models.registry import (
 
 __all__ = [
     "ArchInfo",
+    "CausalityError",
     "InitSize",
     "ModelSize",
     "ResidualModel",
     "SequenceModel",
     "built_ins",
     "check",
+    "check_causal",
     "info",
     "is_import_string",
     "make",

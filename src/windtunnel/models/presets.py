@@ -73,6 +73,7 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "lstm": dict(n_layers=9, d_model=256, dropout=0.1),
     },
 }
+_OVERRIDES.update({("hmm-sticky", tier): _OVERRIDES[("hmm", tier)] for tier in ("quick", "paper")})  # the HMM's sizes
 _PREFIX_D_EMB = {"smoke": 4, "quick": 8, "paper": 16}  # slot embedding width of the prefix MLP
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ GEOMETRY_COLUMNS = [
     ("lens KL(Bayes‖lens) first→last", ("lens", "kl_bits_per_layer")),
     ("lens KL(lens‖Bayes) first→last", ("lens", "kl_lens_to_posterior_bits_per_layer")),
     ("frame step / precision step", ("dynamics",)),
+    ("memory move lag 1 / last: model (exact) bits", ("memory",)),
 ]
 
 
@@ -94,6 +96,9 @@ def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
     if path[0] == "dynamics" and isinstance(v, dict):
         frame, precision = v.get("frame_step_90_progress"), v.get("precision_step_2x")
         return f"{frame if frame is not None else '—'} / {precision if precision is not None else '—'}"
+    if path[0] == "memory" and isinstance(v, dict) and v.get("lags"):
+        lags = ((i, _dig(v, "lags", i)) for i in (0, -1))
+        return " / ".join(f"lag {j}: {_f3(_dig(v, 'model', i))} ({_f3(_dig(v, 'exact', i))})" for i, j in lags)
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
     return _f3(v)
@@ -102,7 +107,7 @@ def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
 def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
     """One row per probed run: the headline number of each probe, "—" where it does not apply."""
     return [
-        [r.task, r.arch] + [_geometry_cell(r.geometry, path) for _, path in GEOMETRY_COLUMNS]
+        [r.task, r.arch + tables.runs_tag([r])] + [_geometry_cell(r.geometry, path) for _, path in GEOMETRY_COLUMNS]
         for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed))
         if r.geometry
     ]
@@ -167,6 +172,14 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         )
     )
     doc.add(Table(header, rows))
+    _listing(
+        doc,
+        f"{tables.STATUS_MARK} Not the finished run of its config, and never pooled with it: a run stopped before its "
+        "last step (unfinished), extended by a resume that changed the learning rates it had trained at (extended), "
+        "or whose config.json was edited since it trained (edited) is a row of its own; a run resumed with changed "
+        "keys that change no weight (resumed) is marked where it is pooled. Each run, and why: ",
+        tables.marked_runs(records),
+    )
     mixed = tables.mixed_configurations(records)
     _listing(
         doc,
@@ -215,7 +228,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         if len(r.evals) > 1:
             metric = tables.headline_metric(r.task)
             cells = [
-                f"{name}: {tables.fmt(m['mean'], metric)}"
+                f"{name}: {tables.fmt(m['mean'], metric)}{tables.runs_tag([r], name)}"
                 for name in r.evals
                 if (m := r.metric(metric, name)) is not None
             ]
@@ -303,7 +316,9 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                 "beside init and Gaussian keys (mean ± spread). 'L0 keys in training' says how training "
                 "moved each statistic from init. Lens KL is given in both directions, first (embedding) → "
                 "last layer: KL(Bayes‖lens) (ours) and KL(lens‖Bayes), the authors' direction, with the "
-                "Bayes posterior floored at 1e-12 as theirs was. Paper: layer-0 key cosine 0.052 vs 0.082 "
+                "Bayes posterior floored at 1e-12 as theirs was. Memory: how far the belief moves (KL, bits) when "
+                "one observation 1 or J lags back is resampled, beside the exact filter's move under the same edits. "
+                "Paper: layer-0 key cosine 0.052 vs 0.082 "
                 "random; attention entropy drop 85–90%; PC1 84–90%; Mamba five clusters, entropy R² 0.40 "
                 "(Mamba) vs 0.004 (LSTM)."
             )
@@ -314,8 +329,12 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         doc.add(Heading("Geometry across seeds", 3))
         doc.add(
             Paragraph(
-                "Every probed seed of each cell (docs/geometry.md): mean over seeds [Student-t 95% interval, "
-                "≥ 2 seeds], the same probe on the model at init and a baseline. Keys: layer 0, on the key tokens "
+                "Every probed seed of each cell (docs/geometry.md): mean over seeds [Student-t 95% interval, ≥ 2 "
+                "seeds, taken where the statistic's range maps to the real line (Fisher z for correlations, logit for "
+                "shares) and mapped back; a correlation with PC1 as |r|, its sign being the PC's], the same probe on "
+                "the model at init and a baseline (for entropy statistics the context-blind reference: position and "
+                "current input, at their best). Within position: the entropy statistics position cannot fake, 'not "
+                "measurable' where the entropy does not vary within a position. Keys: layer 0, on the key tokens "
                 "0..V−1 (the authors' qkv_analysis.py set) and on the value tokens (the set of the per-run table "
                 "above). Manifold: value vectors (the last layer's W_V on its residual input) and the final "
                 "representation, at the value positions (the authors' geometric_analysis.py) and at the scored "
@@ -363,13 +382,15 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         metric = tables.headline_metric(r.task)
         tail = r.curve(metric)[-2:]
         late = " → ".join(f"{tables.fmt(v, metric)} (step {s:,})" for s, v in tail) if len(tail) == 2 else "—"
+        st = r.state()
         run_rows.append(
             [
                 r.path.name,
                 r.task,
                 r.arch,
                 str(r.seed),
-                f"{r.steps:,}",
+                f"{tables.STATUS_MARK} {st.status}" if st.marked else st.status,
+                f"{st.steps_trained:,}" + (f" of {r.steps:,}" if st.steps_trained != r.steps else ""),
                 str(r.batch_size),
                 wall,
                 f"{total:.0f}" if isinstance(total, (int, float)) else "—",
@@ -378,8 +399,10 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         )
     doc.add(
         Paragraph(
-            "The last column is the validation-stream headline metric at the last two periodic evaluations: "
-            "a run still improving there stopped on its budget, not on a plateau."
+            "Status is that of the run's default evaluation (eval.json's record; † as under Table 1), steps those its "
+            "weights trained for, of those its config trains where fewer. The last column is the validation-stream "
+            "headline metric at the last two periodic evaluations: a run still improving there stopped on its budget, "
+            "not on a plateau."
         )
     )
     doc.add(
@@ -389,6 +412,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                 "Task",
                 "Arch",
                 "Seed",
+                "Status",
                 "Steps",
                 "Batch",
                 "Train wall (s)",
@@ -411,7 +435,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                 "task": r.task,
                 "arch": r.arch,
                 "seed": r.seed,
-                "steps": r.steps,
+                **asdict(r.state()),  # status, steps (its config's), steps_trained, sequences_seen, notes
                 "wall_s": r.wall_s,
                 "evals": {k: v.get("metrics", {}) for k, v in r.evals.items()},
                 **({"approximations": r.default["approximations"]} if r.default.get("approximations") else {}),

@@ -14,8 +14,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import errors, manifest, rundir
+from windtunnel import checkpoints, errors, manifest, rundir
 from windtunnel.resolve import upgrade_stored
+from windtunnel.resume import STATUSES
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the weights behind one evaluation of a run are (eval.json's "run" record, `resume.run_record`, checked
+    against config.json): `status` one of resume.STATUSES, the steps its config trains and those trained, the
+    sequences seen in training, and the notes that say why."""
+
+    status: str
+    steps: int
+    steps_trained: int
+    sequences_seen: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def marked(self) -> bool:
+        """Whether the report marks it (anything but a finished run)."""
+        return self.status != "finished"
+
+    @property
+    def variant(self) -> str:
+        """The words that label the cells of a run that is not its config's run ("unfinished at step 51 of 120",
+        "extended by a resume", "config.json edited since it trained"); empty for any other."""
+        if self.status == "unfinished":
+            return f"unfinished at step {self.steps_trained:,} of {self.steps:,}"
+        if self.status == "extended":
+            return "extended by a resume"
+        if self.status == "edited":
+            return f"{rundir.CONFIG} edited since it trained"
+        return ""
 
 
 @dataclass
@@ -30,6 +61,8 @@ class RunRecord:
     evals: dict[str, Any]  # eval.json: name -> {"task_params", "n", "metrics", "per_position"}
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl lines
     geometry: dict[str, Any] | None = None
+    # checkpoints/latest.json's step (0: none), read only for a run without a default evaluation; None: not known
+    checkpoint_step: int | None = None
 
     @property
     def params(self) -> dict[str, Any]:
@@ -52,6 +85,26 @@ class RunRecord:
     @property
     def batch_size(self) -> int:
         return int(self.config.get("train", {}).get("batch_size", 0) or 0)
+
+    def state(self, setting: str = "default") -> RunState:
+        """What the weights behind evaluation `setting` are: its eval.json record (`resume.run_record`); an entry
+        evaluated at a checkpoint before the config's last step is unfinished whatever it says (an eval.json written
+        before the record existed, or a config.json edited since). Without that evaluation: the latest checkpoint."""
+        ev = self.evals.get(setting)
+        found = ev.get("step") if ev is not None else self.checkpoint_step
+        step: int | None = found if _is_int(found) else None  # None: a baseline, or not known
+        rec = (ev or {}).get("run") or {}
+        trained: int = rec.get("steps_trained", self.steps if step is None else step)
+        seen: int = rec.get("sequences_seen", trained * self.batch_size)
+        status, notes = rec.get("status", "finished"), tuple(rec.get("notes", ()))
+        if step is not None and step < self.steps and status != "unfinished":
+            status = "unfinished"
+            at = f"step {step:,} of the {self.steps:,} its config trains ({seen:,} sequences seen)"
+            notes = (f"unfinished: evaluated at {at}", *notes)
+        elif step is not None and step > self.steps and status in ("finished", "resumed"):  # no resume shortens a run
+            status = "edited"
+            notes = (f"edited: evaluated at step {step:,}, but its {rundir.CONFIG} trains {self.steps:,}", *notes)
+        return RunState(status, self.steps, trained, seen, notes)
 
     @property
     def wall_s(self) -> float | None:
@@ -107,6 +160,8 @@ TASK_PARAMS = {"N": "positive", "score_at": "text"}
 # metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
 # tables.headline_metric).
 HISTORY_FIELDS = {"elapsed_s": "number", "train_s": "number", "entropy_mae_bits": "number", "accuracy": "number"}
+# eval.json's record of what a run is (`resume.run_record`), in each entry's "run".
+RUN_FIELDS = {"steps": "count", "steps_trained": "count", "sequences_seen": "count", "notes": "list"}
 # done.json fields the drivers read (`executors.run_job` writes them; sweep tables and reproduce's report read them).
 DONE_FIELDS = {
     "wall_s": "number",
@@ -179,7 +234,23 @@ def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
                     f"{name}.approximations.{a}.{k}",
                 )
         _check_params(ev.get("task_params", {}), path, f"{name}.task_params")
+        _optional(ev, "step", "count", path, f"{name}.step")
+        if ev.get("run") is not None:
+            _check_run_record(checked(ev["run"], "object", path, f"{name}.run"), path, f"{name}.run")
     return evals
+
+
+def _check_run_record(rec: dict[str, Any], path: Path, where: str) -> None:
+    """An eval.json entry's "run" (`resume.run_record`): a known status, counts, and notes that are text."""
+    if rec.get("status") not in STATUSES:
+        expected = f"one of {', '.join(STATUSES)}"
+        raise errors.CheckpointError(
+            f"{path}: {where}.status: expected {expected}, got {reprlib.repr(rec.get('status'))}"
+        )
+    for key, kind in RUN_FIELDS.items():
+        _required(rec, key, kind, path, f"{where}.{key}")
+    for i, note in enumerate(rec["notes"]):
+        checked(note, "text", path, f"{where}.notes[{i}]")
 
 
 def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -234,15 +305,17 @@ def read_run(path: str | Path) -> RunRecord:
     if not (p / rundir.CONFIG).exists():
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
     config = upgrade_stored(_check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG))  # cells compare sizes
+    evals = _check_evals(_read_object(p / rundir.EVAL, {}), p / rundir.EVAL)
     return RunRecord(
         path=p,
         task=config["task"]["name"],
         arch=config["model"]["arch"],
         seed=config.get("seed") or 0,
         config=config,
-        evals=_check_evals(_read_object(p / rundir.EVAL, {}), p / rundir.EVAL),
+        evals=evals,
         history=_check_history(rundir.read_metrics(p), p / rundir.METRICS),
         geometry=_read_object(p / rundir.GEOMETRY),
+        checkpoint_step=None if "default" in evals else checkpoints.latest_step(p) or 0,
     )
 
 

@@ -1,7 +1,9 @@
 """Table 1 (architecture x primitive) and the memorisation table, built from run records.
 
 Cells are configurations: runs that differ in anything but the seed are separate cells, labelled by the keys that
-differ. Each cell's mark is `marks.verdict` on its seeds pooled by `marks.pool` (entropy error and KL both, at the
+differ; a run that is not its config's run (unfinished, extended, config.json edited: `collect.RunState`) is a cell
+of its own, labelled so, and every cell, row and run whose record is not "finished" carries `STATUS_MARK` and its
+status. Each cell's mark is `marks.verdict` on its seeds pooled by `marks.pool` (entropy error and KL both, at the
 conservative end of the across-seed interval; the belief horizon for the HMM); see `marks.rule_text`.
 """
 
@@ -10,14 +12,41 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from windtunnel import marks, models, tasks
 from windtunnel.report.collect import RunRecord
+from windtunnel.resume import STATUSES
 from windtunnel.suites.settings import paper_result, paper_setting, values
 from windtunnel.text import number
 
 METRIC_WORDS = {"entropy_mae_bits": "entropy error (bits)", "accuracy": "accuracy"}
+STATUS_MARK = "†"  # beside a cell or run whose weights are not (only) the finished run of its config
+
+
+def status_tag(statuses: Iterable[str]) -> str:
+    """The mark of a cell or run from the statuses of its runs (`RunRecord.state`): " † unfinished, resumed"; "" when
+    every run is finished."""
+    found = set(statuses)
+    marked = [s for s in STATUSES if s in found and s != "finished"]
+    return f" {STATUS_MARK} {', '.join(marked)}" if marked else ""
+
+
+def runs_tag(runs: Iterable[RunRecord], setting: str = "default") -> str:
+    """`status_tag` of the evaluation `setting` of `runs`."""
+    return status_tag(r.state(setting).status for r in runs)
+
+
+def marked_runs(records: list[RunRecord]) -> list[str]:
+    """One line per run whose default evaluation is not its config's finished run: its name and why (the footnote
+    under Table 1)."""
+    out = []
+    for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed, r.path.name)):
+        st = r.state()
+        if st.marked:
+            out.append(f"{r.path.name}: {'; '.join(st.notes) or st.status}")
+    return out
 
 
 def headline_metric(task: str) -> str:
@@ -64,32 +93,42 @@ def config_key(r: RunRecord) -> str:
     return json.dumps({k: v for k, v in r.config.items() if k != "seed"}, sort_keys=True)
 
 
+def _config_labels(keys: Iterable[str]) -> dict[str, str]:
+    """Each config key (`config_key`) -> "" when there is one, else the dotted keys whose values differ among them
+    ("task.params.K=10")."""
+    keys = list(dict.fromkeys(keys))
+    if len(keys) == 1:
+        return {keys[0]: ""}
+    flats = {key: _flat(json.loads(key)) for key in keys}
+    paths = sorted({k for f in flats.values() for k in f})
+    differ = [k for k in paths if len({f.get(k) for f in flats.values()}) > 1]
+    return {key: ", ".join(f"{k}={flats[key].get(k, '—')}" for k in differ) for key in keys}
+
+
 def configurations(records: list[RunRecord]) -> dict[tuple[str, str], dict[str, list[RunRecord]]]:
     """(arch, task) -> {label: runs of one configuration}; the label is "" when (arch, task) has one configuration,
-    else the dotted keys whose values differ among its configurations ("task.params.K=10")."""
-    groups: dict[tuple[str, str], dict[str, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
+    else the dotted keys whose values differ among its configurations ("task.params.K=10"); runs that are not their
+    config's run (`RunState.variant`: unfinished, extended, edited) are a configuration of their own, labelled so."""
+    groups: dict[tuple[str, str], dict[tuple[str, str], list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        groups[(r.arch, r.task)][config_key(r)].append(r)
+        groups[(r.arch, r.task)][(config_key(r), r.state().variant)].append(r)
     out: dict[tuple[str, str], dict[str, list[RunRecord]]] = {}
     for cell, by_config in groups.items():
-        if len(by_config) == 1:
-            out[cell] = {"": next(iter(by_config.values()))}
-            continue
-        flats = {key: _flat(json.loads(key)) for key in by_config}
-        keys = sorted({k for f in flats.values() for k in f})
-        differ = [k for k in keys if len({f.get(k) for f in flats.values()}) > 1]
-        out[cell] = {
-            ", ".join(f"{k}={flats[key].get(k, '—')}" for k in differ): runs for key, runs in by_config.items()
-        }
+        labels = _config_labels(key for key, _ in by_config)
+        ordered = sorted(by_config.items(), key=lambda kv: kv[0][1] != "")  # the config's own runs first
+        out[cell] = {", ".join(x for x in (labels[key], v) if x): runs for (key, v), runs in ordered}
     return out
 
 
 def mixed_configurations(records: list[RunRecord]) -> list[str]:
-    """A warning line per (arch, task) whose runs are of more than one configuration."""
+    """A warning line per (arch, task) whose runs are of more than one configuration (config.json less the seed)."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in records:
+        groups[(r.arch, r.task)].append(config_key(r))
     return [
-        f"{arch} / {task}: {len(variants)} configurations ({'; '.join(variants)})"
-        for (arch, task), variants in configurations(records).items()
-        if len(variants) > 1
+        f"{arch} / {task}: {len(labels)} configurations ({'; '.join(labels.values())})"
+        for (arch, task), keys in groups.items()
+        if len(labels := _config_labels(keys)) > 1
     ]
 
 
@@ -153,6 +192,7 @@ def cell_value(runs: list[RunRecord], metric: str, setting: str = "default") -> 
         "level": verdict.level,
         "verdict": verdict.to_dict(),
         "seed_levels": [v.level for v in seed_verdicts],
+        "statuses": sorted({r.state(setting).status for r in scored} - {"finished"}, key=STATUSES.index),
         "seeds_exact": sum(v.level == "exact" for v in seed_verdicts),
         **({"closest": verdict.closest, "closest_text": verdict.closest_text} if verdict.closest else {}),
         **({"horizon": verdict.horizon, "horizon_max": verdict.horizon_max} if verdict.horizon_max is not None else {}),
@@ -177,7 +217,7 @@ def _interval(m: dict[str, float] | None, metric: str) -> str:
 
 
 def _cell_text(c: dict[str, Any], metric: str) -> str:
-    text = f"{marks.MARK[c['level']]} {_interval(c, metric)}"
+    text = f"{marks.MARK[c['level']]} {_interval(c, metric)}{status_tag(c['statuses'])}"
     if metric != "kl_bits" and c.get("kl_bits"):
         text += f" · KL {_interval(c['kl_bits'], 'kl_bits')}"
     if c["seeds"] >= 2:
@@ -218,7 +258,7 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
     for task, _, title in cols:
         header.append(title)
         if task in with_approx:
-            header.append(f"{tasks.info(task).title}: closest posterior · belief horizon")
+            header.append(f"{tasks.info(task).title}: KL-nearest reference · belief horizon")
     header += ["Exact (✓) / approximate (◐)"]
     rows: list[list[str]] = []
     data: dict[str, Any] = {}
@@ -248,7 +288,10 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
             if task in with_approx:
                 closest = cell.get("closest_text") or "—"
                 row.append(f"{closest} · {horizon_text(cell)}")
-        row.append(f"{counts['exact']}/{tested} ✓, {counts['approximate']}/{tested} ◐")
+        row.append(
+            f"{counts['exact']}/{tested} ✓, {counts['approximate']}/{tested} ◐"
+            + (f", {counts['invalid']}/{tested} ⚠" if counts["invalid"] else "")
+        )
         rows.append(row)
     return header, rows, data
 
@@ -266,11 +309,20 @@ def task_references(task: str, records: list[RunRecord]) -> list[Any]:
 
 
 def reference_levels(records: list[RunRecord]) -> list[str]:
-    """Derived reference levels per task (never the paper's numbers): the uniform predictor's score (the
-    context-blind floor) and each tunnel's own levels (`WindTunnel.references`, e.g. chance among stored values)."""
+    """Derived reference levels per task (never the paper's numbers): what ✓ certifies there (`marks.certifies`, with
+    the tunnel's transport demand where it has one), the uniform predictor's score (the context-blind floor) and each
+    tunnel's own levels (`WindTunnel.references`, e.g. chance among stored values)."""
     out = []
     for task in task_order({r.task for r in records}):
         metric = headline_metric(task)
+        built = tunnel(task, records)
+        if built is not None:
+            th, demand = marks.thresholds(built), getattr(built, "transport_demand", None)
+            depth = demand.window - 1 if demand is not None else 0
+            out.append(
+                f"{task}: ✓ certifies {marks.certifies(th, metric, depth)}"
+                + (f" (transport demand {demand.text()})" if demand is not None else "")
+            )
         uniform = next((r.metric(metric) for r in records if r.task == task and r.arch == "uniform"), None)
         if uniform is not None:
             out.append(f"{task}: uniform predictor (context-blind) {fmt(uniform['mean'], metric)}")
@@ -336,7 +388,9 @@ def capacity_table(records: list[RunRecord], task: str, param: str) -> tuple[lis
             [
                 name,
                 *(
-                    f"{marks.MARK[cells[v]['level']]} {fmt(cells[v]['mean'], metric)}" if v in cells else "—"
+                    f"{marks.MARK[cells[v]['level']]} {fmt(cells[v]['mean'], metric)}{status_tag(cells[v]['statuses'])}"
+                    if v in cells
+                    else "—"
                     for v in points
                 ),
                 *(str(best[lv]) if best[lv] is not None else "none" for lv in ("exact", "approximate")),
@@ -379,7 +433,7 @@ def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
         by_params[(r.task, json.dumps(r.params, sort_keys=True))].append(r)
     rows = []
     for (task, params), runs in sorted(by_params.items()):
-        seen = max((r.steps * r.batch_size for r in runs), default=0)
+        seen = max((r.state().sequences_seen for r in runs), default=0)  # what trained, not what the config asks
         built = tunnel_of(runs)
         h = float(built.spec.log10_hypotheses) if built is not None else None
         if h is None:
@@ -396,7 +450,7 @@ def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
 
 def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
     """Which approximate posterior each model computes (tasks whose eval.json has "approximations": the HMM's
-    context-blind reference and window filters): per run, the closest posterior (paired intervals), the belief
+    context-blind reference and window filters): per run, the KL-nearest reference (paired intervals), the belief
     horizon, and per approximation the model's gain over it, KL(exact ‖ approximation) − KL(exact ‖ model) in bits
     with its interval (> 0: the model is measurably closer to the exact posterior than the approximation is); a last
     row per task gives each approximation's own entropy error and KL against the exact posterior."""
@@ -404,7 +458,7 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
     if not with_approx:
         return None
     names = list(dict.fromkeys(n for r in with_approx for n in r.default["approximations"]))
-    header = ["Task", "Run", "Closest", "Belief horizon", *(f"gain over '{n}'" for n in names)]
+    header = ["Task", "Run", "KL-nearest reference", "Belief horizon", *(f"gain over '{n}'" for n in names)]
     rows = []
     for r in sorted(with_approx, key=lambda r: (r.task, r.arch, r.seed)):
         c = cell_value([r], headline_metric(r.task)) or {}
@@ -412,7 +466,7 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
         rows.append(
             [
                 r.task,
-                r.path.name,
+                r.path.name + runs_tag([r]),
                 c.get("closest_text") or "—",
                 horizon_text(c),
                 *(
@@ -443,10 +497,12 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
     0.02 / 0.01 bits; recall 90 / 99 / 100%; HMM also the first evaluation on the exact filter): median over seeds
     [range] @ median step, and how many seeds got there. Runs without training-time evaluations are left out."""
     cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    tags: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for r in records:
         evals = [h for h in r.history if h.get("split") == "eval" and "train_s" in h]
         if evals:
             cells[(r.task, r.arch)].append(marks.crossings(evals, headline_metric(r.task)))
+            tags[(r.task, r.arch)].append(r)
     if not cells:
         return None
     columns_ = [*(f"{m:g}" for m in marks.PRECISION_MARKS["entropy_mae_bits"]), marks.EXACT_FILTER]
@@ -454,14 +510,15 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
     rows = []
     for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], arch_row(kv[0][1]))):
         summary = marks.summarize_marks(per_seed)
+        name = arch + runs_tag(tags[(task, arch)])
         if headline_metric(task) == "accuracy":
             acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {marks.format_mark(v)}" for m, v in summary.items())
-            rows.append([task, arch, str(len(per_seed)), *("" for _ in columns_), acc])
+            rows.append([task, name, str(len(per_seed)), *("" for _ in columns_), acc])
         else:
             rows.append(
                 [
                     task,
-                    arch,
+                    name,
                     str(len(per_seed)),
                     *(marks.format_mark(summary[m]) if m in summary else "n/a" for m in columns_),
                     "",

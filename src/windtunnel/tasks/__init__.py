@@ -7,7 +7,7 @@
 
 # Built-in tunnels register themselves on import.
 from windtunnel.tasks import bijection, hmm, recall, regression  # noqa: E402, F401, I001
-from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec, WindTunnel
+from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec, WindTunnel, check_posterior
 from windtunnel.tasks.registry import TunnelInfo, info, make, names, register
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "TaskSpec",
     "TunnelInfo",
     "WindTunnel",
+    "check_posterior",
     "info",
     "make",
     "names",

@@ -47,6 +47,24 @@ def scatter_targets(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def token_inputs(inputs: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """`inputs` as (B,seq_len) long token ids; a ValueError naming the expected shape where they are not integer tokens
+    of that length (`posterior_for` of a token tunnel)."""
+    if inputs.dim() != 2 or inputs.shape[1] != seq_len or inputs.is_floating_point() or inputs.is_complex():
+        raise ValueError(
+            f"inputs: expected integer tokens of shape (B, {seq_len}) (got {tuple(inputs.shape)}, {inputs.dtype})"
+        )
+    return inputs.long()
+
+
+def first_invalid(checks: list[tuple[torch.Tensor, str]]) -> None:
+    """A ValueError "inputs: <what> (sequence i)" for the first (bad (B,) bool, what) that holds for some sequence:
+    the one-line reason `posterior_for` refuses an input no sequence of the tunnel could be."""
+    for bad, what in checks:
+        if bool(bad.any()):
+            raise ValueError(f"inputs: {what} (sequence {int(bad.nonzero()[0, 0])})")
+
+
 def log10_falling(n: int, k: int) -> float:
     """log10 of n! / (n-k)!: the number of ordered draws of k distinct items from n."""
     return (math.lgamma(n + 1) - math.lgamma(n - k + 1)) / math.log(10.0)

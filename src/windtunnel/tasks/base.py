@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, run
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
-from torch.distributions import Distribution
+from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.errors import error_message
 from windtunnel.tasks._util import generic_controls
@@ -69,7 +69,7 @@ class Batch:
     target_mask: (B,T) bool, the scored positions
     targets:     (B,T) the realised true answer at scored positions (class id long, or real y float)
     posterior:   exact posterior predictive, batch shape (B,T): Categorical over K classes or Normal;
-                 finite everywhere (arbitrary but valid at unscored positions)
+                 finite everywhere (arbitrary but valid at unscored positions; `check_posterior`)
     latent:      the sampled hypothesis and observations, for probes and tests
     """
 
@@ -90,6 +90,44 @@ class Batch:
     @property
     def device(self) -> torch.device:
         return self.inputs.device
+
+
+POSTERIOR_TOL = 1e-4  # how far from 1 a categorical posterior's mass may sum (float32 rounding is ~1e-6)
+
+
+def check_posterior(name: str, batch: Batch) -> None:
+    """A ValueError naming task `name`, the first bad position and what is wrong there, unless `batch.posterior` is a
+    distribution of batch shape (B,T) at every position: a Categorical with finite, non-negative probabilities summing
+    to 1 (within POSTERIOR_TOL, wider for a low-precision dtype) or a Normal with a finite mean and a finite, positive
+    scale. Training and evaluation run it on their first batch: a plugin's broken posterior would otherwise be scored
+    as the exact one (the oracle reads 0)."""
+    post, where = batch.posterior, f"task {name!r}: its posterior"
+    shape = tuple(batch.target_mask.shape)
+    if not isinstance(post, (Categorical, Normal)):
+        raise ValueError(f"{where} is a {type(post).__name__}; it must be a torch Categorical or Normal")
+    if tuple(post.batch_shape) != shape:
+        raise ValueError(f"{where} has batch shape {tuple(post.batch_shape)}, not the batch's (B,T) = {shape}")
+    checks: list[tuple[torch.Tensor, str, str, torch.Tensor]]  # (bad (B,T), what it must be, what is shown, value)
+    if isinstance(post, Categorical):
+        probs = post.probs.detach()  # (B,T,K)
+        tol = max(POSTERIOR_TOL, probs.shape[-1] * torch.finfo(probs.dtype).eps)
+        total, lowest = probs.sum(-1, dtype=torch.float64), probs.amin(-1).double()  # no float64 copy of (B,T,K)
+        checks = [
+            (~torch.isfinite(probs).all(-1), "must hold finite probabilities (no NaN or inf)", "sum", total),
+            (lowest < 0, "must hold no negative probability", "least", lowest),
+            ((total - 1).abs() > tol, f"must sum to 1 within {tol:.0e}", "sum", total),
+        ]
+    else:
+        loc, scale = post.loc.detach().double(), post.scale.detach().double()
+        checks = [
+            (~torch.isfinite(loc), "must have a finite mean", "mean", loc),
+            (~(torch.isfinite(scale) & (scale > 0)), "must have a positive, finite scale", "scale", scale),
+        ]
+    for bad, rule, label, value in checks:
+        if bool(bad.any()):
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            at = f"position {idx[1]} of sequence {idx[0]}" if len(idx) == 2 else f"index {idx}"
+            raise ValueError(f"{where} at {at} {rule} (its {label}: {float(value[idx]):.6g})")
 
 
 def make_generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
@@ -129,6 +167,9 @@ class Reference:
 
 
 HEADLINE_METRICS = ("entropy_mae_bits", "accuracy")
+# The exact level of the marks in bits (`marks.Thresholds.exact_bits`), here so a tunnel can size what it measures by it
+# (the HMM's transport demand) without importing anything above the tasks.
+EXACT_BITS = 0.01
 DEFAULT_LOSSES = ("ce", "soft_ce")
 
 
@@ -147,17 +188,23 @@ class WindTunnel(Protocol):
                          when no parameter lengthens a sequence without changing what a model is sized for: a model
                          with a learned position table reserves positions for 2.5x its value (`resolve.resolve_config`)
 
-    Optional: `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
-    exact one: the report's closest-posterior column and the ✓ rule) and `approximations_note` (what they are, for the
-    report), `approximation_depths() -> {name: int}` (how many observations each approximation keeps: the model's
-    belief horizon), `controls(batch) -> {name: distribution}` (adversarial controls: predictors that do not infer
-    but match the exact posterior's entropy, which must never earn an exact mark; `Task` gives generic ones) and
+    Optional: `posterior_for(inputs) -> distribution` (the exact posterior of any valid input tensor, batch shape
+    (B,T), equal to `batch.posterior` on sampled inputs, a ValueError for an input no sequence could be: what a memory
+    probe, activation patching or a counterfactual scores against; every built-in tunnel has it),
+    `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
+    exact one: the report's KL-nearest-reference column and the ✓ rule) and `approximations_note` (what they are, for
+    the report), `approximation_depths() -> {name: int}` (how many observations each approximation keeps: the model's
+    belief horizon; the HMMs list the windows below their `transport_demand`), `controls(batch) -> {name:
+    distribution}` (adversarial controls: predictors that do not infer but match the exact posterior's entropy, which
+    must never earn an exact mark; `Task` gives generic ones) and
     `controls_note`, `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),
     `capacity = (param, what it counts)` (the report's capacity table over that parameter's evaluated values),
     `attention_evidence(inputs, mask) ->
     {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
     probe reports the mass there), `value_positions(inputs) -> (mask (B,T), entropy bits (B,T))` (a second set of
-    positions for the manifold probe, with the entropy attached to each), `describe(batch, i)` (tokens for
+    positions for the manifold probe, with the entropy attached to each), `observation_slots(inputs) -> (positions
+    (B,K), symbols (n,))` (where each observation sits and the tokens it may take: what the memory probe resamples),
+    `describe(batch, i)` (tokens for
     `windtunnel tasks show`).
     """
 

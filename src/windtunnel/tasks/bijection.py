@@ -15,7 +15,14 @@ import torch
 from pydantic import Field, model_validator
 from torch.distributions import Categorical, Distribution
 
-from windtunnel.tasks._util import random_perm, scatter_control, scatter_posterior, scatter_targets
+from windtunnel.tasks._util import (
+    first_invalid,
+    random_perm,
+    scatter_control,
+    scatter_posterior,
+    scatter_targets,
+    token_inputs,
+)
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
@@ -178,18 +185,56 @@ class Bijection(Task[BijectionParams]):
             query = keys.gather(1, pick)[:, 0]  # (B,)
             inputs[:, 2 * L] = query
             latent["query"] = query
-        query_keys, n_before = query_layout(keys, query)  # (B,P), (P,)
-        mask = torch.zeros(B, T, dtype=torch.bool, device=device)  # (B,T)
-        mask[:, 0::2] = True  # key positions (and the final query in the paired format)
-        probs = bijection_posterior(keys, values, query_keys, n_before, V)  # (B,P,V)
-        truth = perm.gather(1, query_keys)  # (B,P)
+        mask = self._scored(inputs)
+        truth = perm.gather(1, query_layout(keys, query)[0])  # (B,P)
         return Batch(
             inputs=inputs,
             target_mask=mask,
             targets=scatter_targets(truth.reshape(-1), mask),
-            posterior=scatter_posterior(probs.reshape(-1, V), mask, (B, T, V)),
+            posterior=self._posterior(keys, values, query, mask),
             latent=latent,
         )
+
+    def _scored(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B,T) bool: the key positions (and the final query in the paired format)."""
+        mask = torch.zeros(inputs.shape[:2], dtype=torch.bool, device=inputs.device)
+        mask[:, 0::2] = True
+        return mask
+
+    def _posterior(
+        self, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor | None, mask: torch.Tensor
+    ) -> Categorical:
+        """The exact posterior at every scored position (`bijection_posterior`) of keys (B,L) and values (B,L) in
+        order, with the paired format's final query (B,), scattered on `mask` (B,T)."""
+        V = self.params.V
+        query_keys, n_before = query_layout(keys, query)  # (B,P), (P,)
+        probs = bijection_posterior(keys, values, query_keys, n_before, V)  # (B,P,V)
+        return scatter_posterior(probs.reshape(-1, V), mask, (*mask.shape, V))
+
+    def posterior_for(self, inputs: torch.Tensor) -> Categorical:
+        """The exact posterior of any valid input `inputs` (B,T) (e.g. with a revealed value or a key edited), batch
+        shape (B,T) like `batch.posterior` (equal to it on sampled inputs). A ValueError naming the first sequence
+        whose tokens are out of range or whose revealed pairs no permutation has (a key with two values, a value
+        with two keys)."""
+        p = self.params
+        V, L = p.V, p.L
+        x = token_inputs(inputs, self.spec.seq_len)  # (B,T)
+        sep = p.format == "sep-vocab"
+        keys = x[:, 0 : 2 * L : 2]  # (B,L)
+        shown = x[:, 1 : 2 * L : 2] - (V if sep else 0)  # (B,L-1) sep-vocab (the last value is never shown), else (B,L)
+        query = None if sep else x[:, 2 * L]  # (B,)
+        asked = keys if query is None else torch.cat([keys, query[:, None]], 1)  # (B,P)
+        same_key = keys[:, : shown.shape[1], None] == keys[:, None, : shown.shape[1]]  # (B,n,n) over revealed pairs
+        same_value = shown[:, :, None] == shown[:, None, :]  # (B,n,n)
+        first_invalid(
+            [
+                (((asked < 0) | (asked >= V)).any(1), f"a key outside 0..{V - 1}"),
+                (((shown < 0) | (shown >= V)).any(1), f"a value outside 0..{V - 1}"),
+                ((same_key != same_value).flatten(1).any(1), "revealed pairs that no permutation has"),
+            ]
+        )
+        values = torch.cat([shown, shown.new_zeros(shown.shape[0], L - shown.shape[1])], 1)  # (B,L): unread padding
+        return self._posterior(keys, values, query, self._scored(x))
 
     def controls(self, batch: Batch) -> dict[str, Distribution]:
         """The generic controls plus two that know how many values are still possible (V minus the distinct keys

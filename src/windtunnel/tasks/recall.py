@@ -22,7 +22,15 @@ import torch
 from pydantic import Field, model_validator
 from torch.distributions import Distribution
 
-from windtunnel.tasks._util import log10_falling, random_perm, scatter_control, scatter_posterior, scatter_targets
+from windtunnel.tasks._util import (
+    first_invalid,
+    log10_falling,
+    random_perm,
+    scatter_control,
+    scatter_posterior,
+    scatter_targets,
+    token_inputs,
+)
 from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 
@@ -124,17 +132,61 @@ class Recall(Task[RecallParams]):
         )  # (B,M,3+gap)
         ask = ask.reshape(B, -1)[:, : M * (3 + gap) - gap]  # no filler after the last query
         inputs = torch.cat([store.reshape(B, 4 * N), const(FILLER, F), ask], dim=1)  # (B,T)
-        mask = torch.zeros_like(inputs, dtype=torch.bool)
-        first = 4 * N + F + (2 if p.score_at == "slot" else 1)  # the first ANS slot, or the queried key before it
-        mask[:, first + torch.arange(M, device=device) * (3 + gap)] = True
-        probs = torch.nn.functional.one_hot(answers.reshape(-1), p.value_vocab).to(torch.float64)  # (B*M,K)
+        mask = self._scored(inputs)
         return Batch(
             inputs=inputs,
             target_mask=mask,
             targets=scatter_targets(answers.reshape(-1), mask),
-            posterior=scatter_posterior(probs, mask, (B, inputs.shape[1], p.value_vocab)),
+            posterior=self._posterior(answers, mask),
             latent={"keys": keys, "values": values, "queries": queries},
         )
+
+    def _query_starts(self, device: torch.device) -> torch.Tensor:
+        """(M,) the position of each query's QUERY token."""
+        p = self.params
+        return 4 * p.N + p.n_filler + torch.arange(p.M, device=device) * (3 + p.n_filler // 2)
+
+    def _scored(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B,T) bool: each query's answer slot, or its key one position before (`score_at`)."""
+        mask = torch.zeros(inputs.shape[:2], dtype=torch.bool, device=inputs.device)
+        mask[:, self._query_starts(inputs.device) + (2 if self.params.score_at == "slot" else 1)] = True
+        return mask
+
+    def _posterior(self, answers: torch.Tensor, mask: torch.Tensor) -> Distribution:
+        """A point mass on each query's bound value, answers (B,M), scattered on `mask` (B,T)."""
+        K = self.params.value_vocab
+        probs = torch.nn.functional.one_hot(answers.reshape(-1), K).to(torch.float64)  # (B*M,K)
+        return scatter_posterior(probs, mask, (*mask.shape, K))
+
+    def posterior_for(self, inputs: torch.Tensor) -> Distribution:
+        """The exact posterior of any valid input `inputs` (B,T) (e.g. a stored value or the queried key edited): a
+        point mass on the value stored with each queried key, batch shape (B,T) like `batch.posterior` (equal to it on
+        sampled inputs). A ValueError naming the first sequence that is off the layout, stores a key twice, or asks
+        for a key it did not store."""
+        p = self.params
+        N = p.N
+        x = token_inputs(inputs, self.spec.seq_len)  # (B,T)
+        store = x[:, : 4 * N].reshape(-1, N, 4)  # (B,N,4): STORE k SEP v
+        keys, values = store[..., 1] - KEY_OFFSET, store[..., 3] - self.value_offset  # (B,N)
+        starts = self._query_starts(x.device)  # (M,)
+        asked = x[:, starts + 1] - KEY_OFFSET  # (B,M)
+        hit = keys[:, None, :] == asked[:, :, None]  # (B,M,N)
+        gaps = torch.ones(x.shape[1], dtype=torch.bool, device=x.device)  # (T,) the filler positions
+        gaps[: 4 * N] = False
+        gaps[(starts[:, None] + torch.arange(3, device=x.device)).flatten()] = False  # QUERY k ANS of each query
+        layout = (store[..., 0] != STORE) | (store[..., 2] != SEP)  # (B,N)
+        first_invalid(
+            [
+                (layout.any(1) | (x[:, starts] != QUERY).any(1), "STORE / SEP / QUERY markers out of place"),
+                ((x[:, starts + 2] != ANS).any(1) | (x[:, gaps] != FILLER).any(1), "ANS / FILLER out of place"),
+                (((keys < 0) | (keys >= p.key_vocab)).any(1), f"a stored key outside 0..{p.key_vocab - 1}"),
+                (((values < 0) | (values >= p.value_vocab)).any(1), f"a stored value outside 0..{p.value_vocab - 1}"),
+                ((keys[:, :, None] == keys[:, None, :]).sum((1, 2)) > N, "a key stored twice"),
+                (~hit.any(-1).all(-1), "a query for a key that is not stored"),
+            ]
+        )
+        answers = values.gather(1, hit.long().argmax(-1))  # (B,M)
+        return self._posterior(answers, self._scored(x))
 
     def controls(self, batch: Batch) -> dict[str, Distribution]:
         """The generic controls plus confident retrievals of the wrong stored value: entropy 0 like the exact

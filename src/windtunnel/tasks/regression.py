@@ -17,7 +17,7 @@ import torch
 from pydantic import Field
 from torch.distributions import Distribution, Normal
 
-from windtunnel.tasks._util import other_sequence, scatter_normal, scatter_targets
+from windtunnel.tasks._util import first_invalid, other_sequence, scatter_normal, scatter_targets
 from windtunnel.tasks.base import Batch, Task, TaskParams, TaskSpec
 from windtunnel.tasks.registry import register
 from windtunnel.text import number
@@ -99,16 +99,47 @@ class Regression(Task[RegressionParams]):
         inputs[:, 1::2, d + 1] = 1.0
         if p.pair_tokens:  # each revealed pair in one token: no previous-token lookup needed to pair x with y
             inputs[:, 1::2, :d] = xs[:, :-1]
-        mask = torch.zeros(B, 2 * n - 1, dtype=torch.bool, device=device)
-        mask[:, 0::2] = True  # x positions
-        mean, var = regression_predictive(xs, ys, p.tau, p.sigma)  # (B,n)
+        mask = self._scored(inputs)
         return Batch(
             inputs=inputs,
             target_mask=mask,
             targets=scatter_targets(ys.reshape(-1), mask),
-            posterior=scatter_normal(mean.reshape(-1), var.sqrt().reshape(-1), mask),
+            posterior=self._posterior(xs, ys, mask),
             latent={"w": w, "xs": xs, "ys": ys},
         )
+
+    def _scored(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B,T) bool: the x positions."""
+        mask = torch.zeros(inputs.shape[:2], dtype=torch.bool, device=inputs.device)
+        mask[:, 0::2] = True
+        return mask
+
+    def _posterior(self, xs: torch.Tensor, ys: torch.Tensor, mask: torch.Tensor) -> Normal:
+        """The exact predictive at every x (`regression_predictive` of xs (B,n,d), ys (B,n)), scattered on `mask`."""
+        mean, var = regression_predictive(xs, ys, self.params.tau, self.params.sigma)  # (B,n)
+        return scatter_normal(mean.reshape(-1), var.sqrt().reshape(-1), mask)
+
+    def posterior_for(self, inputs: torch.Tensor) -> Normal:
+        """The exact predictive of any valid input `inputs` (B,T,D) (e.g. with a y or an x edited), batch shape (B,T)
+        like `batch.posterior` (equal to it on sampled inputs). A ValueError naming the first sequence whose tokens
+        are not x-tokens [x, 0, 0] and y-tokens [0.., y, 1] ([x, y, 1] with `pair_tokens`, x that of the x before)."""
+        p = self.params
+        d, T = p.d, self.spec.seq_len
+        if inputs.dim() != 3 or tuple(inputs.shape[1:]) != (T, d + 2) or not inputs.is_floating_point():
+            raise ValueError(f"inputs: expected real vectors of shape (B, {T}, {d + 2}) (got {tuple(inputs.shape)})")
+        xs = inputs[:, 0::2, :d]  # (B,n,d)
+        y_tok = inputs[:, 1::2]  # (B,n-1,D)
+        x_of_y = xs[:, :-1] if p.pair_tokens else torch.zeros_like(y_tok[..., :d])  # (B,n-1,d) what a y-token carries
+        first_invalid(
+            [
+                (~torch.isfinite(inputs).flatten(1).all(1), "a value that is not finite"),
+                ((inputs[:, 0::2, d:] != 0).flatten(1).any(1), "an x-token whose last two entries are not 0"),
+                ((y_tok[..., d + 1] != 1).any(1), "a y-token whose flag is not 1"),
+                ((y_tok[..., :d] != x_of_y).flatten(1).any(1), "a y-token whose x part is not the x before it"),
+            ]
+        )
+        ys = torch.cat([y_tok[..., d], y_tok.new_zeros(y_tok.shape[0], 1)], 1)  # (B,n): the last y is never read
+        return self._posterior(xs, ys, self._scored(inputs))
 
     def controls(self, batch: Batch) -> dict[str, Distribution]:
         """Another sequence's posterior plus three with the exact predictive variance (a function of the x's alone)
