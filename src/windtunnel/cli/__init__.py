@@ -7,6 +7,8 @@ before that import starts.
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 __all__ = ["app", "main"]
@@ -33,13 +35,25 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
     return f"warning: {message}\n"
 
 
+def _exit_interrupted(signum: int, frame: Any) -> None:
+    """SIGINT while the commands load: nothing has been done or written yet, so leave at once (a KeyboardInterrupt
+    raised inside a third-party import can be swallowed by its bare `except:` and the command would run on)."""
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main() -> None:
     """The console entry. A Ctrl-C while the commands load (importing torch takes seconds) exits 130 without a
     traceback, as typer ends one in a command that has no handler of its own."""
+    previous = signal.getsignal(signal.SIGINT)
+    # A Ctrl-C the caller ignores (nohup, a background job) stays ignored; None: a handler not set from Python.
+    ours = previous not in (signal.SIG_IGN, None)
+    if ours:
+        signal.signal(signal.SIGINT, _exit_interrupted)
     try:
         app = _load()
-    except KeyboardInterrupt:
-        raise SystemExit(EXIT_INTERRUPTED) from None
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
     import warnings
 
     warnings.formatwarning = _one_line_warning
