@@ -277,7 +277,16 @@ def test_ctrl_c_while_the_cli_imports_torch_exits_130_without_a_traceback(tmp_pa
     if not script.is_file():
         pytest.skip("the windtunnel console script is not installed beside this Python")
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # each import's line on stderr as it completes
-    proc = subprocess.Popen([str(script), "tasks"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(script), "tasks"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # as from a shell: SIGINT at its default (a test earlier in the session may leave it ignored in this process,
+        # and an ignored SIGINT is inherited and, rightly, kept ignored by the command)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen = []
     assert proc.stderr is not None
     for line in proc.stderr:
