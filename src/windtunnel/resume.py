@@ -38,11 +38,12 @@ RESUMABLE_KEYS: dict[str, str] = {
     "eval.n": "the final evaluation only, which a resumed run computes anew",
     "eval.batch_size": "the forward batch of the evaluations, not of training",
 }
-RESUMES = "resumes.json"  # a run's resumes that changed keys: {"resumes": [{"step", "changed", "note"}, ...]}
+# A run's resumes that changed keys, {"resumes": [{"step", "changed", "note"}, ...]}; named in the run-directory layout.
+RESUMES = rundir.RESUMES
 # The config the run's checkpoints were trained with, {"config": {...}}: written when training starts (a new run, or
 # an accepted resume), compared with config.json on every resume and evaluation. config.json is what a person reads
 # and may edit; this is the record it is checked against.
-TRAINED = "trained.json"
+TRAINED = rundir.TRAINED  # "trained.json", named in the run-directory layout
 # What a run's weights are (`run_record`), most serious first: stopped before its last step; config.json no longer
 # the config it trained with; extended by a resume that changed the learning rates already trained; resumed with
 # changed keys (all in RESUMABLE_KEYS: the run its config trains from scratch); none of these.

@@ -25,12 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from windtunnel import rundir
 from windtunnel.config import RunConfig
 from windtunnel.errors import CheckpointError, shorten
 from windtunnel.rundir import MetricsLog, atomic_write, open_regular
 
-TENSORBOARD_DIR, WANDB_DIR = "tensorboard", "wandb"
-_WANDB_ID = "windtunnel-run-id"  # in run_dir/wandb/: the wandb run a resumed run directory continues
+TENSORBOARD_DIR, WANDB_DIR = rundir.TENSORBOARD, rundir.WANDB  # named in the run-directory layout
+_WANDB_ID = rundir.WANDB_ID  # in run_dir/wandb/: the wandb run a resumed run directory continues
 _WANDB_ID_FORM = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what windtunnel writes there (16 hex digits) and wandb accepts
 HOOKS = ("on_step", "on_eval", "on_end", "close")
 
