@@ -87,6 +87,15 @@ def scale_residual_projections(
             nn.init.normal_(p, mean=0.0, std=std)
 
 
+@torch.no_grad()
+def zero_residual_projections(model: nn.Module, suffix: str = "out_proj") -> None:
+    """Zero the weights (and biases) of the projections that write into the residual stream, so each block starts as
+    the identity (ReZero, modded-nanogpt): their gradients are not zero, so they grow from there. Draws nothing."""
+    for name, p in model.named_parameters():
+        if name.endswith((f"{suffix}.weight", f"{suffix}.bias")):
+            p.zero_()
+
+
 class PositionTable(nn.Embedding):
     """A learned absolute position embedding of `max_len` rows whose last `reserved` rows are positions reserved for
     evaluating longer sequences than the run trains on (`resolve.resolve_config` reserves them by default).

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, cast
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from windtunnel.devices import lstm_needs_float32
@@ -38,9 +38,33 @@ def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.stack(hs, dim=1), torch.stack(cs, dim=1)
 
 
+@torch.no_grad()
+def init_gate_biases(layer: nn.LSTM, forget_bias: float | None = None, chrono: int | None = None) -> None:
+    """Set a single-layer `nn.LSTM`'s forget-gate bias to `forget_bias`, or chrono-initialise its input and forget
+    gates (b_f = log U[1, chrono - 1] per unit from the global RNG, b_i = -b_f); the value sits in bias_ih with
+    the same slice of bias_hh zeroed, since the cell adds the two. Neither given: PyTorch's init stays."""
+    b_ih, b_hh = cast(torch.Tensor, layer.bias_ih_l0), cast(torch.Tensor, layer.bias_hh_l0)  # (4d,): i, f, g, o
+    d = layer.hidden_size
+    if chrono is not None:
+        b_f = torch.empty(d, dtype=b_ih.dtype, device=b_ih.device).uniform_(1.0, chrono - 1.0).log()
+        b_ih[:d], b_hh[:d] = -b_f, 0.0
+    elif forget_bias is not None:
+        b_f = torch.full((d,), forget_bias, dtype=b_ih.dtype, device=b_ih.device)
+    else:
+        return
+    b_ih[d : 2 * d], b_hh[d : 2 * d] = b_f, 0.0
+
+
 class LSTMSize(InitSize):
     """Size of an `LSTM`: `dropout` applies between layers (the authors' LSTMs use 0.1). `init`: `InitSize`; the LSTM
-    weights keep PyTorch's U(+-1/sqrt(d)) under both."""
+    weights keep PyTorch's U(+-1/sqrt(d)) under both.
+
+    Gate-bias init, to get the recurrence off its early loss plateau (`init_gate_biases`; None: PyTorch's biases):
+    `forget_bias` v sets every layer's forget-gate bias to v (v = 1: Gers et al. 2000, Jozefowicz et al. 2015), so
+    the cell keeps its state from the start; `chrono` T sets the chrono init of Tallec & Ollivier 2018 ("Can
+    recurrent neural networks warp time?"): b_f = log U[1, T - 1], b_i = -b_f, forget times spread up to T steps
+    (e.g. the task's sequence length). At most one of the two. The LSTM has no residual output projection (a layer
+    replaces the stream with its h), so it has no `zero_init_out`."""
 
     n_layers: int = size_int(6)
     d_model: int = size_int(192)
@@ -48,12 +72,20 @@ class LSTMSize(InitSize):
     tie: bool = True
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     logit_scale: bool = False
+    forget_bias: float | None = None
+    chrono: int | None = Field(default=None, ge=2, strict=True)
 
     def learned_positions(self) -> bool:
         return self.pos == "learned"
 
     def position_limit(self) -> bool:
         return self.learned_positions()
+
+    @model_validator(mode="after")
+    def _one_gate_init(self) -> LSTMSize:
+        if self.forget_bias is not None and self.chrono is not None:
+            raise ValueError("chrono: sets the forget-gate bias itself; give forget_bias or chrono, not both")
+        return self
 
 
 class LSTM(ResidualModel):
@@ -78,6 +110,8 @@ class LSTM(ResidualModel):
         self.norm = nn.LayerNorm(s.d_model)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         initialise(self, s.init)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
+        for lstm in self.layers:  # last, so every other weight is drawn as without a gate-bias init
+            init_gate_biases(cast(nn.LSTM, lstm), s.forget_bias, s.chrono)
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
         """Layer l replaces the stream with its hidden states: resid_post = lstm.h."""

@@ -37,7 +37,14 @@ from pydantic import Field, field_validator
 from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
-from windtunnel.models.common import Init, InputEmbedding, OutputHead, initialise, no_weight_decay
+from windtunnel.models.common import (
+    Init,
+    InputEmbedding,
+    OutputHead,
+    initialise,
+    no_weight_decay,
+    zero_residual_projections,
+)
 from windtunnel.models.hooks import LayerHook
 from windtunnel.models.scans import (
     kernel_available,
@@ -132,7 +139,9 @@ class MambaSize(InitSize):
     `scan` (reference variant; the paper variant always scans sequentially): "auto" = fused on CPU, on CUDA "kernel"
     (mamba-ssm's `selective_scan_fn`) when `mamba_ssm` imports, else parallel; "kernel" explicitly, off CUDA or
     without mamba_ssm, is a ValueError at the forward. A layer whose state `ssm.h` is hooked or cached materialises
-    it with the parallel scan, or the sequential one when scan="sequential"."""
+    it with the parallel scan, or the sequential one when scan="sequential".
+    `zero_init_out`: zero every block's out_proj at init (`common.zero_residual_projections`), so every block starts
+    as the identity."""
 
     n_layers: int = size_int(6)
     d_model: int = size_int(192)
@@ -146,6 +155,7 @@ class MambaSize(InitSize):
     tie: bool = True
     eps: float = Field(default=1e-5, gt=0)
     logit_scale: bool = False
+    zero_init_out: bool = False
 
     def default_init(self) -> Init:
         return "torch" if self.variant == "paper" else "normal"
@@ -199,6 +209,8 @@ class Mamba(ResidualModel):
         initialise(self, s.init)
         for block in self.blocks:
             cast(MambaBlock, block).reset_ssm_parameters()  # ModuleList items are typed Module
+        if s.zero_init_out:
+            zero_residual_projections(self)
         self.d_model, self.d_state, self.d_inner = s.d_model, s.d_state, s.expand * s.d_model
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:

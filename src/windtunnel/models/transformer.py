@@ -20,7 +20,14 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
-from windtunnel.models.common import INIT_STD, FeedForward, InputEmbedding, OutputHead, initialise
+from windtunnel.models.common import (
+    INIT_STD,
+    FeedForward,
+    InputEmbedding,
+    OutputHead,
+    initialise,
+    zero_residual_projections,
+)
 from windtunnel.models.hooks import LayerHook
 from windtunnel.tasks.base import TaskSpec
 
@@ -103,7 +110,8 @@ class TransformerSize(InitSize):
     `InitSize`). `init_std`: std of init="normal", N(0, std) on every Linear/Embedding weight (GPT-2's 0.02; residual
     output projections get std/sqrt(2 n_layers)); giving it with init="torch" is an error.
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
-    CUDA, explicit on CPU, where it is faster).
+    CUDA, explicit on CPU, where it is faster). `zero_init_out`: zero the attention and MLP output projections at
+    init (`common.zero_residual_projections`), under either `init`, so every block starts as the identity.
     """
 
     n_layers: int = size_int(6)
@@ -117,6 +125,7 @@ class TransformerSize(InitSize):
     init_std: float = Field(default=INIT_STD, gt=0)
     logit_scale: bool = False
     attn_sink: bool = False
+    zero_init_out: bool = False
 
     def learned_positions(self) -> bool:
         return self.pos in ("learned", "learned+rotary")
@@ -166,6 +175,8 @@ class Transformer(ResidualModel):
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         initialise(self, s.init, s.init_std, residual_layers=s.n_layers)
+        if s.zero_init_out:
+            zero_residual_projections(self)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         explicit = (
