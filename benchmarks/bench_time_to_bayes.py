@@ -1,11 +1,13 @@
 """Time-to-Bayes on this machine: training seconds until each cell first reaches the paper's precision marks.
 
-    python benchmarks/bench_time_to_bayes.py [--group bijection|hmm|regression|all] [--seeds N] [--jobs 2] [--threads 1]
-                                             [--out runs/time-to-bayes]
+    python benchmarks/bench_time_to_bayes.py [--group bijection|hmm|regression|levers|all] [--seeds N]
+                                             [--jobs 2] [--threads 1] [--out runs/time-to-bayes]
 
 The same as `windtunnel time-to-bayes --cell ...` with the cells of docs/results/time-to-bayes.md: for each wind
 tunnel, today's quick-tier recipe ("before") and the recipe the benchmark kept ("after"), at the budgets of the
-issue's targets. Writes time_to_bayes.json / .md / .png under --out. Long: hours on 2 cores for `all`.
+issue's targets; `levers`: each lever of the CPU recipe (soft targets, LSTM gate-bias inits, Muon on recurrent
+matrices) against its wsd control, 2 seeds. Writes time_to_bayes.json / .md / .png under --out. Long: hours on 2
+cores for `all`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ GROUPS: dict[str, list[Cell]] = {
         ),
     ],
 }
+
+
+def _pair(task: str, arch: str, steps: int, batch: int, lr: float, *changes: dict) -> list[Cell]:
+    """A lever against its control: the wsd cell and each change on top of it (a recipe or extra overrides), 2 seeds,
+    the same budget, learning rate and evaluation cadence."""
+    base = {"task": task, "arch": arch, "recipe": "wsd", "steps": steps, "batch_size": batch, "lr": lr}
+    base |= {"eval_every": max(25, steps // 30), "seeds": 2}
+    if task == "regression":
+        base["set"] = {"task.params.pair_tokens": True}  # the quick tier's regression format
+    return [Cell(**base), *(Cell(**{**base, **c, "set": {**base.get("set", {}), **c.get("set", {})}}) for c in changes)]
+
+
+# The levers of the CPU recipe (issue 37), each against the wsd control at a budget where the control is still falling.
+GROUPS["levers"] = [
+    *_pair("bijection", "transformer", 1200, 32, 2e-3, {"recipe": "soft"}),
+    *_pair("regression", "transformer", 600, 64, 2e-3, {"recipe": "soft"}),
+    *_pair(
+        "hmm",
+        "lstm",
+        800,
+        32,
+        2e-3,
+        {"set": {"model.size.forget_bias": 1.0}},
+        {"set": {"model.size.chrono": 20}},
+        {"recipe": "muon"},
+    ),
+    *_pair("hmm", "mamba", 800, 32, 1e-3, {"recipe": "muon"}),
+]
 
 
 def main() -> None:

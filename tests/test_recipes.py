@@ -12,7 +12,7 @@ from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import build_config
 from windtunnel.curriculum import Curriculum
 from windtunnel.marks import EXACT_FILTER, crossings
-from windtunnel.optim import MultiOptimizer, lr_at, make_optimizer
+from windtunnel.optim import BlockMuon, MultiOptimizer, lr_at, make_optimizer
 from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
 from windtunnel.resolve import resolve_config
 from windtunnel.suites.paper import run_config
@@ -162,7 +162,7 @@ def test_muon_takes_the_hidden_matrices_only():
     opt = make_optimizer(model, cfg)
     assert isinstance(opt, MultiOptimizer)
     muon, adamw = opt.optimizers
-    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    assert isinstance(muon, BlockMuon) and isinstance(adamw, torch.optim.AdamW)
     ortho = {id(p) for g in muon.param_groups for p in g["params"]}
     names = {n for n, p in model.named_parameters() if id(p) in ortho}
     assert names and all(n.startswith("blocks.") and n.endswith(".weight") for n in names)

@@ -114,13 +114,23 @@ class TrainConfig(_Strict):
 
     Schedules (after `warmup_steps` of linear warmup): "cosine" to min_lr_ratio*lr at `steps`; "constant"; "wsd"
     (warmup-stable-decay): constant, then a linear cooldown to min_lr_ratio*lr over the last `cooldown_frac` of the
-    steps. Optimisers: "adamw"; "muon" (`torch.optim.Muon` on the hidden weight matrices, learning rate matched to
-    AdamW's update RMS, and AdamW on embeddings, head, norms and biases). `weight_decay_on`: "matrices" (default:
-    weight matrices only, not norms, biases, embeddings or `no_weight_decay`-marked parameters) or "all" (every
-    parameter, as `torch.optim.AdamW(model.parameters(), weight_decay=...)` in the authors' scripts).
+    steps. Optimisers: "adamw"; "muon" (`optim.BlockMuon` on each hidden matrix's blocks: every LSTM gate,
+    attention's q, k and v, Conv1D-style layers; learning rate matched to AdamW's update RMS; AdamW on embeddings,
+    head, norms, biases and Mamba's dt_proj, conv, A_log and D: `optim.describe`). `weight_decay_on`: "matrices"
+    (default: weight matrices only, not norms, biases, embeddings or `no_weight_decay`-marked parameters) or "all"
+    (every parameter, as `torch.optim.AdamW(model.parameters(), weight_decay=...)` in the authors' scripts).
+
+    Early stop (`early_stop`, 0 or None: off, the default): with `early_stop` = n >= 1 a run stops after the n-th
+    consecutive periodic validation evaluation (every `eval_every` steps) whose verdict is ✓ exact -- `marks.verdict`
+    on the validation result with bootstrap intervals over its `eval_size` sequences, at the conservative end of each
+    interval, as the final evaluation's verdict is; any other verdict (◐, ✗, ⚠) restarts the count. A run that stops
+    writes its checkpoint at that step and its final (test-stream) evaluation as at its last step, and is a finished
+    run that stopped early, not an interrupted one (`resume.run_record`); a resume trains it no further. The
+    learning-rate schedule stays the config's, over `steps`: an early stop cuts it where it stands (a cosine schedule
+    has not decayed). config.json omits the field when off (a run's stored text and hash are as before it existed).
     """
 
-    _OMIT_EMPTY = ("loggers",)
+    _OMIT_EMPTY = ("loggers", "early_stop")
 
     steps: int = Field(default=1000, ge=0)
     batch_size: int = Field(default=64, ge=1)
@@ -136,10 +146,13 @@ class TrainConfig(_Strict):
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = Field(default=1.0, gt=0)
     # "ce_vocab": cross-entropy over every token logit of a tied head (target: answer_token_offset + class); on the
-    # sep-vocab bijection that is the authors' 2V-way loss (resolve_config refuses it where there is no tied head)
-    loss: Literal["auto", "ce", "soft_ce", "gaussian_nll", "ce_vocab"] = "auto"
+    # sep-vocab bijection that is the authors' 2V-way loss (resolve_config refuses it where there is no tied head).
+    # "gaussian_kl": the closed-form KL(exact Gaussian predictive || model's) of a real-answer task; "posterior": soft
+    # targets, the exact posterior itself (soft_ce for classes, gaussian_kl for real answers: resolve.resolve_loss)
+    loss: Literal["auto", "ce", "soft_ce", "gaussian_nll", "gaussian_kl", "posterior", "ce_vocab"] = "auto"
     eval_every: int = Field(default=500, ge=0)  # 0: only the final evaluation
     eval_size: int = Field(default=256, ge=1)
+    early_stop: int | None = Field(default=None, ge=0)  # see the docstring; 0 is stored as None (off)
     log_every: int = Field(default=10, ge=1)
     checkpoint_every: int = Field(default=1000, ge=0)  # 0: only the final checkpoint (+ schedule)
     checkpoint_schedule: list[int] | None = None
@@ -155,6 +168,11 @@ class TrainConfig(_Strict):
     @classmethod
     def _loggers(cls, v: list[str]) -> list[str]:
         return list(dict.fromkeys(v))  # `--logger tensorboard` given twice means one writer
+
+    @field_validator("early_stop")
+    @classmethod
+    def _early_stop(cls, v: int | None) -> int | None:
+        return v or None  # 0 and None are one setting (off), stored as None: omitted from config.json
 
     @field_validator("betas")
     @classmethod

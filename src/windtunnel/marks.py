@@ -402,6 +402,22 @@ def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, f
     return out
 
 
+# Time to verdict: the levels a periodic validation evaluation's verdict (its "verdict" in metrics.jsonl) must reach
+# for each mark -- ◐ is approximate or better, ✓ exact (⚠ invalid is never better).
+VERDICT_MARKS: dict[str, tuple[str, ...]] = {"approx": ("exact", "approximate"), "exact": ("exact",)}
+
+
+def verdict_crossings(evals: list[dict[str, Any]]) -> dict[str, dict[str, float] | None]:
+    """First periodic validation evaluation whose verdict (its "verdict" level, `marks.verdict` at the conservative end
+    of the bootstrap intervals over the validation sequences) reaches each of `VERDICT_MARKS`: {"approx": {"step",
+    "train_s"} or None, "exact": ...}; an evaluation without a recorded verdict reaches nothing."""
+    out: dict[str, dict[str, float] | None] = {}
+    for mark, levels in VERDICT_MARKS.items():
+        hit = next((e for e in evals if e.get("verdict") in levels), None)
+        out[mark] = None if hit is None else {"step": hit["step"], "train_s": hit["train_s"]}
+    return out
+
+
 def summarize_marks(per_seed: list[dict[str, dict[str, float] | None]]) -> dict[str, dict[str, Any]]:
     """Per mark, over seeds' `crossings`: how many reached it, median and range of training seconds, median step."""
     out: dict[str, Any] = {}
@@ -441,6 +457,7 @@ __all__ = [
     "MARK",
     "PRECISION_MARKS",
     "Thresholds",
+    "VERDICT_MARKS",
     "Verdict",
     "belief_horizon",
     "certifies",
@@ -457,4 +474,5 @@ __all__ = [
     "summarize_marks",
     "thresholds",
     "verdict",
+    "verdict_crossings",
 ]

@@ -1,20 +1,37 @@
 """Optimisers and learning-rate schedules of the training loop (`train.optimizer`, `train.schedule`).
 
-`make_optimizer(model, cfg)` builds AdamW, or Muon for the hidden weight matrices beside AdamW for everything else;
+`make_optimizer(model, cfg)` builds AdamW, or Muon (`BlockMuon`) for the hidden weight matrices beside AdamW for
+everything else; `describe(model, cfg)` says which parameter goes where (the run header and trained.json print it);
 `lr_at(step, cfg)` is the learning rate of update `step` (1-based) under warmup + cosine / constant / warmup-stable-
-decay. Both are pure functions of the config, so a resumed run continues the same schedule.
+decay. All are pure functions of the model and the config, so a resumed run continues the same optimiser and schedule.
+
+Muon's hidden matrices, per architecture (`muon_blocks`): every `nn.Linear` and Hugging Face-style `Conv1D` weight
+outside the input embedding and output head, and the weights of `nn.LSTM`/`nn.GRU`/`nn.RNN` and
+`nn.MultiheadAttention`. A matrix that stacks separate maps along its rows is orthogonalised block by block: the
+gates of a recurrent layer (i, f, g, o of an LSTM), the built-in attention's q, k and v, `MultiheadAttention`'s
+in_proj, Mamba's in_proj [u; z] and x_proj [dt; B; C]. AdamW keeps the embeddings, heads, norms, biases, every
+parameter marked `no_weight_decay` (Mamba's A_log and D), Mamba's depthwise conv and its rank-dt_rank `dt_proj`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from windtunnel.config import RunConfig
 from windtunnel.models.common import InputEmbedding, OutputHead, decays
+from windtunnel.models.mamba import MambaBlock
+from windtunnel.models.transformer import CausalSelfAttention
+
+# Newton-Schulz quintic of torch.optim.Muon (torch 2.13, torch/optim/_muon.py; Keller Jordan's Muon constants)
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+NS_STEPS = 5
+NS_EPS = 1e-7
+GATES = {"LSTM": 4, "GRU": 3}  # nn.RNNBase stacks its gates along the rows of weight_ih_l*/weight_hh_l*
 
 
 def lr_at(step: int, cfg: RunConfig) -> float:
@@ -83,40 +100,213 @@ class MultiOptimizer:
             offset += n
 
 
-def _hidden_matrices(model: nn.Module) -> set[int]:
-    """ids of the weights of Linear layers outside the input embedding and output head, and not marked
-    `no_weight_decay` (Muon decays all it holds): what Muon orthogonalises."""
+# ---------------------------------------------------------------------------------------------- Muon
+
+
+def orthogonalise(
+    g: torch.Tensor, coefficients: Sequence[float] = NS_COEFFICIENTS, steps: int = NS_STEPS
+) -> torch.Tensor:
+    """torch.optim.Muon's Newton-Schulz quintic in bfloat16: g = U S V^T (r,c) -> about U S' V^T, S' in ~[0.5, 1.5].
+    Transpose-equivariant, so a matrix stored (in, out) is orthogonalised as its (out, in) transpose would be."""
+    a, b, c = coefficients
+    tall = g.shape[0] > g.shape[1]
+    x = g.bfloat16().T if tall else g.bfloat16()  # (m,n), m <= n
+    x = x / x.norm().clamp(min=NS_EPS)  # spectral norm <= 1 (out of place: g may be a bfloat16 momentum buffer)
+    for _ in range(steps):
+        gram = x @ x.T  # (m,m)
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)  # (a + b X X^T + c (X X^T)^2) X
+    return x.T if tall else x
+
+
+class BlockMuon(torch.optim.Optimizer):
+    """Muon whose matrices may stack separate maps along their rows: each row block (an LSTM gate, attention's q, k or
+    v) is orthogonalised on its own, at its own lr 0.2 sqrt(max(rows, cols)) * lr. An unsplit matrix steps exactly as
+    `torch.optim.Muon(adjust_lr_fn="match_rms_adamw")`: nesterov momentum, the same Newton-Schulz, decoupled weight
+    decay lr*wd, the same param_groups keys and "momentum_buffer" state, so checkpoints keep torch's layout.
+
+    `params`: 2-D parameters, or (parameter, row block sizes summing to its rows) pairs; the split is the model's,
+    not the optimiser state's, so it is not in `state_dict` (the caller builds it again from the model).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[nn.Parameter | tuple[nn.Parameter, Sequence[int]]],
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        ns_coefficients: tuple[float, float, float] = NS_COEFFICIENTS,
+        eps: float = NS_EPS,
+        ns_steps: int = NS_STEPS,
+    ) -> None:
+        pairs = [(p, (p.shape[0],)) if isinstance(p, torch.Tensor) else (p[0], tuple(p[1])) for p in params]
+        for p, sizes in pairs:
+            if p.ndim != 2 or sum(sizes) != p.shape[0] or min(sizes, default=0) < 1:
+                raise ValueError(f"BlockMuon: row blocks {list(sizes)} do not split a matrix of shape {tuple(p.shape)}")
+        self.blocks = {p: sizes for p, sizes in pairs}  # keyed by the parameter object, as Optimizer.state is
+        defaults = dict(
+            lr=lr,
+            weight_decay=weight_decay,
+            momentum=momentum,
+            nesterov=nesterov,
+            ns_coefficients=ns_coefficients,
+            eps=eps,
+            ns_steps=ns_steps,
+            adjust_lr_fn="match_rms_adamw",  # torch.optim.Muon's key, fixed: the same group layout in checkpoints
+        )
+        super().__init__([p for p, _ in pairs], defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One update of every parameter that has a gradient; `closure` as in torch.optim.Optimizer.step."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, mu = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - mu)
+                update = p.grad.lerp(buf, mu) if group["nesterov"] else buf  # (rows, cols)
+                p.mul_(1 - lr * group["weight_decay"])
+                sizes = self.blocks[p]
+                for rows, u in zip(p.split(sizes), update.split(sizes), strict=True):  # views of p: stepped in place
+                    ortho = orthogonalise(u, group["ns_coefficients"], group["ns_steps"])
+                    rows.add_(ortho, alpha=-(lr * (0.2 * math.sqrt(max(u.shape)))))  # match_rms_adamw, per block
+        return loss
+
+
+# ---------------------------------------------------------------------------------------------- who trains where
+
+
+def is_conv1d(module: nn.Module) -> bool:
+    """A Hugging Face-style `Conv1D` (transformers.pytorch_utils), a Linear stored transposed: x @ W + b with W
+    (in, out). Detected by its class name, or duck-typed by its int attributes `nx`, `nf` and a weight of (nx, nf)."""
+    w = getattr(module, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.ndim != 2:
+        return False
+    duck = tuple(w.shape) == (getattr(module, "nx", None), getattr(module, "nf", None))
+    return type(module).__name__ == "Conv1D" or duck
+
+
+def _own_blocks(module: nn.Module, name: str, p: torch.Tensor) -> tuple[int, ...] | None:
+    """Row blocks of `module`'s own parameter `name` where it is a hidden matrix by the module's kind, else None."""
+    if p.ndim != 2:
+        return None
+    if isinstance(module, nn.RNNBase) and name.startswith("weight_"):  # weight_ih/hh stack gates, weight_hr does not
+        return _equal(p, GATES.get(module.mode, 1) if name.startswith(("weight_ih", "weight_hh")) else 1)
+    if isinstance(module, nn.MultiheadAttention) and name.endswith("proj_weight"):
+        return _equal(p, 3 if name == "in_proj_weight" else 1)  # in_proj_weight is [q; k; v]
+    if name == "weight" and (isinstance(module, nn.Linear) or is_conv1d(module)):
+        return (p.shape[0],)
+    return None
+
+
+def _child_blocks(module: nn.Module) -> dict[str, tuple[int, ...] | None]:
+    """The row blocks of Linear children that stack separate maps, by child name; None: a child kept on AdamW (any
+    `dt_proj`, Mamba's rank-dt_rank step-size map, in state-spaces' naming)."""
+    out: dict[str, tuple[int, ...] | None] = {"dt_proj": None}
+    if isinstance(module, CausalSelfAttention):
+        out["qkv"] = _equal(module.qkv.weight, 3)  # [q; k; v], (3d, d)
+    if isinstance(module, MambaBlock):
+        out["in_proj"] = (module.d_inner, module.d_inner)  # [u; z], (2 Di, d)
+        out["x_proj"] = (module.dt_rank, module.d_state, module.d_state)  # [dt; B; C], (r + 2N, Di)
+    return out
+
+
+def _equal(p: torch.Tensor, n: int) -> tuple[int, ...]:
+    return (p.shape[0] // n,) * n
+
+
+def muon_blocks(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """The hidden matrices Muon orthogonalises, by parameter name, each with its row block sizes (module docstring):
+    trainable, outside the input embedding and output head, not marked `no_weight_decay` (Muon decays all it holds)."""
     edge = {id(p) for m in model.modules() if isinstance(m, (InputEmbedding, OutputHead)) for p in m.parameters()}
+    chosen: dict[int, tuple[int, ...] | None] = {}
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            chosen.setdefault(id(p), _own_blocks(m, name, p))
+    for m in model.modules():  # an architecture's layout of a child overrides the child's own kind
+        for child, sizes in _child_blocks(m).items():
+            w = getattr(getattr(m, child, None), "weight", None)
+            if isinstance(w, nn.Parameter):
+                chosen[id(w)] = sizes
     return {
-        id(m.weight)
-        for m in model.modules()
-        if isinstance(m, nn.Linear) and m.weight.requires_grad and id(m.weight) not in edge and decays(m.weight)
+        n: sizes
+        for n, p in model.named_parameters()
+        if (sizes := chosen.get(id(p))) is not None and p.requires_grad and id(p) not in edge and decays(p)
+    }
+
+
+class _Groups(NamedTuple):
+    """Parameters by optimiser, by name, in `model.named_parameters()` order: Muon's with their row blocks, AdamW's
+    decayed and not decayed."""
+
+    muon: dict[str, tuple[nn.Parameter, tuple[int, ...]]]
+    decay: dict[str, nn.Parameter]
+    no_decay: dict[str, nn.Parameter]
+
+
+def _groups(model: nn.Module, cfg: RunConfig) -> _Groups:
+    """Where each trainable parameter trains under `cfg.train`: AdamW decays matrices only (not norms, biases,
+    embeddings, or parameters marked `common.no_weight_decay`), or every parameter with `weight_decay_on="all"` (the
+    authors' `AdamW(model.parameters())`); optimizer="muon" moves `muon_blocks` to Muon, and is a ValueError naming
+    train.optimizer for a model with no hidden matrix (it would silently train AdamW)."""
+    t = cfg.train
+    muon = muon_blocks(model) if t.optimizer == "muon" else {}
+    if t.optimizer == "muon" and not muon:
+        raise ValueError(
+            f"train.optimizer: muon has no hidden matrix to orthogonalise in this {type(model).__name__} (every "
+            "parameter would train with AdamW); set train.optimizer=adamw"
+        )
+    no_decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    out = _Groups({}, {}, {})
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if n in muon:
+            out.muon[n] = (p, muon[n])
+        elif t.weight_decay_on == "all" or (p.ndim >= 2 and id(p) not in no_decay and decays(p)):
+            out.decay[n] = p
+        else:
+            out.no_decay[n] = p
+    return out
+
+
+def describe(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:
+    """The optimiser a run trains with, said out loud (run header, trained.json): Muon's matrices by name with their
+    row block sizes, AdamW's parameters decayed and not, and a one-line `summary`."""
+    g = _groups(model, cfg)
+    n_adamw = len(g.decay) + len(g.no_decay)
+    n_blocks = sum(len(sizes) for _, sizes in g.muon.values())
+    muon = f"muon: {len(g.muon)} matrices ({n_blocks} blocks); " if g.muon else ""
+    return {
+        "optimizer": cfg.train.optimizer,
+        "muon": {n: list(sizes) for n, (_, sizes) in g.muon.items()},
+        "adamw": {"decay": list(g.decay), "no_decay": list(g.no_decay)},
+        "summary": f"{muon}adamw: {n_adamw} tensors ({len(g.decay)} decayed)",
     }
 
 
 def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | MultiOptimizer:
-    """AdamW with weight decay only on matrices (not norms, biases, embeddings, or parameters marked
-    `common.no_weight_decay`, Mamba's A_log and D), or on every parameter with `train.weight_decay_on="all"` (the
-    authors' `AdamW(model.parameters())`); with optimizer="muon", the hidden Linear matrices go to
-    `torch.optim.Muon` (same lr and weight decay, update RMS matched to AdamW's). Two AdamW groups either way
-    (decayed, not decayed), so checkpoints keep one optimiser-state layout."""
+    """AdamW in two groups (decayed, not decayed: one optimiser-state layout either way), and with optimizer="muon"
+    a `BlockMuon` before it on the hidden matrices (same lr and weight decay, update RMS matched to AdamW's)."""
     t = cfg.train
-    decay_all = t.weight_decay_on == "all"
-    no_decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    muon = _hidden_matrices(model) if t.optimizer == "muon" else set()
-    decay: list[nn.Parameter] = []
-    rest: list[nn.Parameter] = []
-    ortho: list[nn.Parameter] = []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        if id(p) in muon:
-            ortho.append(p)
-        else:
-            (decay if decay_all or (p.ndim >= 2 and id(p) not in no_decay and decays(p)) else rest).append(p)
-    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    adamw = torch.optim.AdamW(groups, lr=t.lr, betas=t.betas)
-    if not ortho:
+    g = _groups(model, cfg)
+    adamw = torch.optim.AdamW(
+        [
+            {"params": list(g.decay.values()), "weight_decay": t.weight_decay},
+            {"params": list(g.no_decay.values()), "weight_decay": 0.0},
+        ],
+        lr=t.lr,
+        betas=t.betas,
+    )
+    if not g.muon:
         return adamw
-    muon_opt = torch.optim.Muon(ortho, lr=t.lr, weight_decay=t.weight_decay, adjust_lr_fn="match_rms_adamw")
-    return MultiOptimizer([muon_opt, adamw])
+    return MultiOptimizer([BlockMuon(g.muon.values(), lr=t.lr, weight_decay=t.weight_decay), adamw])

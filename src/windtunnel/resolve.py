@@ -120,6 +120,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
     task = tasks.make(cfg.task.name, **cfg.task.params)
     if cfg.train.loss == "ce_vocab" and cfg.model.arch not in BASELINES:
         _check_vocab_loss(task.spec)
+    _check_loss_kind(cfg.train.loss, task.spec)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
     for o in eval_settings(cfg)[1:]:
@@ -236,9 +237,28 @@ def _check_vocab_loss(spec: Any) -> None:
         )
 
 
+# The losses that read one kind of answer: class answers (a Categorical posterior) or real ones (a Gaussian).
+_CLASS_LOSSES = ("ce", "soft_ce", "ce_vocab")
+_REAL_LOSSES = ("gaussian_nll", "gaussian_kl")
+
+
+def _check_loss_kind(loss: str, spec: Any) -> None:
+    """ValueError naming train.loss where the loss reads the other kind of answer than the task's."""
+    real = spec.answer_kind == "real"
+    if loss in (_CLASS_LOSSES if real else _REAL_LOSSES):
+        fits = ", ".join(("auto", "posterior", *(_REAL_LOSSES if real else _CLASS_LOSSES)))
+        raise ValueError(
+            f"train.loss: {loss!r} is for {'class' if real else 'real'} answers; task {spec.name!r} has "
+            f"{'real' if real else 'class'} answers (use one of {fits})"
+        )
+
+
 def resolve_loss(cfg: RunConfig, task: Any) -> str:
-    """The loss a run trains with: the explicit choice, else gaussian_nll for real answers, else the task's own
-    `default_loss` ("ce" on sampled targets unless the tunnel says "soft_ce"; tasks.base.WindTunnel)."""
+    """The loss a run trains with: the explicit choice ("posterior": soft_ce for class answers, gaussian_kl for real
+    ones), else gaussian_nll for real answers, else the task's own `default_loss` ("ce" on sampled targets unless the
+    tunnel says "soft_ce"; tasks.base.WindTunnel)."""
+    if cfg.train.loss == "posterior":
+        return "gaussian_kl" if task.spec.answer_kind == "real" else "soft_ce"
     if cfg.train.loss != "auto":
         return cfg.train.loss
     if task.spec.answer_kind == "real":

@@ -73,9 +73,10 @@ def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
     )
 
 
-def write_trained(run_dir: Path, cfg: RunConfig) -> None:
-    """Record `cfg` as the config `run_dir`'s training continues with (trained.json, atomically)."""
-    rundir.write_json(run_dir / TRAINED, {"config": json.loads(config_to_json(cfg))})
+def write_trained(run_dir: Path, cfg: RunConfig, optimizer: dict[str, Any] | None = None) -> None:
+    """Record `cfg` as the config `run_dir`'s training continues with (trained.json, atomically), and `optimizer`,
+    which parameters each optimiser trains (`optim.describe`; None for a model that is not trained)."""
+    rundir.write_json(run_dir / TRAINED, {"config": json.loads(config_to_json(cfg)), "optimizer": optimizer})
 
 
 def read_trained(run_dir: Path) -> RunConfig | None:
@@ -149,7 +150,9 @@ def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | Non
     rundir.write_json(run_dir / RESUMES, {"resumes": history})
 
 
-def _reopen(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[int, list[str]]:
+def _reopen(
+    run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool, optimizer: dict[str, Any] | None
+) -> tuple[int, list[str]]:
     """Clear or reopen a run directory whose lock this process holds; returns the step to resume from and the keys
     the resume changed (recorded in resumes.json; a changed learning-rate schedule is also a RuntimeWarning)."""
     rundir.refuse_existing(run_dir, resume, overwrite)  # again, under the lock: another writer may have filled it
@@ -165,27 +168,30 @@ def _reopen(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tup
             warnings.warn(f"resume: {note}; recorded in {str(run_dir / RESUMES)!r}", RuntimeWarning, stacklevel=4)
         rundir.truncate_metrics(run_dir, step)
         rundir.write_config(run_dir, cfg)
-        write_trained(run_dir, cfg)
+        write_trained(run_dir, cfg, optimizer)
         return step, changed
     if exists:
         rundir.clear(run_dir)  # overwrite (checked by refuse_existing before the lock was taken)
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
     rundir.write_versions(run_dir)
     rundir.write_config(run_dir, cfg)
-    write_trained(run_dir, cfg)
+    write_trained(run_dir, cfg, optimizer)
     return 0, []
 
 
-def open_run_dir(run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool) -> tuple[DirLock, int, list[str]]:
+def open_run_dir(
+    run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool, optimizer: dict[str, Any] | None = None
+) -> tuple[DirLock, int, list[str]]:
     """Take `run_dir`'s lock and make it ready for `cfg` to train in: new, cleared (`overwrite`) or reopened
-    (`resume`); returns the held lock, the step training starts from and the keys a resume changed. A refused call
-    releases the lock and removes whatever directories it created."""
+    (`resume`); returns the held lock, the step training starts from and the keys a resume changed; trained.json
+    records `optimizer` (`write_trained`). A refused call releases the lock and removes whatever directories it
+    created."""
     rundir.refuse_existing(run_dir, resume, overwrite)
     created = rundir.first_missing(run_dir)  # what this call creates, removed again if it is refused
     lock = DirLock(run_dir)
     try:
         lock.acquire()
-        start, changed = _reopen(run_dir, cfg, resume, overwrite)
+        start, changed = _reopen(run_dir, cfg, resume, overwrite, optimizer)
     except BaseException:
         if lock.is_locked:
             lock.release()
@@ -219,18 +225,31 @@ def _is_resume(entry: Any) -> bool:
     return all(isinstance(c, str) for c in entry["changed"]) and isinstance(entry.get("note"), (str, type(None)))
 
 
+# The metrics.jsonl "event" of a run that stopped early (`train.early_stop`), at the step of its last checkpoint:
+# {"step", "event": "early_stop", "evaluations": n, "train_s"}.
+EARLY_STOP = "early_stop"
+
+
+def early_stop(run_dir: str | Path, step: int) -> dict[str, Any] | None:
+    """The early stop of `run_dir` at checkpoint `step` (its metrics.jsonl record, `EARLY_STOP`), or None where it
+    did not stop early there."""
+    return next((r for r in rundir.read_metrics(run_dir) if r.get("event") == EARLY_STOP and r["step"] == step), None)
+
+
 def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> dict[str, Any]:
     """What the weights of `run_dir` at checkpoint `step` are, for every entry of its eval.json: {"status" (one of
     STATUSES: the most serious that applies), "steps" (what its config.json trains), "steps_trained",
-    "sequences_seen", "notes" (each status that applies, in words)}. `trains` False for a baseline, which trains
-    nothing (finished at 0 steps)."""
+    "sequences_seen", "notes" (each status that applies, in words)}, and for a run that stopped early at `step`
+    (`train.early_stop`: finished, not unfinished) "stopped_early": {"step", "evaluations"} with a note saying so.
+    `trains` False for a baseline, which trains nothing (finished at 0 steps)."""
     run_dir = Path(run_dir)
     cfg = rundir.read_config(run_dir)
     trained = read_trained(run_dir) or cfg
     steps, batch = (cfg.train.steps, cfg.train.batch_size) if trains else (0, cfg.train.batch_size)
     done = int(step or 0) if trains else 0
     found: dict[str, list[str]] = {}
-    if done < steps:
+    stopped = early_stop(run_dir, done) if 0 < done < steps else None
+    if done < steps and stopped is None:
         found["unfinished"] = [
             f"unfinished: stopped at step {done:,} of {steps:,} ({done * batch:,} of {steps * batch:,} sequences "
             "seen), not the run its config trains"
@@ -245,10 +264,13 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
         what = f"{kind}: resumed at step {e['step']:,} with {'; '.join(e['changed'])}"
         found.setdefault(kind, []).append(f"{what}: {e['note']}" if e["note"] else what)
     status = next((s for s in STATUSES if s in found), "finished")
-    return {
-        "status": status,
-        "steps": steps,
-        "steps_trained": done,
-        "sequences_seen": done * batch,
-        "notes": [note for s in STATUSES if s in found for note in found[s]],
-    }
+    notes = [note for s in STATUSES if s in found for note in found[s]]
+    out = {"status": status, "steps": steps, "steps_trained": done, "sequences_seen": done * batch, "notes": notes}
+    if stopped is not None:
+        n = stopped.get("evaluations")
+        out["stopped_early"] = {"step": done, "evaluations": n}
+        notes.append(
+            f"stopped early: validation ✓ at {n} consecutive evaluations (train.early_stop), at step {done:,} of "
+            f"{steps:,} ({done * batch:,} sequences seen); the learning-rate schedule was cut there"
+        )
+    return out

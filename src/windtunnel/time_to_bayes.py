@@ -36,9 +36,9 @@ from windtunnel import manifest, rundir
 from windtunnel.config import RunConfig, apply_overrides, parse_value
 from windtunnel.errors import CheckpointError, error_message
 from windtunnel.executors import ExecutorOptions, Job, Launch, holding, launch
-from windtunnel.marks import crossings, summarize_marks
+from windtunnel.marks import crossings, summarize_marks, verdict_crossings
 from windtunnel.recipes import RECIPES, get_recipe
-from windtunnel.report.collect import read_test_metrics
+from windtunnel.report.collect import read_history, read_test_metrics, validation_evals
 from windtunnel.report.tables import headline_metric
 from windtunnel.report.time_to_bayes import MACHINE_KEYS, markdown, plot
 from windtunnel.resolve import resolve_config
@@ -168,11 +168,12 @@ def cell_label(cell: Cell, cfg: RunConfig) -> str:
 
 
 def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
-    """One trained seed of a cell: its validation curve, the marks it crossed, and its final test numbers."""
+    """One trained seed of a cell: its validation curve, the marks it crossed, its first ◐-or-better and first ✓
+    validation verdict (`marks.verdict_crossings`), and its final test numbers."""
     run_dir = out / manifest.RUNS / run.name
     final = read_test_metrics(run_dir)  # the test stream, written by train(); checked, naming a bad field
-    lines = rundir.read_metrics(run_dir)
-    evals = [r for r in lines if r.get("split") == "eval"]
+    lines = read_history(run_dir)  # checked, naming a bad field
+    evals = validation_evals(lines)
     steps = [r for r in lines if "loss" in r]
     metric = headline_metric(run.resolved.task.name)
     keep = ("step", "train_s", "entropy_mae_bits", "kl_bits", "accuracy", "impossible_mass", "closest", "horizon")
@@ -183,6 +184,7 @@ def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
         "metric": metric,
         "curve": [{k: e[k] for k in keep if k in e} for e in evals],
         "crossings": crossings(evals, metric),
+        "time_to_verdict": verdict_crossings(evals),  # first ◐-or-better and first ✓ validation verdict
         "train_s": steps[-1]["train_s"] if steps else None,
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in steps[1:]) if len(steps) > 1 else None,
         "final_validation": {k: evals[-1].get(k) for k in keep if k in evals[-1]} if evals else None,

@@ -27,9 +27,9 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributions import Categorical
+from torch.distributions import Categorical, Normal, kl_divergence
 
-from windtunnel import checkpoints, models, plugins, rundir, runs, tracking
+from windtunnel import checkpoints, marks, models, plugins, rundir, runs, tracking
 from windtunnel.config import RunConfig, validate
 from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
@@ -39,18 +39,20 @@ from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.models.baselines import BASELINES
 from windtunnel.models.common import OutputHead, tied_head
-from windtunnel.optim import lr_at, make_optimizer
+from windtunnel.optim import describe, lr_at, make_optimizer
 from windtunnel.progress import StepLines
 from windtunnel.resolve import resolve_config, resolve_loss
-from windtunnel.resume import open_run_dir
+from windtunnel.resume import EARLY_STOP, open_run_dir
 from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec, check_posterior
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """Mean training loss over scored positions: ce on targets, soft_ce on posterior probs, or Gaussian NLL; for
-    ce_vocab `out` is the tied head's logits over the whole vocabulary (`OutputHead.vocab_logits`), the target the
-    answer's token (answer_token_offset + class)."""
+    """Mean training loss over scored positions: ce on targets, soft_ce on posterior probs, Gaussian NLL of the
+    targets, or gaussian_kl, the closed-form KL(exact posterior predictive || model's Gaussian) (soft_ce and
+    gaussian_kl have the sampled losses' minimiser without their sampling noise); for ce_vocab `out` is the tied
+    head's logits over the whole vocabulary (`OutputHead.vocab_logits`), the target the answer's token
+    (answer_token_offset + class)."""
     mask = batch.target_mask.bool()
     if kind == "ce":
         return F.cross_entropy(out[mask].float(), batch.targets[mask].long())
@@ -59,26 +61,55 @@ def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> 
             raise ValueError("train.loss: ce_vocab needs a task whose answers are input tokens (answer_token_offset)")
         return F.cross_entropy(out[mask].float(), batch.targets[mask].long() + int(spec.answer_token_offset))
     if kind == "soft_ce":
-        # soft_ce is for class answers, whose posterior is a Categorical
-        probs = cast(Categorical, batch.posterior).probs[mask].float()  # (N,K)
+        if not isinstance(batch.posterior, Categorical):  # soft_ce is for class answers, whose posterior is one
+            raise ValueError("train.loss: soft_ce needs a task with class answers and a Categorical posterior")
+        probs = batch.posterior.probs[mask].float()  # (N,K)
         return -(probs * torch.log_softmax(out[mask].float(), -1)).sum(-1).mean()
     if kind == "gaussian_nll":
         if spec.answer_kind != "real":
             raise ValueError("train.loss: gaussian_nll needs a task with real answers")
         return -predictive(spec, out).log_prob(batch.targets.float())[mask].mean()
+    if kind == "gaussian_kl":
+        exact = batch.posterior
+        if spec.answer_kind != "real" or not isinstance(exact, Normal):
+            raise ValueError("train.loss: gaussian_kl needs a task with real answers and a Gaussian posterior")
+        model = cast(Normal, predictive(spec, out))
+        exact = Normal(exact.loc.float(), exact.scale.float(), validate_args=False)
+        return kl_divergence(exact, model)[mask].mean()
     raise ValueError(f"train.loss: unknown loss {kind!r}")
 
 
 def validation_line(result: dict[str, Any]) -> dict[str, Any]:
-    """What a periodic (validation) evaluation logs: the point metrics, and for a task with approximate posteriors
-    the closest one and the belief horizon (point estimates: no intervals at training time)."""
+    """What a periodic (validation) evaluation logs: the point metrics; its verdict's level ("verdict": `marks.verdict`
+    at the conservative end of the bootstrap intervals over the validation sequences, what `train.early_stop` and
+    the report's time to verdict read); and for a task with approximate posteriors the closest one and the belief
+    horizon of the point estimates of the gains (what time to Bayes's "exact filter" mark reads)."""
     line = dict(result["metrics_point"])
     v = result.get("verdict") or {}
     if result.get("approximations"):
         line["closest"] = v.get("closest")
         if v.get("horizon_max") is not None:
-            line["horizon"], line["horizon_max"] = v.get("horizon"), v.get("horizon_max")
+            point = {n: {**a, "gain_bits": _point(a.get("gain_bits"))} for n, a in result["approximations"].items()}
+            line["horizon"], line["horizon_max"] = marks.belief_horizon(point)
+    if v.get("level") is not None:
+        line["verdict"] = v["level"]
     return line
+
+
+def _point(interval: Any) -> Any:
+    """An interval {"mean", "lo", "hi"} collapsed to its mean (anything else as it is)."""
+    return {"mean": interval["mean"], "lo": interval["mean"], "hi": interval["mean"]} if interval else interval
+
+
+def exact_streak(records: list[dict[str, Any]]) -> int:
+    """How many of the last periodic validation evaluations in `records` (metrics.jsonl) are in a row ✓ exact."""
+    evals = [r for r in records if r.get("split") == "eval"]
+    n = 0
+    for r in reversed(evals):
+        if r.get("verdict") != "exact":
+            break
+        n += 1
+    return n
 
 
 def is_checkpoint_step(cfg: RunConfig, step: int) -> bool:
@@ -131,7 +162,8 @@ def size_text(cfg: RunConfig) -> str:
 
 def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: int = 0) -> str:
     """What a run trains, in one line: task and its parameters, architecture, preset and size, parameter count,
-    steps x batch, optimiser and learning-rate schedule, seed, device (and the step a resume continues from)."""
+    steps x batch, optimiser (under muon, which tensors each optimiser holds: `optim.describe`) and learning-rate
+    schedule, seed, device (and the step a resume continues from)."""
     params = ", ".join(f"{k}={v}" for k, v in cfg.task.params.items())
     task = f"{cfg.task.name} ({params})" if params else cfg.task.name
     if cfg.model.arch in BASELINES or baselines.is_baseline(model):
@@ -141,9 +173,11 @@ def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: in
     t = cfg.train
     warmup = f", warmup {t.warmup_steps}" if t.warmup_steps else ""
     resumed = f" · resuming at step {start}" if start else ""
+    groups = f" · {describe(model, cfg)['summary']}" if t.optimizer == "muon" else ""
     return (
         f"train: {task} · {cfg.model.arch} ({preset}{size_text(cfg)}), {_count(n)} parameters · {t.steps:,} steps × "
-        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup} · seed {cfg.seed} · {device}{resumed}"
+        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup}{groups} · seed {cfg.seed} · "
+        f"{device}{resumed}"
     )
 
 
@@ -258,7 +292,9 @@ def train(
     callbacks = tracking.check_callbacks(callbacks)
     tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
-    lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite)
+    # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
+    optimizer = None if baselines.is_baseline(model) else describe(model, cfg)
+    lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite, optimizer)
     try:
         if echo is not None:
             echo(start_line(cfg, model, device, start) + (f" (changed: {'; '.join(changed)})" if changed else ""))
@@ -311,10 +347,14 @@ def _train_locked(
     train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
     t_start = time.perf_counter()
     train_s_last, step_last, tokens = train_s, start, 0
+    # train.early_stop: ✓ validation evaluations in a row so far; a run that stopped early at the step it resumes
+    # from (its metrics.jsonl record there, written before that checkpoint) trains no further
+    streak = exact_streak(previous)
+    stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
     with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(vocab_head) as head_input:
         try:
             model.train()
-            for step in range(start + 1, t.steps + 1):
+            for step in range(start + 1, (start if stopped else t.steps) + 1):
                 t0 = time.perf_counter()
                 lr = lr_at(step, cfg)
                 for g in opt.param_groups:
@@ -353,18 +393,19 @@ def _train_locked(
                     )
                     train_s_last, step_last, tokens = train_s, step, 0
                 if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
-                    m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, n_boot=0, stream="validation")
+                    # bootstrap intervals (evaluate's default n_boot): the verdict at their conservative end
+                    m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, stream="validation")
                     model.train()
-                    log.write(
-                        {
-                            "step": step,
-                            "split": "eval",
-                            **validation_line(m),
-                            "train_s": round(train_s, 3),
-                        }
-                    )
+                    line = validation_line(m)
+                    log.write({"step": step, "split": "eval", **line, "train_s": round(train_s, 3)})
                     last_eval = m["metrics_point"]["entropy_mae_bits"]
-                if is_checkpoint_step(cfg, step):
+                    streak = streak + 1 if line.get("verdict") == "exact" else 0
+                    if t.early_stop and streak >= t.early_stop and step < t.steps:  # the rule: TrainConfig's doc
+                        stopped = True
+                        log.write(
+                            {"step": step, "event": EARLY_STOP, "evaluations": streak, "train_s": round(train_s, 3)}
+                        )
+                if is_checkpoint_step(cfg, step) or stopped:  # an early stop's step gets the final checkpoint
                     log.sync()
                     checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
                     _prune(run_dir, cfg)
@@ -377,11 +418,13 @@ def _train_locked(
                 if lines is not None:
                     lines.update(step, loss_value, last_eval)
                 if stop.signum is not None:  # SIGINT/SIGTERM: a checkpoint at this step, then stop
-                    if not is_checkpoint_step(cfg, step):
+                    if not (is_checkpoint_step(cfg, step) or stopped):
                         log.sync()
                         extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
                         checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra)
                     raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
+                if stopped:
+                    break
         finally:
             log.close()
             if bar is not None:
@@ -391,4 +434,4 @@ def _train_locked(
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
 
 
-__all__ = ["compute_loss", "start_line", "train", "validation_line"]
+__all__ = ["compute_loss", "exact_streak", "start_line", "train", "validation_line"]

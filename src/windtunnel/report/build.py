@@ -168,7 +168,16 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; "
             "training-time evaluation read a separate validation stream. Paper numbers in parentheses are "
             "only those the paper reports (its v3 table), measured at the paper's budgets, which may differ "
-            "from this run's (see Deviations)."
+            "from this run's (see Deviations). Last in each cell, its time to verdict: the first periodic "
+            "validation-stream evaluation whose verdict (the same rule, at the conservative end of bootstrap "
+            "intervals over the validation sequences) is ◐ or better, and the first that is ✓, as the median step "
+            "and median training seconds (optimiser steps only) over the seeds that got there, and how many did; "
+            "'not within N steps' where none did in the N steps trained; 'no validation curve' where the runs "
+            "logged no periodic evaluation, and 'validation curve without verdicts' where they logged it before "
+            "verdicts were (point metrics alone cannot give the conservative verdict). A run with train.early_stop = n "
+            "stopped at its n-th "
+            "consecutive ✓ validation verdict, its learning-rate schedule cut there (a finished run: its steps in "
+            "What was run)."
         )
     )
     doc.add(Table(header, rows))
@@ -389,7 +398,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
                 r.task,
                 r.arch,
                 str(r.seed),
-                f"{tables.STATUS_MARK} {st.status}" if st.marked else st.status,
+                (f"{tables.STATUS_MARK} {st.status}" if st.marked else st.status)
+                + (f" (stopped early at step {st.stopped_early:,})" if st.stopped_early is not None else ""),
                 f"{st.steps_trained:,}" + (f" of {r.steps:,}" if st.steps_trained != r.steps else ""),
                 str(r.batch_size),
                 wall,

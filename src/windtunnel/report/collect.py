@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import checkpoints, errors, manifest, rundir
+from windtunnel import checkpoints, errors, manifest, marks, rundir
 from windtunnel.resolve import upgrade_stored
 from windtunnel.resume import STATUSES
 
@@ -23,13 +23,15 @@ from windtunnel.resume import STATUSES
 class RunState:
     """What the weights behind one evaluation of a run are (eval.json's "run" record, `resume.run_record`, checked
     against config.json): `status` one of resume.STATUSES, the steps its config trains and those trained, the
-    sequences seen in training, and the notes that say why."""
+    sequences seen in training, the notes that say why, and the step a finished run stopped early at
+    (`train.early_stop`; None where it did not)."""
 
     status: str
     steps: int
     steps_trained: int
     sequences_seen: int
     notes: tuple[str, ...] = ()
+    stopped_early: int | None = None
 
     @property
     def marked(self) -> bool:
@@ -89,7 +91,8 @@ class RunRecord:
     def state(self, setting: str = "default") -> RunState:
         """What the weights behind evaluation `setting` are: its eval.json record (`resume.run_record`); an entry
         evaluated at a checkpoint before the config's last step is unfinished whatever it says (an eval.json written
-        before the record existed, or a config.json edited since). Without that evaluation: the latest checkpoint."""
+        before the record existed, or a config.json edited since), unless its record says it stopped early there
+        (`train.early_stop`). Without that evaluation: the latest checkpoint."""
         ev = self.evals.get(setting)
         found = ev.get("step") if ev is not None else self.checkpoint_step
         step: int | None = found if _is_int(found) else None  # None: a baseline, or not known
@@ -97,20 +100,27 @@ class RunRecord:
         trained: int = rec.get("steps_trained", self.steps if step is None else step)
         seen: int = rec.get("sequences_seen", trained * self.batch_size)
         status, notes = rec.get("status", "finished"), tuple(rec.get("notes", ()))
-        if step is not None and step < self.steps and status != "unfinished":
+        early = (rec.get("stopped_early") or {}).get("step")
+        stopped = early if step is not None and early == step and status != "unfinished" else None
+        if step is not None and step < self.steps and status != "unfinished" and stopped is None:
             status = "unfinished"
             at = f"step {step:,} of the {self.steps:,} its config trains ({seen:,} sequences seen)"
             notes = (f"unfinished: evaluated at {at}", *notes)
         elif step is not None and step > self.steps and status in ("finished", "resumed"):  # no resume shortens a run
             status = "edited"
             notes = (f"edited: evaluated at step {step:,}, but its {rundir.CONFIG} trains {self.steps:,}", *notes)
-        return RunState(status, self.steps, trained, seen, notes)
+        return RunState(status, self.steps, trained, seen, notes, stopped)
 
     @property
     def wall_s(self) -> float | None:
         """Training wall time from the last logged line (None for untrained baselines)."""
         times = [h["elapsed_s"] for h in self.history if isinstance(h.get("elapsed_s"), (int, float))]
         return max(times) if times else None
+
+    @property
+    def validation(self) -> list[dict[str, Any]]:
+        """The periodic (validation-stream) evaluations of metrics.jsonl (`validation_evals`)."""
+        return validation_evals(self.history)
 
     @property
     def eval_curve(self) -> list[tuple[int, float]]:
@@ -154,12 +164,19 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
     "list": (lambda v: isinstance(v, list), "a list"),
     "curve": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),  # nan: no data there
+    "level": (lambda v: v in marks.LEVELS, f"a verdict level ({', '.join(marks.LEVELS)})"),
 }
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
 TASK_PARAMS = {"N": "positive", "score_at": "text"}
 # metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
-# tables.headline_metric).
-HISTORY_FIELDS = {"elapsed_s": "number", "train_s": "number", "entropy_mae_bits": "number", "accuracy": "number"}
+# tables.headline_metric; a periodic evaluation's verdict, time to verdict).
+HISTORY_FIELDS = {
+    "elapsed_s": "number",
+    "train_s": "number",
+    "entropy_mae_bits": "number",
+    "accuracy": "number",
+    "verdict": "level",
+}
 # eval.json's record of what a run is (`resume.run_record`), in each entry's "run".
 RUN_FIELDS = {"steps": "count", "steps_trained": "count", "sequences_seen": "count", "notes": "list"}
 # done.json fields the drivers read (`executors.run_job` writes them; sweep tables and reproduce's report read them).
@@ -251,6 +268,10 @@ def _check_run_record(rec: dict[str, Any], path: Path, where: str) -> None:
         _required(rec, key, kind, path, f"{where}.{key}")
     for i, note in enumerate(rec["notes"]):
         checked(note, "text", path, f"{where}.notes[{i}]")
+    if rec.get("stopped_early") is not None:
+        early = checked(rec["stopped_early"], "object", path, f"{where}.stopped_early")
+        _required(early, "step", "count", path, f"{where}.stopped_early.step")
+        _optional(early, "evaluations", "positive", path, f"{where}.stopped_early.evaluations")
 
 
 def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -260,6 +281,19 @@ def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, 
         for key, kind in HISTORY_FIELDS.items():
             _optional(h, key, kind, path, f"record {i}.{key}")
     return history
+
+
+def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl records, the fields in HISTORY_FIELDS checked (CheckpointError naming the file, the
+    record and the field otherwise)."""
+    return _check_history(rundir.read_metrics(run_dir), Path(run_dir) / rundir.METRICS)
+
+
+def validation_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The periodic (validation-stream) evaluations of a run's metrics.jsonl records (`read_history`), in order: the
+    `"split": "eval"` lines that carry their training seconds. The one reader of a validation curve: time to Bayes
+    (`marks.crossings`) and time to verdict (`marks.verdict_crossings`) read these."""
+    return [h for h in history if h.get("split") == "eval" and "train_s" in h]
 
 
 def read_done(run_dir: str | Path) -> dict[str, Any]:
@@ -313,7 +347,7 @@ def read_run(path: str | Path) -> RunRecord:
         seed=config.get("seed") or 0,
         config=config,
         evals=evals,
-        history=_check_history(rundir.read_metrics(p), p / rundir.METRICS),
+        history=read_history(p),
         geometry=_read_object(p / rundir.GEOMETRY),
         checkpoint_step=None if "default" in evals else checkpoints.latest_step(p) or 0,
     )

@@ -3,9 +3,10 @@ values that both the sweep's run directories and the table's settings carry.
 
 The table is picked on the validation stream, never the test stream: each run's validation numbers are the last
 `"split": "eval"` line of its metrics.jsonl at its final step (the periodic evaluation of training, on the validation
-stream). Runs that differ only in `seed` are one *setting*; each setting gets the mean over its seeds of the
-validation metrics and of the test metrics, with a 95% Student-t interval over the seeds (two or more; one seed: the
-run's bootstrap interval on the test stream, none on validation). Settings are ranked by the mean validation headline
+stream; for a run that stopped early, `train.early_stop`, the step it stopped at). Runs that differ only in `seed`
+are one *setting*; each setting gets the mean over its seeds of the validation metrics and of the test metrics, with
+a 95% Student-t interval over the seeds (two or more; one seed: the run's bootstrap interval on the test stream, none
+on validation). Settings are ranked by the mean validation headline
 metric of their task (entropy error lower is better, accuracy higher), each task's settings together, and ★ marks
 each task's best. A setting or run without a final validation evaluation (train.eval_every = 0, or a baseline, which
 does not train) or with a NaN/inf value (validation, or the test stream's headline) is never ★, sorts last, and the
@@ -34,6 +35,7 @@ from windtunnel.metrics import seed_interval
 from windtunnel.report.collect import read_done, read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
 from windtunnel.report.tables import fmt, headline_metric
+from windtunnel.resume import EARLY_STOP
 from windtunnel.rundir import atomic_write, read_metrics, write_json
 
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
@@ -118,9 +120,11 @@ def _number(value: Any) -> float | None:
 
 def final_validation(run_dir: Path, steps: int) -> dict[str, float | None] | None:
     """The validation-stream metrics of a run's final step: the last `"split": "eval"` line of metrics.jsonl at
-    step `steps` ({metric: value}, None where that line lacks the metric), or None where the run has none
-    (train.eval_every = 0, or a baseline, which does not train)."""
-    lines = [r for r in read_metrics(run_dir) if r.get("split") == "eval" and r.get("step") == steps]
+    step `steps`, or at the step the run stopped early at (`train.early_stop`) ({metric: value}, None where that line
+    lacks the metric), or None where the run has none (train.eval_every = 0, or a baseline, which does not train)."""
+    records = read_metrics(run_dir)
+    steps = next((r["step"] for r in records if r.get("event") == EARLY_STOP), steps)
+    lines = [r for r in records if r.get("split") == "eval" and r.get("step") == steps]
     return {m: _number(lines[-1].get(m)) for m in METRICS} if lines else None
 
 

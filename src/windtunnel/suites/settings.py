@@ -118,6 +118,7 @@ _LOSS_2V = "2V-way: cross-entropy over all 2V tied token logits at each key posi
 _LOSS_V = "V-way: cross-entropy over the V value logits at each key position"
 _LOSS_VOCAB = "cross-entropy over every token logit of the tied head at each scored position"
 _SOFT_CE = "soft-target cross-entropy against the exact filtered posterior at every observation"
+_SOFT_CE_POSTERIOR = "soft-target cross-entropy against the exact posterior at each scored position"
 _FRESH = "fresh sequences every step"
 _FINAL = "the final weights"
 _STOPS = "a non-finite loss or gradient stops the run"
@@ -305,6 +306,8 @@ def our_loss_form(task: str, loss: str = "auto", params: dict[str, Any] | None =
     """What our training loss is for `task` under `train.loss` = `loss` (with task parameters `params`), in the
     table's words: `ce_vocab` on the sep-vocab bijection is the authors' 2V-way tied loss (on the paired format, whose
     V tokens are the values, it is the V-way one); None for a task the table states no loss form for."""
+    if loss in ("posterior", "soft_ce") and task in ("bijection", "recall"):
+        return _SOFT_CE_POSTERIOR
     if loss == "ce_vocab":
         if task == "bijection":
             return _LOSS_2V if (params or {}).get("format", "sep-vocab") == "sep-vocab" else _LOSS_V
