@@ -70,7 +70,7 @@ def test_eval_shows_the_closest_posterior_and_by_how_much(hmm_runs):
     line = next(ln for ln in r.output.splitlines() if "KL-nearest reference" in ln)
     assert line.strip().startswith("KL-nearest reference: none: no better than context-blind (nearest: ")
     assert "KL(context-blind ‖ model)" in line or "KL(exact ‖ model)" in line
-    got = json.loads(runner.invoke(app, ["eval", str(hmm_runs["uniform"]), "--n", "16", "--json"]).output)
+    got = json.loads(runner.invoke(app, ["eval", str(hmm_runs["uniform"]), "--n", "16", "--json"]).stdout)
     assert got["default"]["closest"]["name"] in line
 
 

@@ -22,10 +22,12 @@ def test_train_then_eval(tmp_path):
     assert cfg["task"]["params"]["V"] == 5 and cfg["train"]["steps"] == 2 and cfg["model"]["size"]["d_model"]
     r = runner.invoke(app, ["eval", str(out), "--n", "6", "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["default"]["n"] == 6
+    assert json.loads(r.stdout)["default"]["n"] == 6  # where it was written: on stderr, beside the JSON
+    assert f"wrote {out / 'evals' / 'eval.n=6.json'}" in r.stderr
     r = runner.invoke(app, ["eval", str(out), "--set", "task.L=3", "--n", "4"])
     assert r.exit_code == 0, r.output
-    assert "L=3" in r.output and "L=3" in json.loads((out / "eval.json").read_text())
+    assert "L=3" in r.output and "L=3" in json.loads((out / "evals" / "L=3,eval.n=4.json").read_text())
+    assert set(json.loads((out / "eval.json").read_text())) == {"default"}  # the recorded evaluation only
     r = runner.invoke(app, train_args(out, "--resume"))
     assert r.exit_code == 0, r.output
 

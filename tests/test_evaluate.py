@@ -72,10 +72,11 @@ def test_eval_json_layout_with_length_generalisation(tmp_path):
         assert all(len(v) == K for v in r["per_position"].values())
         m = r["metrics"]["entropy_mae_bits"]
         assert m["lo"] <= m["mean"] <= m["hi"]
-    # the first 6 positions of the longer setting are scored on the same task prefix distribution
+    # a setting the run does not record goes beside eval.json, under the settings that differ (tests/test_reeval.py)
     extra = evaluate(run, overrides=[{"K": 7}], n=12)
-    assert set(json.loads((run.path / "eval.json").read_text())) == {"default", "K=9", "K=7"}
-    assert extra["K=7"]["n"] == 12
+    assert set(json.loads((run.path / "eval.json").read_text())) == {"default", "K=9"}
+    assert extra["K=7"]["n"] == 12 and extra["K=7"]["extra"] == "K=7,eval.n=12"
+    assert json.loads((run.path / "evals" / "K=7,eval.n=12.json").read_text()) == extra
 
 
 def test_deterministic_and_one_forward_pass_per_batch(tmp_path):

@@ -106,7 +106,7 @@ def test_import_trains_evaluates_and_probes_the_plugin_and_records_it(plugin_pat
     assert cfg["imports"] == [PLUGIN] and cfg["task"]["name"] == "coin" and cfg["model"]["arch"] == "gru"
     assert cfg["model"]["size"]["n_layers"] == 2 and cfg["model"]["size"]["d_model"] == 32  # the generic smoke size
     r = _ok(runner.invoke(app, ["eval", str(run), "--n", "8", "--json"]))  # imported already in this process
-    assert json.loads(r.output)["default"]["n"] == 8
+    assert json.loads(r.stdout)["default"]["n"] == 8
     r = _ok(runner.invoke(app, ["probe", str(run), "--n", "8", "--no-figures"]))
     assert "gru on coin" in r.output and (run / "geometry.json").exists()
     r = _ok(runner.invoke(app, ["train", "--resume", str(run), "--steps", "6", "--no-progress"]))

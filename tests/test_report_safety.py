@@ -133,9 +133,9 @@ def test_memorisation_verdict_both_sides_of_the_hypothesis_count():
         ]
     )
     verdicts = {row[0]: row[3] for row in rows}
-    assert verdicts == {
-        'bijection {"L": 4, "V": 4}': "memorisation possible",
-        "bijection": "seen fraction 10^-16.4",
+    assert verdicts == {  # labelled by the parameters that differ, defaults filled in
+        "bijection (L=4, V=4)": "memorisation possible",
+        "bijection (L=19, V=20)": "seen fraction 10^-16.4",
         "regression": "cannot be memorised",
     }
     assert not any("--" in row[3] for row in rows)

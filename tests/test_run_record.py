@@ -72,7 +72,7 @@ def test_an_unfinished_run_is_marked_in_eval_json_and_every_report_row_and_never
     # Table 1: the finished run is the config's row; the unfinished one a row of its own, marked, never pooled
     (finished,) = _rows(md, "transformer |")
     (unfinished,) = _rows(md, "transformer (unfinished at step 3 of 8) |")
-    assert "† unfinished" in unfinished and "1 seed" in unfinished and "†" not in finished
+    assert "† unfinished" in unfinished and "seeds" not in unfinished and "†" not in finished  # one seed, unpooled
     assert "cut: unfinished: stopped at step 3 of 8 (12 of 32 sequences seen)" in md
     # what was run: the steps and sequences actually trained, not the config's
     (row,) = _rows(md, "cut |")
@@ -197,7 +197,8 @@ def test_evaluation_draws_the_same_sequences_whatever_the_batch_size(tmp_path, m
         results[bs] = json.loads(r.stdout)["default"]
         # what eval.batch_size's default (250) drew before draws were separated from forward passes
         assert drawn == [(DRAW_BLOCK, seeds.test_seed(0)), (10, seeds.test_seed(1))], bs
-        assert json.loads((run / "eval.json").read_text())["default"]["batch_size"] == bs
+        extra = f"eval.batch_size={bs},eval.n={n}"  # settings that differ from the run's: beside eval.json
+        assert json.loads((run / "evals" / f"{extra}.json").read_text())["default"]["batch_size"] == bs
 
     ref = results[n]
     for bs, res in results.items():

@@ -44,7 +44,7 @@ def pristine(tmp_path_factory) -> tuple[Path, dict]:
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["eval", str(run), "--json"])
     assert r.exit_code == 0, r.output
-    return run, json.loads(r.output)
+    return run, json.loads(r.stdout)  # stderr: where it was written
 
 
 def _damage(path: Path, how: str, data: st.DataObject) -> None:
@@ -95,5 +95,5 @@ def test_damaged_run_directory_never_gives_a_traceback(pristine, tmp_path_factor
         errors = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
         assert len(errors) == 1 and r.output.strip().splitlines()[-1] == errors[0], r.output
     elif command == "eval" and file in WEIGHTS:  # damaged weights either fail or were not used: same numbers
-        got = json.loads(r.output[r.output.index("{") :])
+        got = json.loads(r.stdout[r.stdout.index("{") :])
         assert got["default"]["metrics"] == expected["default"]["metrics"]

@@ -4,6 +4,8 @@
 disjoint from training and from the validation stream that training-time evaluation reads) for the training
 setting and each `eval.overrides` setting (e.g. {"K": 50} for length generalisation), and merges the results into
 run_dir/eval.json, each entry with the record of what the run is (`resume.run_record`: finished, unfinished, ...).
+eval.json holds only the run's recorded evaluation, at the run's own settings: an evaluation at any other (another
+n, batch size, dtype, checkpoint or task setting: `extra_name`) goes to evals/NAME.json (`rundir.eval_file`).
 Held-out sequences are drawn in fixed blocks (`DRAW_BLOCK`), so the forward batch size changes no sequence.
 """
 
@@ -259,8 +261,10 @@ def evaluate_model(
     n_boot: int = 1000,
     approximations: bool = True,
     stream: str = "test",
+    dtype: str | None = None,
 ) -> dict[str, Any]:
-    """One evaluation setting of a model on `stream` (`score_predictor` with the run's seed and eval settings)."""
+    """One evaluation setting of a model on `stream` (`score_predictor` with the run's seed and eval settings; n,
+    batch_size and dtype, where given, instead of the config's)."""
     n = int(cfg.eval.n if n is None else n)
     bs = int(cfg.eval.batch_size if batch_size is None else batch_size)
     dev = device or model_device(model)
@@ -269,7 +273,7 @@ def evaluate_model(
     try:
         return score_predictor(
             task,
-            ModelPredictor(model, task.spec, dev, cfg.eval.dtype),
+            ModelPredictor(model, task.spec, dev, cfg.eval.dtype if dtype is None else dtype),
             n,
             cfg.seed,
             batch_size=bs,
@@ -282,6 +286,49 @@ def evaluate_model(
         model.train(was_training)
 
 
+# The bootstrap draws of a run's recorded evaluation (`evaluate`'s default, what train's final evaluation uses).
+RECORDED_N_BOOT = 1000
+DTYPES = ("float32", "bf16")  # config.EvalConfig.dtype's values
+
+
+def extra_name(
+    cfg: RunConfig,
+    override: dict[str, Any],
+    *,
+    n: int,
+    batch_size: int,
+    dtype: str,
+    step: int | None,
+    final_step: int | None,
+    n_boot: int = RECORDED_N_BOOT,
+) -> str | None:
+    """The name of an evaluation of a run whose settings differ from the run's own: its task setting where that is
+    not one of the run's (`eval_settings`; spelled as `eval_name` spells it), then each other setting that differs --
+    eval.n, eval.batch_size, eval.dtype, the checkpoint (when not `final_step`, the run's latest) and the bootstrap
+    draws n_boot -- sorted: "K=50,eval.n=300", "eval.n=100", "checkpoint=4". None for the run's own settings.
+    The eval settings keep their config prefix: a task may have a parameter n (regression does)."""
+    parts = {} if override in eval_settings(cfg) else dict(override)
+    own = {
+        "eval.n": (n, cfg.eval.n),
+        "eval.batch_size": (batch_size, cfg.eval.batch_size),
+        "eval.dtype": (dtype, cfg.eval.dtype),
+        "checkpoint": (step, final_step),
+        "n_boot": (n_boot, RECORDED_N_BOOT),
+    }
+    parts.update({key: asked for key, (asked, recorded) in own.items() if asked != recorded})
+    return eval_name(parts) if parts else None
+
+
+def _holds_checkpoint(run: runs.Run, step: int | None, model: nn.Module) -> bool:
+    """Whether `model` holds exactly the weights of `run`'s checkpoint `step` (what `train` hands over after its last
+    step), so its evaluation may be the run's recorded one."""
+    if step is None:
+        return False
+    stored = run.load_checkpoint(step, check=False).state_dict()
+    mine = model.state_dict()
+    return stored.keys() == mine.keys() and all(torch.equal(v, mine[k].detach().cpu()) for k, v in stored.items())
+
+
 def evaluate(
     run_or_config: runs.Run | str | Path | RunConfig | dict,
     n: int | None = None,
@@ -290,31 +337,55 @@ def evaluate(
     *,
     device: torch.device | str | None = None,
     model: nn.Module | None = None,
-    n_boot: int = 1000,
+    n_boot: int = RECORDED_N_BOOT,
     write: bool = True,
     trust_code: bool = False,
+    step: int | None = None,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a run (or a config's freshly built predictor) on each evaluation setting.
 
-    overrides: task-parameter settings to evaluate (None: the training setting plus config eval.overrides).
+    overrides: task-parameter settings to evaluate (None: the training setting plus config eval.overrides); n,
+    batch_size, dtype: instead of the config's eval.n, eval.batch_size, eval.dtype; step: a run's checkpoint to
+    evaluate (None: its latest).
     Returns {name: {"task_params", "n", "batch_size", "step", "metrics": {m: {"mean", "lo", "hi"}}, "per_position":
     {...}}}; for a run directory each entry also has "run", what its weights are (`resume.run_record`: an unfinished
-    or extended run says so), and the results are merged into eval.json (write=False to skip). trust_code: allow an
-    import-string architecture (see `runs.load_run`).
+    or extended run says so), and the results are written (write=False to skip) by `rundir.merge_eval`: an entry at
+    the run's own settings into eval.json (it reproduces the recorded evaluation), one at any other settings marked
+    "extra" with its name (`extra_name`) into evals/NAME.json, leaving eval.json as it was. `model` with a run: the
+    predictor to score instead of the run's checkpoint (train passes the model it has just trained); written only if
+    it holds that checkpoint's weights. trust_code: allow an import-string architecture (see `runs.load_run`).
     """
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype: must be one of {', '.join(DTYPES)} (got {dtype!r})")
     run: runs.Run | None = None
+    final: int | None = None
     if isinstance(run_or_config, (runs.Run, str, Path)):
         if isinstance(run_or_config, runs.Run):
             run = run_or_config
         else:
             run = runs.load_run(run_or_config, trust_code=trust_code)
         cfg, task = run.config, run.task
-        step = checkpoints.latest_step(run.path)
-        model = run.model if model is None else models.check_causal(model, task.spec)  # run.model: checked
+        final = checkpoints.latest_step(run.path)
+        if step is not None and step not in run.checkpoints():
+            raise ValueError(
+                f"step: {step} is not a checkpoint of {str(run.path)!r}; choose one of {run.checkpoints()}"
+            )
+        step = final if step is None else int(step)
+        if model is None:  # loaded models are checked
+            model = run.model if step is None or step == final else run.load_checkpoint(step)
+        else:
+            models.check_causal(model, task.spec)
+            if write and not _holds_checkpoint(run, step, model):
+                raise ValueError(
+                    f"model: its weights are not those of {str(run.path)!r} at step {step}, so its numbers are not "
+                    "the run's; evaluate it with write=False, or make it a run of its own (windtunnel.save_run)"
+                )
     else:
+        if step is not None:
+            raise ValueError("step: a checkpoint is a run directory's; evaluate a run to choose one")
         cfg = resolve_config(run_or_config)
         task = runs.build_task(cfg)
-        step = None
         model = (
             runs.build_model(cfg, task.spec, task, trust_code=trust_code).eval()  # checked as it is built
             if model is None
@@ -324,13 +395,21 @@ def evaluate(
         model = model.to(device)
     settings = eval_settings(cfg) if overrides is None else [dict(o) for o in overrides]
     record = {} if run is None else {"run": resume.run_record(run.path, step, trains=not baselines.is_baseline(model))}
+    count = int(cfg.eval.n if n is None else n)
     forward = int(cfg.eval.batch_size if batch_size is None else batch_size)
+    precision = cfg.eval.dtype if dtype is None else dtype
     results: dict[str, Any] = {}
     for o in settings:
         t = task if not o else check_override(cfg, o)  # a setting may change lengths, not the model's shape
-        r = evaluate_model(model, t, cfg, n=n, batch_size=forward, device=device, n_boot=n_boot)
+        r = evaluate_model(model, t, cfg, n=count, batch_size=forward, device=device, n_boot=n_boot, dtype=precision)
         r.pop("metrics_point")
         results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, "batch_size": forward, **r, **record}
+        if run is not None:
+            extra = extra_name(
+                cfg, o, n=count, batch_size=forward, dtype=precision, step=step, final_step=final, n_boot=n_boot
+            )
+            if extra is not None:
+                results[eval_name(o)]["extra"] = extra
     if run is not None and write:
         rundir.merge_eval(run.path, results)
     return results

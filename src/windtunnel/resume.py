@@ -1,5 +1,6 @@
 """Opening a run directory for training: a new run, an overwrite, or a resume from its latest checkpoint; and the
-record of what a run's weights are (`run_record`: finished, unfinished, extended, resumed or edited).
+record of what a run's weights are (`run_record`: finished, unfinished, extended, resumed, edited or exported: a
+model trained outside windtunnel, `runs.save_run`, which no resume continues).
 
 A resume continues with the run's own config; only the keys in `RESUMABLE_KEYS` may differ from the config the run
 trained with (trained.json, written whenever training starts, so an edit of config.json by hand meets the same rule
@@ -45,9 +46,10 @@ RESUMES = rundir.RESUMES
 # and may edit; this is the record it is checked against.
 TRAINED = rundir.TRAINED  # "trained.json", named in the run-directory layout
 # What a run's weights are (`run_record`), most serious first: stopped before its last step; config.json no longer
-# the config it trained with; extended by a resume that changed the learning rates already trained; resumed with
-# changed keys (all in RESUMABLE_KEYS: the run its config trains from scratch); none of these.
-STATUSES = ("unfinished", "edited", "extended", "resumed", "finished")
+# the config it trained with; trained outside windtunnel and exported (`runs.save_run`); extended by a resume that
+# changed the learning rates already trained; resumed with changed keys (all in RESUMABLE_KEYS: the run its config
+# trains from scratch); none of these.
+STATUSES = ("unfinished", "edited", "exported", "extended", "resumed", "finished")
 
 
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -73,10 +75,28 @@ def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
     )
 
 
-def write_trained(run_dir: Path, cfg: RunConfig, optimizer: dict[str, Any] | None = None) -> None:
+def write_trained(
+    run_dir: Path, cfg: RunConfig, optimizer: dict[str, Any] | None = None, exported: dict[str, Any] | None = None
+) -> None:
     """Record `cfg` as the config `run_dir`'s training continues with (trained.json, atomically), and `optimizer`,
-    which parameters each optimiser trains (`optim.describe`; None for a model that is not trained)."""
-    rundir.write_json(run_dir / TRAINED, {"config": json.loads(config_to_json(cfg)), "optimizer": optimizer})
+    which parameters each optimiser trains (`optim.describe`; None for a model that is not trained); `exported`, for
+    a model trained outside windtunnel (`runs.save_run`): {"by", "model", "steps"}, read back by `read_exported`."""
+    record = {"config": json.loads(config_to_json(cfg)), "optimizer": optimizer}
+    rundir.write_json(run_dir / TRAINED, record if exported is None else {**record, "exported": exported})
+
+
+def read_exported(run_dir: Path) -> dict[str, Any] | None:
+    """trained.json's record of a model trained outside windtunnel and exported into `run_dir` (`runs.save_run`),
+    or None for a run windtunnel trained; a damaged record is a CheckpointError naming it."""
+    path = run_dir / TRAINED
+    exported = rundir.read_json_object(path).get("exported") if path.exists() else None
+    if exported is not None and not (isinstance(exported, dict) and _is_steps(exported.get("steps"))):
+        raise CheckpointError(f"{path}: exported: expected {{by, model, steps: integer >= 0 or null}}")
+    return exported
+
+
+def _is_steps(value: Any) -> bool:
+    return value is None or (type(value) is int and value >= 0)
 
 
 def read_trained(run_dir: Path) -> RunConfig | None:
@@ -115,6 +135,11 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
     it trained with and its new value."""
     if not (run_dir / rundir.CONFIG).is_file():
         raise ValueError(f"resume: {str(run_dir)!r} is not a run directory (no config.json)")
+    if read_exported(run_dir) is not None:
+        raise ValueError(
+            f"resume: {str(run_dir)!r} holds a model trained outside windtunnel (windtunnel.save_run), with no "
+            "optimiser state or training history to continue; train a new run (another --out) instead"
+        )
     stored, edited = _edited(run_dir)
     changes = _changes(stored, cfg)
     refused = [
@@ -151,7 +176,12 @@ def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | Non
 
 
 def _reopen(
-    run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool, optimizer: dict[str, Any] | None
+    run_dir: Path,
+    cfg: RunConfig,
+    resume: bool,
+    overwrite: bool,
+    optimizer: dict[str, Any] | None,
+    exported: dict[str, Any] | None = None,
 ) -> tuple[int, list[str]]:
     """Clear or reopen a run directory whose lock this process holds; returns the step to resume from and the keys
     the resume changed (recorded in resumes.json; a changed learning-rate schedule is also a RuntimeWarning)."""
@@ -175,23 +205,28 @@ def _reopen(
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
     rundir.write_versions(run_dir)
     rundir.write_config(run_dir, cfg)
-    write_trained(run_dir, cfg, optimizer)
+    write_trained(run_dir, cfg, optimizer, exported)
     return 0, []
 
 
 def open_run_dir(
-    run_dir: Path, cfg: RunConfig, resume: bool, overwrite: bool, optimizer: dict[str, Any] | None = None
+    run_dir: Path,
+    cfg: RunConfig,
+    resume: bool,
+    overwrite: bool,
+    optimizer: dict[str, Any] | None = None,
+    exported: dict[str, Any] | None = None,
 ) -> tuple[DirLock, int, list[str]]:
     """Take `run_dir`'s lock and make it ready for `cfg` to train in: new, cleared (`overwrite`) or reopened
     (`resume`); returns the held lock, the step training starts from and the keys a resume changed; trained.json
-    records `optimizer` (`write_trained`). A refused call releases the lock and removes whatever directories it
-    created."""
+    records `optimizer` and, for a model exported into a new run, `exported` (`write_trained`). A refused call
+    releases the lock and removes whatever directories it created."""
     rundir.refuse_existing(run_dir, resume, overwrite)
     created = rundir.first_missing(run_dir)  # what this call creates, removed again if it is refused
     lock = DirLock(run_dir)
     try:
         lock.acquire()
-        start, changed = _reopen(run_dir, cfg, resume, overwrite, optimizer)
+        start, changed = _reopen(run_dir, cfg, resume, overwrite, optimizer, exported)
     except BaseException:
         if lock.is_locked:
             lock.release()
@@ -259,6 +294,9 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
         found["edited"] = [
             f"edited: {rundir.CONFIG} differs from the config it trained with ({TRAINED}): " + "; ".join(edits)
         ]
+    exported = read_exported(run_dir)
+    if exported is not None:
+        found["exported"] = [_exported_note(exported)]
     for e in _resumes(run_dir):
         kind = "extended" if e["note"] else "resumed"
         what = f"{kind}: resumed at step {e['step']:,} with {'; '.join(e['changed'])}"
@@ -274,3 +312,14 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
             f"{steps:,} ({done * batch:,} sequences seen); the learning-rate schedule was cut there"
         )
     return out
+
+
+def _exported_note(exported: dict[str, Any]) -> str:
+    """The record's note of a model trained outside windtunnel (`read_exported`)."""
+    steps = exported.get("steps")
+    how = (
+        f"{steps:,} steps by its own account (sequences seen counted at the config's train.batch_size)"
+        if steps is not None
+        else "the steps it trained and the sequences it saw are not known (recorded as 0)"
+    )
+    return f"exported: trained outside windtunnel ({exported.get('model') or 'a model'}, by windtunnel.save_run); {how}"

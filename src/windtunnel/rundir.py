@@ -5,7 +5,8 @@ of its files (checkpoints: `windtunnel.checkpoints`).
     run_dir/versions.json                     the code that trained it: {"windtunnel": ..., "torch": ...}
     run_dir/metrics.jsonl                     one JSON object per logged step / evaluation (append-only)
     run_dir/checkpoints/                      weights, optimiser state and RNG per saved step (checkpoints.py)
-    run_dir/eval.json                         final evaluation, one entry per evaluation setting
+    run_dir/eval.json                         final evaluation, one entry per evaluation setting: the recorded one
+    run_dir/evals/NAME.json                   evaluations at other settings, e.g. evals/eval.n=100.json (`eval_file`)
     run_dir/geometry.json                     geometry probes (windtunnel.geometry.run)
     run_dir/done.json                         written last by `reproduce`: the run is finished and probed
     run_dir/resumes.json, trained.json        a resume's changed keys, the config training continues with (resume.py)
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -42,6 +44,7 @@ from windtunnel.resolve import upgrade_stored
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
+EVALS = "evals"  # evaluations whose settings differ from the run's own (`eval_file`), kept apart from eval.json
 RESUMES, TRAINED = "resumes.json", "trained.json"  # written by windtunnel.resume
 LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"  # a writer's lock and its record (windtunnel.lock)
 TEMP_SUFFIX = ".tmp"
@@ -309,12 +312,33 @@ def version_diff(run_dir: str | Path) -> list[str]:
     return [f"versions.{k}: {stored.get(k)!r} → {v!r}" for k, v in code_versions().items() if stored.get(k) != v]
 
 
-def merge_eval(run_dir: str | Path, results: dict) -> dict:
-    """Merge evaluation results (by evaluation name) into run_dir/eval.json atomically; returns the merged dict."""
-    p = Path(run_dir) / EVAL
-    merged = read_json_object(p) if p.exists() else {}
-    merged.update(results)
-    write_json(p, merged)
+# What an extra evaluation's name may keep in its file name; anything else becomes "_".
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+-]")
+_MAX_NAME = 200  # characters of a name kept in its file name; a longer one ends in a hash of the whole name
+
+
+def eval_file(run_dir: str | Path, extra: str | None = None) -> Path:
+    """Where an evaluation of `run_dir` is kept: eval.json for the run's recorded one (`extra` None), else
+    evals/NAME.json for an extra evaluation named `extra` ("K=50,eval.n=300"), made a safe file name."""
+    if extra is None:
+        return Path(run_dir) / EVAL
+    name = _UNSAFE.sub("_", extra)
+    if len(name) > _MAX_NAME or name != extra:  # shortened or changed: the hash keeps two names apart
+        name = f"{name[:_MAX_NAME]}-{hashlib.sha256(extra.encode()).hexdigest()[:12]}"
+    return Path(run_dir) / EVALS / f"{name}.json"
+
+
+def merge_eval(run_dir: str | Path, results: dict) -> dict[Path, dict]:
+    """Merge evaluation results (by setting name) atomically into their files (`eval_file`): an entry marked "extra"
+    (an evaluation whose settings differ from the run's) into evals/NAME.json, any other into eval.json. The one
+    writer of both, so an extra evaluation never lands in eval.json; returns {file: its merged contents}."""
+    by_file: dict[Path, dict] = {}
+    for setting, entry in results.items():
+        by_file.setdefault(eval_file(run_dir, entry.get("extra")), {})[setting] = entry
+    merged: dict[Path, dict] = {}
+    for path, entries in by_file.items():
+        merged[path] = {**(read_json_object(path) if path.exists() else {}), **entries}
+        write_json(path, merged[path])
     return merged
 
 
@@ -333,6 +357,7 @@ _LAYOUT: dict[str, Callable[[str], bool]] = {
     "": lambda name: name in (CONFIG, VERSIONS, METRICS, EVAL, GEOMETRY, DONE, RESUMES, TRAINED, OWNER_FILE),
     CKPT_DIR: lambda name: name == LATEST or _CHECKPOINT.fullmatch(name) is not None,
     FIGURES: lambda name: name.endswith(".png"),  # plotting.save's NAME.png and NAME.tmp.png
+    EVALS: lambda name: name.endswith(".json"),  # eval_file's extra evaluations
     TENSORBOARD: lambda name: name.startswith("events.out.tfevents."),
 }
 

@@ -1,4 +1,5 @@
-"""A run's predictor and task, built from its config, and `load_run`: a run directory opened for reading.
+"""A run's predictor and task, built from its config; `load_run`: a run directory opened for reading; and
+`save_run`, its inverse: a model trained in a loop of one's own made into a run directory.
 
 Opening a run never imports code: an import-string architecture in its config is built only with `trust_code=True`.
 File names and file I/O: `windtunnel.rundir`; checkpoints: `windtunnel.checkpoints`.
@@ -6,19 +7,24 @@ File names and file I/O: `windtunnel.rundir`; checkpoints: `windtunnel.checkpoin
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 from torch import nn
 
-from windtunnel import models, plugins, tasks
-from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoint
-from windtunnel.config import RunConfig
+from windtunnel import models, plugins, rundir, tasks
+from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoint, save_checkpoint
+from windtunnel.config import RunConfig, validate
 from windtunnel.errors import CheckpointError
+from windtunnel.models.base import ModelSize
 from windtunnel.models.baselines import is_baseline
+from windtunnel.resolve import resolve_config
+from windtunnel.resume import open_run_dir
 from windtunnel.rundir import CONFIG, EVAL, check_run_dir, read_config, read_json_object, read_metrics
 from windtunnel.tasks.base import TaskSpec
 
@@ -93,8 +99,9 @@ class Run:
             return m.eval()
         return self.load_checkpoint(step)
 
-    def load_checkpoint(self, step: int) -> nn.Module:
-        """A fresh model with the weights of checkpoint `step`, in eval mode."""
+    def load_checkpoint(self, step: int, check: bool = True) -> nn.Module:
+        """A fresh model with the weights of checkpoint `step`, in eval mode; check: refuse weights that are not
+        finite or a model that sees the future (False: only read the weights, to compare them)."""
         m = build_model(
             self.config,
             self.task.spec,
@@ -105,6 +112,8 @@ class Run:
         )
         if not is_baseline(m):
             load_checkpoint(self.path, step, m)
+            if not check:
+                return m.eval()
             check_finite_weights(m, f"{self.path}: checkpoint of step {step}")
         where = f"{self.path}: model.arch {self.config.model.arch!r} at step {step}"
         return models.check_causal(m, self.task.spec, name=where).eval()
@@ -130,3 +139,213 @@ def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
     # the modules it records: imported already (--import), or from an installed package with trust_code
     plugins.require(cfg.imports, trust_code=trust_code, exclude=(p, p.parent), where=str(p / CONFIG))
     return Run(path=p, config=cfg, trust_code=trust_code)
+
+
+# --- save_run: a model trained elsewhere, as a run directory ---------------------------------------------------
+
+# What a config must say for a model whose architecture is not registered (save_run cannot name it itself).
+_ARCH_NEEDED = (
+    "windtunnel eval, probe and report rebuild a run's model from config.json by its architecture's name: register "
+    "the class (windtunnel.models.register(NAME, Class), with a `Size`; docs/own-model.md) in a module the commands "
+    "--import, and pass config={'model': {'arch': NAME, 'size': {...}}} with the size fields that build this model "
+    "(or give the model a `size`, a ModelSize, for save_run to read)"
+)
+
+
+def save_run(
+    model: nn.Module,
+    task: Any,
+    out: str | Path,
+    config: RunConfig | dict[str, Any] | None = None,
+    *,
+    steps: int | None = None,
+    overwrite: bool = False,
+    trust_code: bool = False,
+) -> Path:
+    """Make a run directory at `out` from `model`, trained in a loop of one's own, so `windtunnel eval`, `probe` and
+    `report` (and `load_run`) read it as any run; returns `out`.
+
+    Writes config.json, versions.json, trained.json marking the run exported (trained outside windtunnel: its
+    record's status is "exported", `resume.run_record`) and the model's weights as the final checkpoint, of step
+    `steps` (how long it trained, where known; else the config's train.steps where the config gives it; else
+    unknown, and the checkpoint is step 0). Nothing is evaluated: `windtunnel eval OUT` writes its eval.json.
+
+    task: a task name or a task object (registered by name: the run rebuilds it with `tasks.make`). config: a
+    RunConfig or a nested dict; its task must agree with `task`; model.arch and model.size must build this model.
+    None, or a config without a model section: the architecture is the registered name of the model's class and the
+    size its `size` (a ModelSize); a model of another class needs them in `config` (`_ARCH_NEEDED`). The modules
+    that registered the task and architecture are recorded in the config's imports.
+
+    Checked before anything is written, as a training run is: a model of finite weights whose output at a position
+    reads no later input (`models.check_causal`), of the task's shape (inputs, and K logits or a Gaussian per
+    position), and rebuilt from the config with exactly these outputs. An existing non-empty `out` is refused
+    unless it is a run directory and `overwrite` (`rundir.refuse_existing`: nothing else is ever deleted).
+    """
+    out = Path(out)
+    rundir.check_writable(out, "out")
+    rundir.refuse_existing(out, resume=False, overwrite=overwrite)  # before any work: open_run_dir checks again
+    model = getattr(model, "_orig_mod", model)  # a torch.compile'd model: the module it wraps
+    if not isinstance(model, nn.Module) or is_baseline(model):
+        raise ValueError(
+            f"model: expected a trained torch.nn.Module (got {type(model).__name__}); a baseline needs no export: "
+            "windtunnel train --arch oracle|uniform evaluates it"
+        )
+    data = _given(config)
+    task = _task_of(task, data.get("task") or {})
+    steps = _steps_of(steps, data.get("train") or {})
+    check_finite_weights(model, "model")
+    _check_outputs(model, task)
+    models.check_causal(model, task.spec, name=f"model {type(model).__name__!r}")
+    cfg = resolve_config(_export_config(model, task, data, steps))
+    _check_rebuilt(model, cfg, task, trust_code)
+    exported = {"by": "windtunnel.save_run", "model": _qualname(type(model)), "steps": steps}
+    lock, _, _ = open_run_dir(out, cfg, resume=False, overwrite=overwrite, exported=exported)
+    try:
+        save_checkpoint(out, steps or 0, model, extra={"exported": True})
+    finally:
+        lock.release()
+    return out
+
+
+def _given(config: RunConfig | dict[str, Any] | None) -> dict[str, Any]:
+    """The fields a config passed to save_run gives (a RunConfig: those set), validated, as a nested dict."""
+    if config is None:
+        return {}
+    cfg = config if isinstance(config, RunConfig) else validate(config)
+    return cfg.model_dump(mode="json", exclude_unset=True)
+
+
+def _task_of(task: Any, given: dict[str, Any]) -> Any:
+    """save_run's task object: a name built with the config's task.params, or a task object, which the run must
+    build again by name (`tasks.make(name, **params)`: registered, the same class and parameters)."""
+    if isinstance(task, str):
+        if given.get("name", task) != task:
+            raise ValueError(f"config: task.name {given['name']!r} is not the task given, {task!r}")
+        _check_registered(task)
+        return tasks.make(task, **given.get("params", {}))
+    name, params = getattr(task, "name", None), getattr(task, "params", None)
+    if not isinstance(name, str) or not isinstance(params, BaseModel):
+        raise ValueError(f"task: expected a task name or a task object with a name and params (got {type(task)})")
+    if given.get("name", name) != name:
+        raise ValueError(f"config: task.name {given['name']!r} is not the task given, {name!r}")
+    _check_registered(name)
+    rebuilt = tasks.make(name, **params.model_dump(mode="json"))
+    if type(rebuilt) is not type(task) or rebuilt.params != params:
+        raise ValueError(
+            f"task: tasks.make({name!r}, ...) builds {_qualname(type(rebuilt))}, not this {_qualname(type(task))} at "
+            "its parameters; a run rebuilds its task by name: register the task's own class under its name"
+        )
+    if "params" in given and tasks.make(name, **given["params"]).params != params:
+        raise ValueError(f"config: task.params {given['params']} are not the task's ({params.model_dump(mode='json')})")
+    return task
+
+
+def _check_registered(name: str) -> None:
+    if name not in tasks.names():
+        raise ValueError(
+            f"task: {name!r} is not a registered task, so a run could not build it again: register its class "
+            f"(windtunnel.tasks.register({name!r}, Class)) in a module the commands --import"
+        )
+
+
+def _steps_of(steps: int | None, given_train: dict[str, Any]) -> int | None:
+    """The steps the exported model trained: `steps`, else the config's train.steps where it gives one, else None
+    (unknown); the two must agree where both are given."""
+    stated = given_train.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+        raise ValueError(f"steps: expected an integer >= 0, the steps the model trained (got {steps!r})")
+    if steps is not None and stated is not None and stated != steps:
+        raise ValueError(f"steps: {steps} is not the config's train.steps ({stated}); give one of them")
+    return steps if steps is not None else stated
+
+
+def _arch_name(model: nn.Module) -> str | None:
+    """The name `model`'s class is registered under (`models.register`), or None."""
+    return next((name for name in models.names() if models.resolve(name) is type(model)), None)
+
+
+def _export_config(model: nn.Module, task: Any, given: dict[str, Any], steps: int | None) -> dict[str, Any]:
+    """The config of an exported run (before `resolve_config`): what `given` says, the task's name and parameters,
+    the architecture's registered name and the model's size where the config gives none, train.steps = `steps` (0:
+    unknown), and the modules that registered the task and the architecture in its imports."""
+    data = {**given, "task": {"name": task.name, "params": task.params.model_dump(mode="json")}}
+    section = dict(given.get("model") or {})
+    section.setdefault("arch", _arch_name(model))
+    if section["arch"] is None:
+        raise ValueError(
+            f"config: model.arch: {_qualname(type(model))} is not a registered architecture; {_ARCH_NEEDED}"
+        )
+    if "size" not in section and "preset" not in section:
+        size = getattr(model, "size", None)
+        if not isinstance(size, ModelSize):
+            raise ValueError(f"config: model.size: {_qualname(type(model))} has no `size` to read; {_ARCH_NEEDED}")
+        fields = size.model_dump(mode="json")
+        section.setdefault("max_len", fields.pop("max_len"))
+        section.setdefault("reserved_positions", fields.pop("reserved_positions"))
+        section["size"] = fields
+    data["model"] = section
+    data["train"] = {**(given.get("train") or {}), "steps": steps or 0}
+    found = plugins.providers(data)
+    if "__main__" in found:
+        warnings.warn(
+            "save_run: the task or architecture was registered by the running script (__main__), which no command "
+            "line can import: windtunnel eval, probe and report find it only once it is registered by a module "
+            "they --import",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    data["imports"] = plugins.unique([*given.get("imports", []), *(m for m in found if m != "__main__")])
+    return data
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@torch.no_grad()
+def _forward(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """`model(inputs)` in eval mode, its training mode restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        return model(inputs)
+    finally:
+        model.train(was_training)
+
+
+def _probe_inputs(model: nn.Module, task: Any) -> torch.Tensor:
+    """A few sequences of `task` on the device of `model`'s weights (what save_run's checks feed it)."""
+    param = next(iter(model.parameters()), None)
+    return task.sample(4, seed=0, device=param.device if param is not None else "cpu").inputs
+
+
+def _check_outputs(model: nn.Module, task: Any) -> None:
+    """ValueError unless `model` maps `task`'s inputs to (B,T,output_dim): K logits, or a Gaussian's two numbers."""
+    inputs = _probe_inputs(model, task)
+    want = (*inputs.shape[:2], task.spec.output_dim)
+    try:
+        out = _forward(model, inputs)
+    except (RuntimeError, ValueError, IndexError) as err:
+        raise ValueError(
+            f"model: does not run on task {task.spec.name!r}'s inputs {tuple(inputs.shape)}: {err}"
+        ) from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"model: expected outputs of shape {want} on task {task.spec.name!r} (got {got})")
+
+
+def _check_rebuilt(model: nn.Module, cfg: RunConfig, task: Any, trust_code: bool) -> None:
+    """ValueError unless the model `cfg` builds takes `model`'s weights and then gives its outputs: what the run's
+    commands will load is this model."""
+    where = f"config: model.arch {cfg.model.arch!r} with model.size {cfg.model.size}"
+    with torch.random.fork_rng(devices=[]):  # build_model seeds torch: the caller's random state is left as it was
+        rebuilt = build_model(cfg, task.spec, task, trust_code=trust_code, check=False)
+    try:
+        rebuilt.load_state_dict(model.state_dict(), strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        raise ValueError(f"{where} builds a model whose weights are not this one's ({first[-1].strip()})") from None
+    inputs = _probe_inputs(model, task)
+    mine, theirs = _forward(model, inputs), _forward(rebuilt.to(inputs.device), inputs)
+    if not torch.allclose(mine.float(), theirs.float(), rtol=1e-5, atol=1e-6):
+        raise ValueError(f"{where} builds a model with this one's weights but other outputs; give the size it has")

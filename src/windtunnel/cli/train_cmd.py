@@ -225,15 +225,20 @@ def eval_command(
     set_: list[str] | None = typer.Option(None, "--set", help="task override for this evaluation, e.g. task.K=50"),
     n: int | None = typer.Option(None, "--n", help="number of held-out sequences (default: the run's eval.n)"),
     batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
-    as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+    checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to evaluate (default: the latest)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="float32 or bf16 (default: the run's eval.dtype)"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as JSON (where they were written: stderr)"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
     imports: list[str] | None = import_option(READ_IMPORT_HELP),
 ) -> None:
-    """Evaluate a run against the exact posterior; results are merged into RUN_DIR/eval.json."""
+    """Evaluate a run against the exact posterior. At the run's own settings the results are merged into
+    RUN_DIR/eval.json (its recorded evaluation); with any other (--n, --batch-size, --checkpoint, --dtype, a --set
+    the run's config does not evaluate) they go to RUN_DIR/evals/NAME.json, NAME the settings that differ
+    ("K=50,eval.n=300"), and eval.json is left as it was."""
     from windtunnel.budget import check_evaluation
     from windtunnel.evaluate import evaluate
     from windtunnel.resolve import check_override
-    from windtunnel.rundir import check_writable
+    from windtunnel.rundir import check_writable, eval_file
     from windtunnel.runs import load_run
 
     if n is not None and n < 1:
@@ -252,7 +257,9 @@ def eval_command(
     check_evaluation(run.config, n, batch_size)  # memory for --n sequences (or the stored eval.n), before the work
     if override:
         check_override(run.config, override)
-    results = evaluate(run, n=n, overrides=[override] if override else None, batch_size=batch_size)
+    results = evaluate(
+        run, n=n, overrides=[override] if override else None, batch_size=batch_size, step=checkpoint, dtype=dtype
+    )
     record: dict[str, Any] = next(iter(results.values())).get("run") or {}  # what the run is, for every setting
     if record.get("status", "finished") != "finished":
         typer.echo(f"warning: {run.path}: {'; '.join(record['notes'])}", err=True)
@@ -260,3 +267,11 @@ def eval_command(
         typer.echo(json.dumps(results, indent=2))
     else:
         print_table(results)
+    for extra in dict.fromkeys(r.get("extra") for r in results.values()):
+        where = eval_file(run.path, extra)
+        said = (
+            "the run's recorded evaluation, at its own settings"
+            if extra is None
+            else f"settings that differ from the run's ({extra}); eval.json, its recorded evaluation, is left as it was"
+        )
+        typer.echo(f"wrote {where}: {said}", err=as_json)

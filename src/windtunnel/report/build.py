@@ -12,9 +12,9 @@ from windtunnel import marks, rundir, tasks
 from windtunnel.evaluate import score_controls
 from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.geometry.seeds import dig as _dig
-from windtunnel.report import figures, tables
+from windtunnel.report import claims, figures, tables
 from windtunnel.report.collect import RunRecord, find_runs
-from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
+from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table, Verdicts
 from windtunnel.text import number
 
 
@@ -22,11 +22,12 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
     """Every adversarial control and approximation of each task configuration in `records`, scored on the test
     stream as a model is (`evaluate.score_controls`, n = the largest eval size of its runs): table rows, and the names
     of any that earned ✓ or ◐ when it should not have (a control never may; an approximation never ✓)."""
-    by_params: dict[str, list[RunRecord]] = {}
+    by_params: dict[tuple[str, str], list[RunRecord]] = {}
     for r in records:
-        by_params.setdefault(json.dumps([r.task, r.params], sort_keys=True), []).append(r)
+        by_params.setdefault(tables.params_key(r), []).append(r)
+    labels, _ = tables.task_labels(records)
     rows, flagged = [], []
-    for _, runs in sorted(by_params.items()):
+    for key, runs in sorted(by_params.items()):
         task = tables.tunnel_of(runs)
         if task is None:
             continue
@@ -36,11 +37,11 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
             v = marks.verdict(task, scores)
             control = name.startswith("control:")
             if (control and v.level != "fail") or v.level == "exact":
-                flagged.append(f"{runs[0].task} {name} ({v.mark})")
+                flagged.append(f"{labels[key]} {name} ({v.mark})")
             m = scores["metrics"]
             rows.append(
                 [
-                    runs[0].task if not runs[0].params else f"{runs[0].task} {json.dumps(runs[0].params)}",
+                    labels[key],
                     name,
                     tables.fmt(m["entropy_mae_bits"]["mean"], "entropy_mae_bits"),
                     tables.fmt(m["kl_bits"]["mean"], "kl_bits"),
@@ -157,6 +158,13 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     doc = Document("windtunnel report: is each architecture doing exact Bayesian inference?")
 
     header, rows, data = tables.primitives_table(records)
+    seed_rows, seed_geometry = geometry_across_seeds(records)
+    verdicts = claims.judge_claims(records, data, seed_geometry)
+    doc.add(Heading("Verdicts at a glance"))
+    doc.add(Verdicts(verdicts))
+    doc.add(Paragraph(claims.RULES_TEXT))
+    task_note = tables.task_labels(records)[1]
+
     doc.add(Heading("Table 1: architecture × inference primitive"))
     doc.add(
         Paragraph(
@@ -164,7 +172,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             "(differential entropy for real answers); accuracy = argmax accuracy at the scored positions, "
             "for the tunnels whose headline metric it is (where each is scored: Reference levels below). "
             "Each cell: mean over training seeds, its interval in brackets, the range of the seed means "
-            "and how many seeds are exact on their own. " + marks.rule_text() + ". The test sequences "
+            "and how many seeds are exact on their own (a cell without them is one training seed, its interval the "
+            "bootstrap over test sequences once: evaluation noise only). " + marks.rule_text() + ". The test sequences "
             "(seeds.test_seed) are read by nothing but this evaluation and the geometry probes; "
             "training-time evaluation read a separate validation stream. Paper numbers in parentheses are "
             "only those the paper reports (its v3 table), measured at the paper's budgets, which may differ "
@@ -299,7 +308,11 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             )
         )
         doc.add(
-            Table(["Task", "Predictor", "Entropy error", "KL(exact ‖ predictor)", "Accuracy", "Mark"], control_rows)
+            Table(
+                ["Task", "Predictor", "Entropy error", "KL(exact ‖ predictor)", "Accuracy", "Mark"],
+                control_rows,
+                task_note,
+            )
         )
     _table_section(
         doc,
@@ -333,7 +346,6 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
             )
         )
         doc.add(Table(["Task", "Architecture"] + [c for c, _ in GEOMETRY_COLUMNS], geo))
-    seed_rows, seed_geometry = geometry_across_seeds(records)
     if seed_rows:
         doc.add(Heading("Geometry across seeds", 3))
         doc.add(
@@ -358,6 +370,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         Table(
             ["Task", "Hypotheses", "Sequences seen in training (max over runs)", "Verdict"],
             tables.memorisation_table(records),
+            task_note,
         )
     )
 
@@ -438,6 +451,7 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     rundir.atomic_write(out / "report.md", doc.markdown(out))
     rundir.atomic_write(out / "report.html", doc.html())
     results = {
+        "claims": verdicts,
         "table1": data,
         "runs": [
             {

@@ -3,6 +3,10 @@
 Run directories may be corrupt or hostile, so `read_run` checks every value the report reads before it builds a
 record: a value of the wrong kind is a `errors.CheckpointError` naming the file and the field (exit code 1), never a
 traceback later and never a silently wrong number in a table.
+
+The report's numbers are the run's recorded evaluation, eval.json, only: an evaluation at other settings
+(evals/NAME.json, `evaluate.extra_name`) is never read, and the eval settings a record's config carries are those
+that made its numbers (`_as_evaluated`), so every label says the n behind the number.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class RunState:
             return "extended by a resume"
         if self.status == "edited":
             return f"{rundir.CONFIG} edited since it trained"
+        if self.status == "exported":
+            return "exported: trained outside windtunnel"
         return ""
 
 
@@ -59,12 +65,15 @@ class RunRecord:
     task: str
     arch: str
     seed: int
-    config: dict[str, Any]
+    config: dict[str, Any]  # config.json, its eval.n and eval.batch_size those of eval.json's default (`_as_evaluated`)
     evals: dict[str, Any]  # eval.json: name -> {"task_params", "n", "metrics", "per_position"}
     history: list[dict[str, Any]] = field(default_factory=list)  # metrics.jsonl lines
     geometry: dict[str, Any] | None = None
     # checkpoints/latest.json's step (0: none), read only for a run without a default evaluation; None: not known
     checkpoint_step: int | None = None
+    # eval.json entries made at another n than its default (`windtunnel eval --n` merged them there before extra
+    # evaluations were kept apart): set aside, in no table, as no label could say their n
+    other_evals: dict[str, Any] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -223,6 +232,7 @@ def _check_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     train = checked(cfg.get("train", {}), "object", path, "train")
     for key in ("steps", "batch_size"):
         _optional(train, key, "count", path, f"train.{key}")
+    checked(cfg.get("eval", {}), "object", path, "eval")
     return cfg
 
 
@@ -232,6 +242,13 @@ def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
     one the task does not define (accuracy for real answers); a metric that is there needs all three numbers."""
     for name, ev in evals.items():
         checked(ev, "object", path, name)
+        if ev.get("extra") is not None:  # `rundir.merge_eval` never writes one here
+            raise errors.CheckpointError(
+                f"{path}: {name}.extra: an evaluation at other settings than the run's ({reprlib.repr(ev['extra'])}) "
+                f"is kept in {rundir.EVALS}/, never in {rundir.EVAL}; move it there"
+            )
+        for key in ("n", "batch_size"):
+            _optional(ev, key, "positive", path, f"{name}.{key}")
         for m, v in checked(ev.get("metrics", {}), "object", path, f"{name}.metrics").items():
             if v is not None:
                 for k in ("mean", "lo", "hi"):
@@ -340,17 +357,28 @@ def read_run(path: str | Path) -> RunRecord:
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
     config = upgrade_stored(_check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG))  # cells compare sizes
     evals = _check_evals(_read_object(p / rundir.EVAL, {}), p / rundir.EVAL)
+    n = evals.get("default", {}).get("n")
+    other = {k: v for k, v in evals.items() if n is not None and v.get("n", n) != n}
     return RunRecord(
         path=p,
         task=config["task"]["name"],
         arch=config["model"]["arch"],
         seed=config.get("seed") or 0,
-        config=config,
-        evals=evals,
+        config=_as_evaluated(config, evals.get("default", {})),
+        evals={k: v for k, v in evals.items() if k not in other},
         history=read_history(p),
         geometry=_read_object(p / rundir.GEOMETRY),
         checkpoint_step=None if "default" in evals else checkpoints.latest_step(p) or 0,
+        other_evals=other,
     )
+
+
+def _as_evaluated(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the eval.n and eval.batch_size of the evaluation that made the run's numbers (eval.json's
+    default entry, where it records them), so a label read from the config (`tables.config_key`) says the n behind
+    each number, even for an eval.json rewritten at other settings before those were kept apart."""
+    made = {key: default[key] for key in ("n", "batch_size") if key in default}
+    return {**config, "eval": {**config.get("eval", {}), **made}} if made else config
 
 
 def find_runs(paths: list[str | Path]) -> list[RunRecord]:

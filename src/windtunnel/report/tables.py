@@ -302,7 +302,7 @@ def _cell_text(c: dict[str, Any], metric: str) -> str:
             text + f" · seeds {fmt(c['seed_min'], metric)}–{fmt(c['seed_max'], metric)} · "
             f"{c['seeds_exact']}/{c['seeds']} seeds ✓"
         )
-    return text + " · 1 seed"
+    return text  # one seed: no seed count (Table 1's legend says what its interval is)
 
 
 def horizon_text(c: dict[str, Any]) -> str:
@@ -504,12 +504,41 @@ def memorisation_verdict(log10_hypotheses: float, seen: int) -> str:
     return "memorisation possible" if exponent >= 0 else f"seen fraction 10^{exponent:.1f}"
 
 
+def params_key(r: RunRecord) -> tuple[str, str]:
+    """A run's task configuration: (task, its stored parameters as sorted JSON)."""
+    return r.task, json.dumps(r.params, sort_keys=True)
+
+
+def task_labels(records: list[RunRecord]) -> tuple[dict[tuple[str, str], str], str]:
+    """Short row labels for task configurations (`params_key`): the task alone where it has one, else the task and
+    the parameters that differ among its configurations, defaults filled in ("bijection (L=4, V=4)"); and a footnote
+    giving each label's full parameters (empty when no configuration has any)."""
+    by_task: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        task, params = params_key(r)
+        if params not in by_task[task]:
+            by_task[task].append(params)
+    labels: dict[tuple[str, str], str] = {}
+    notes: dict[str, str] = {}  # label -> its parameters (equal full parameters share a label)
+    for task in task_order(set(by_task)):
+        full = {p: full_params(task, json.loads(p)) or json.loads(p) for p in by_task[task]}
+        differ = _config_labels(json.dumps(f, sort_keys=True) for f in full.values())
+        for p, f in full.items():
+            label = differ[json.dumps(f, sort_keys=True)]
+            labels[(task, p)] = f"{task} ({label})" if label else task
+            if f:
+                notes[labels[(task, p)]] = json.dumps(f, sort_keys=True)
+    text = "; ".join(f"{label}: {params}" for label, params in notes.items())
+    return labels, f"Task parameters (defaults filled in): {text}." if notes else ""
+
+
 def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
-    """Per task configuration (task parameters): hypotheses in its space against the most sequences any run of it
-    saw in training."""
+    """Per task configuration (task parameters, labelled by `task_labels`): hypotheses in its space against the most
+    sequences any run of it saw in training."""
     by_params: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for r in records:
-        by_params[(r.task, json.dumps(r.params, sort_keys=True))].append(r)
+        by_params[params_key(r)].append(r)
+    labels, _ = task_labels(records)
     rows = []
     for (task, params), runs in sorted(by_params.items()):
         seen = max((r.state().sequences_seen for r in runs), default=0)  # what trained, not what the config asks
@@ -522,8 +551,7 @@ def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
         else:
             h_txt = f"10^{h:.1f}"
             verdict = memorisation_verdict(h, seen)
-        label = task if params == "{}" else f"{task} {params}"
-        rows.append([label, h_txt, f"{seen:,}", verdict])
+        rows.append([labels[(task, params)], h_txt, f"{seen:,}", verdict])
     return rows
 
 
@@ -591,7 +619,7 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
         summary = marks.summarize_marks(per_seed)
         name = arch + runs_tag(tags[(task, arch)])
         if headline_metric(task) == "accuracy":
-            acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {marks.format_mark(v)}" for m, v in summary.items())
+            acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {_mark_text(v)}" for m, v in summary.items())
             rows.append([task, name, str(len(per_seed)), *("" for _ in columns_), acc])
         else:
             rows.append(
@@ -599,8 +627,13 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
                     task,
                     name,
                     str(len(per_seed)),
-                    *(marks.format_mark(summary[m]) if m in summary else "n/a" for m in columns_),
+                    *(_mark_text(summary[m]) if m in summary else "n/a" for m in columns_),
                     "",
                 ]
             )
     return header, rows
+
+
+def _mark_text(m: dict[str, Any]) -> str:
+    """`marks.format_mark`, less the seed count of a one-seed cell that did not get there ("—", not "— (0/1)")."""
+    return "—" if m["of"] == 1 and not m["reached"] else marks.format_mark(m)

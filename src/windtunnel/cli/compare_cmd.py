@@ -1,0 +1,73 @@
+"""`windtunnel compare`: runs or cells side by side, with paired differences (a thin shell over
+`windtunnel.report.compare`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.root import app
+from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
+
+# The CLI's names of `report.compare.select`'s parameters, for the one-line error that names the argument at fault.
+ARGUMENTS = {"paths": "RUN_OR_REPORT", "cells": "--cell"}
+
+
+@app.command("compare")
+@guarded
+def compare_command(
+    paths: list[Path] = typer.Argument(
+        ...,
+        metavar="RUN_OR_REPORT...",
+        help="two or more run directories, or directories of runs (a reproduce/sweep/report --out, or a folder of "
+        "runs): each of its configurations is one input, its seeds pooled as the report pools them",
+    ),
+    cell: list[str] | None = typer.Option(
+        None,
+        "--cell",
+        help="keep only these cells of the directories of runs, e.g. --cell task=hmm,arch=transformer (repeatable; "
+        "keys task, arch, seed or a dotted config key such as train.lr); run directories named directly are kept",
+    ),
+    n: int | None = typer.Option(
+        None, "--n", help="test sequences to re-score for the paired differences (default: the n eval.json scored)"
+    ),
+    paired: bool = typer.Option(
+        True, "--paired/--no-paired", help="re-score the checkpoints for paired differences (--no-paired: files only)"
+    ),
+    markdown: bool = typer.Option(False, "--markdown", help="Markdown instead of plain text"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the comparison to FILE instead of stdout"),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="draw every input's validation curve of the headline metric on one axes into FILE.png"
+    ),
+    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    imports: list[str] | None = import_option(READ_IMPORT_HELP),
+) -> None:
+    """Two or more runs or cells side by side: verdicts, metrics with intervals, each one's difference from the first
+    (paired over the same test sequences where it can be, and whether it is measurable), the config keys that
+    differ, and optionally their validation curves on one axes."""
+    from windtunnel.report.compare import CompareInputError, compare, to_markdown, to_text
+    from windtunnel.rundir import atomic_write, check_writable
+
+    if n is not None and n < 1:
+        fail(f"--n: must be >= 1 (got {n})")
+    cells = [parse_kv(spec.split(","), "--cell") for spec in cell or []]
+    if plot is not None and plot.suffix.lower() != ".png":
+        fail(f"--plot: must name a .png file (got {str(plot)!r})")
+    for option, path in (("--out", out), ("--plot", plot)):
+        if path is not None:
+            check_writable(path.parent, option)  # before any work: nothing is re-scored for an unwritable result
+    import_modules(imports)
+    try:
+        found = compare(paths, cells, n=n, paired=paired, trust_code=trust_code, plot=plot)
+    except CompareInputError as err:
+        fail(f"{ARGUMENTS[err.argument]}: {err}")
+    text = to_markdown(found, out.parent if out is not None else Path.cwd()) if markdown else to_text(found)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        atomic_write(out, text)
+        typer.echo(f"wrote {out}")
+    if plot is not None:
+        typer.echo(f"plot: {found.plot}" if found.plot is not None else "plot: no input has a validation curve")

@@ -1,0 +1,199 @@
+"""Verdicts at a glance follow the results: each rule of report/claims.py flips its verdict word on the evidence it
+names, and the report puts the verdicts first, colours its marks in HTML and drops one-seed noise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_report_safety import write_run
+from windtunnel.report import build_report, claims, tables
+from windtunnel.report.build import geometry_across_seeds
+from windtunnel.report.collect import RunRecord
+
+BIJECTION = "Transformer exact on bijection (belief accumulation)"
+HMM_WINDOWS = {"context-blind": 0, "last 1 obs": 1, "last 2 obs": 2, "last 3 obs": 3}  # every window of the HMM
+
+
+def iv(v: float) -> dict[str, float]:
+    return {"mean": v, "lo": v, "hi": v}
+
+
+def scores(task: str, value: float, kl: float | None) -> dict[str, Any]:
+    """One evaluation setting: the headline at `value`, KL(exact ‖ model) at `kl` (default: the headline's number, or
+    0.001 under an accuracy headline); on the HMM the model beats every window filter when it is within 0.01 bits."""
+    metric = tables.headline_metric(task)
+    metrics = {metric: iv(value), "kl_bits": iv(kl if kl is not None else value if metric != "accuracy" else 0.001)}
+    if metric == "accuracy":
+        metrics["entropy_mae_bits"] = iv(0.001)
+    out: dict[str, Any] = {"metrics": metrics}
+    if task.startswith("hmm"):
+        gain = 0.01 if value <= 0.01 else -0.1
+        out["approximations"] = {
+            n: {"depth": d, "gain_bits": {"mean": gain, "lo": gain - 1e-4, "hi": gain + 1e-4}}
+            for n, d in HMM_WINDOWS.items()
+        }
+    return out
+
+
+def run(
+    task: str,
+    arch: str,
+    seed: int,
+    value: float,
+    curve: tuple[float, ...] = (),
+    kl: float | None = None,
+    long: float | None = None,
+    geometry: dict[str, Any] | None = None,
+) -> RunRecord:
+    """A run record: its default evaluation, its validation curve (`curve`, one value per periodic evaluation), an
+    HMM evaluation at K = 50 (`long`) and its geometry."""
+    evals = {"default": {**scores(task, value, kl), "task_params": {"K": 20} if task == "hmm" else {}}}
+    if long is not None:
+        evals["K=50"] = {**scores(task, long, None), "task_params": {"K": 50}}
+    metric = tables.headline_metric(task)
+    history = [{"step": 10 * (i + 1), "split": "eval", "train_s": float(i), metric: v} for i, v in enumerate(curve)]
+    return RunRecord(
+        path=Path(f"{task}-{arch}-s{seed}"),
+        task=task,
+        arch=arch,
+        seed=seed,
+        config={"task": {"name": task, "params": {}}, "model": {"arch": arch}, "seed": seed},
+        evals=evals,
+        history=history,
+        geometry=geometry,
+    )
+
+
+def seeds(task: str, arch: str, value: float, n: int = 3, **kw: Any) -> list[RunRecord]:
+    return [run(task, arch, s, value, **kw) for s in range(n)]
+
+
+def verdicts(records: list[RunRecord]) -> dict[str, dict[str, str]]:
+    _, _, data = tables.primitives_table(records)
+    found = claims.judge_claims(records, data, geometry_across_seeds(records)[1])
+    return {c["claim"]: c for c in found}
+
+
+UNIFORM = [run("bijection", "uniform", 0, 1.107)]  # the context-blind floor of the bijection column
+
+
+def test_a_tick_reproduces_and_an_absent_column_is_not_run():
+    v = verdicts(seeds("bijection", "transformer", 0.004) + UNIFORM)
+    assert v[BIJECTION]["verdict"] == "reproduced"
+    assert v[BIJECTION]["evidence"] == "transformer/bijection ✓ 0.004, 3/3 seeds ✓"
+    recall = v["Transformer exact on recall (random-access binding)"]
+    assert (recall["verdict"], recall["why"]) == ("undecided", "not run in this report: no recall column")
+    lstm = v["LSTM exact on bijection (accumulation)"]
+    assert (lstm["verdict"], lstm["why"]) == ("undecided", "not run in this report: no lstm run of bijection")
+    assert set(recall) == {"claim", "verdict", "evidence", "why", "rule"} and recall["rule"]
+
+
+@pytest.mark.parametrize(
+    ("curve", "verdict", "why"),
+    [
+        ((0.5, 0.3), "undecided", "validation error still falling at the last evaluation (3/3 seeds)"),
+        ((0.301, 0.3), "refuted", "off the floor, and its validation error had stopped falling on every seed"),
+        ((), "undecided", "no validation curve to tell a plateau (3/3 seeds)"),
+    ],
+)
+def test_a_fail_refutes_only_once_its_validation_error_stopped_falling(curve, verdict, why):
+    v = verdicts(seeds("bijection", "transformer", 0.3, curve=curve) + UNIFORM)[BIJECTION]
+    assert (v["verdict"], v["why"]) == (verdict, why)
+    assert v["evidence"] == "transformer/bijection ✗ 0.300, 0/3 seeds ✓"
+
+
+def test_a_fail_on_the_context_blind_floor_or_of_one_seed_refutes_nothing():
+    floor = seeds("bijection", "transformer", 1.107, curve=(1.107, 1.107))
+    alone = verdicts(floor + seeds("bijection", "mamba", 1.2, curve=(1.2, 1.2)) + UNIFORM)
+    assert alone[BIJECTION]["verdict"] == "undecided"
+    assert alone[BIJECTION]["why"] == (
+        "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
+    )
+    mamba_left = verdicts(floor + seeds("bijection", "mamba", 0.2, curve=(0.2, 0.2)) + UNIFORM)
+    assert mamba_left[BIJECTION]["why"].startswith("on the context-blind floor: an optimisation failure at this budget")
+    assert mamba_left["Mamba exact on bijection (accumulation)"]["verdict"] == "refuted"
+    lstm = [run("bijection", "lstm", 0, 0.3, curve=(0.3, 0.3))]
+    one = verdicts(lstm + UNIFORM)["LSTM exact on bijection (accumulation)"]
+    assert one["verdict"] == "undecided" and one["why"] == "1 seed: one training seed's failure may be a bad draw"
+    assert one["evidence"] == "lstm/bijection ✗ 0.300"  # one seed: no seed count
+
+
+def test_a_claim_that_an_architecture_fails_needs_another_to_be_exact_at_the_same_budget():
+    claim = "LSTM not exact on the HMM (no transport)"
+    lstm = seeds("hmm", "lstm", 0.4, n=2, curve=(0.4, 0.4))
+    assert verdicts(lstm + seeds("hmm", "transformer", 0.004))[claim]["verdict"] == "reproduced"
+    unlearnt = verdicts(lstm + seeds("hmm", "transformer", 0.4, curve=(0.4, 0.4)))[claim]
+    assert unlearnt["verdict"] == "undecided" and unlearnt["why"].startswith("no architecture reached ✓ on hmm")
+    assert verdicts(seeds("hmm", "lstm", 0.004))[claim]["verdict"] == "refuted"
+    sticky = "Transformer and Mamba carry belief through the sticky HMM's long transport demand"
+    both = seeds("hmm-sticky", "transformer", 0.004) + seeds("hmm-sticky", "mamba", 0.004)
+    carried = verdicts(both + [run("hmm-sticky", "lstm", 0, 0.4)])[sticky]
+    assert carried["verdict"] == "reproduced"
+    assert "lstm/hmm-sticky ✗ 0.400, belief horizon none (of 3 obs)" in carried["evidence"]  # who carries belief
+    mlps = "MLPs realise no primitive"
+    exact = seeds("bijection", "transformer", 0.004)
+    assert verdicts(exact + seeds("bijection", "mlp", 0.7, n=2, curve=(0.7, 0.7)))[mlps]["verdict"] == "reproduced"
+    assert verdicts(exact + seeds("bijection", "mlp", 0.05, n=2, kl=0.05))[mlps]["verdict"] == "undecided"  # ◐
+    assert verdicts(exact + seeds("bijection", "mlp", 0.004))[mlps]["verdict"] == "refuted"
+
+
+@pytest.mark.parametrize(
+    ("transformer", "mamba", "verdict"),
+    [(1.0, 0.45, "reproduced"), (1.0, 1.0, "refuted"), (0.5, 0.4, "undecided")],
+)
+def test_mamba_weaker_at_binding_compares_the_recall_cells(transformer, mamba, verdict):
+    recs = seeds("recall", "transformer", transformer) + seeds("recall", "mamba", mamba)
+    assert verdicts(recs)["Mamba weaker than the transformer at binding (recall)"]["verdict"] == verdict
+
+
+def keys_geometry(trained: float, drop: float) -> dict[str, Any]:
+    """A geometry.json with layer-0 key statistics on the key tokens and an attention-entropy drop."""
+    keys = {"mean_abs_cos_per_layer": [trained], "init_mean_abs_cos_per_layer": [0.16], "gaussian_baseline": 0.14}
+    return {"keys": {"by_token_set": {"key_tokens": keys}}, "attention": {"drop_first_to_last_pct": drop}}
+
+
+def test_geometry_claims_are_judged_on_models_that_infer():
+    keys, sharpening = "Layer-0 keys orthogonal (transformer)", "Query–key sharpening across layers (transformer)"
+    exact = [run("bijection", "transformer", s, 0.004, geometry=keys_geometry(0.05 + s / 100, 80.0)) for s in range(3)]
+    v = verdicts(exact)
+    assert v[keys]["verdict"] == "reproduced" and "vs init 0.160, Gaussian 0.140" in v[keys]["evidence"]
+    assert v[sharpening]["verdict"] == "reproduced" and v[sharpening]["evidence"].endswith("80%, 80%, 80%")
+    against = [run("bijection", "transformer", s, 0.004, geometry=keys_geometry(0.5, -5.0)) for s in range(3)]
+    assert {verdicts(against)[c]["verdict"] for c in (keys, sharpening)} == {"refuted"}
+    failed = [run("bijection", "transformer", s, 0.3, geometry=keys_geometry(0.05, 80.0)) for s in range(3)]
+    why = verdicts(failed)[keys]["why"]
+    assert why == "transformer/bijection is ✗: the claim is about a model that infers (◐ or ✓)"
+    unprobed = verdicts(seeds("bijection", "transformer", 0.004))[keys]
+    assert (unprobed["verdict"], unprobed["why"]) == ("undecided", "geometry not probed")
+
+
+def test_length_generalisation_keeps_the_level_at_two_and_a_half_times_the_training_length():
+    claim = "Length generalisation to 2.5× the training length (transformer, HMM K)"
+    kept = verdicts(seeds("hmm", "transformer", 0.004, long=0.005))[claim]
+    assert kept["verdict"] == "reproduced" and kept["evidence"].endswith("at K=20 → ✓ 0.005 at K=50")
+    assert verdicts(seeds("hmm", "transformer", 0.004, long=0.3))[claim]["verdict"] == "refuted"
+    assert verdicts(seeds("hmm", "transformer", 0.004))[claim]["why"] == "not evaluated at 2.5× the training K"
+
+
+def test_the_report_opens_with_the_verdicts_colours_its_marks_and_drops_one_seed_noise(tmp_path):
+    metrics = {"entropy_mae_bits": iv(0.05), "kl_bits": iv(0.05)}  # ◐ on one seed
+    evals = {"default": {"task_params": {}, "n": 10, "metrics": metrics}}
+    run_dir = write_run(tmp_path / "runs", "bijection-transformer", evals=evals)
+    results = build_report([run_dir], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.splitlines()[2] == "## Verdicts at a glance"
+    assert f"- **undecided** · {BIJECTION}: transformer/bijection ◐ 0.050 — ◐ approximate" in md
+    table1 = next(line for line in md.splitlines() if line.startswith("| transformer |"))
+    assert table1.startswith("| transformer | ◐ 0.050 [0.050, 0.050] · KL 0.050 [0.050, 0.050] (paper ")
+    assert "seed" not in table1 and "(0/1)" not in md
+    saved = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert saved["claims"] == results["claims"] and len(saved["claims"]) == len(claims.CLAIMS)
+    assert {c["verdict"] for c in saved["claims"]} <= {"reproduced", "refuted", "undecided"}
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "<span class='mark approximate'>◐</span> 0.050" in html  # coloured, the symbol kept as text
+    assert "<span class='verdict undecided'>undecided</span>" in html and "overflow-x:auto" in html
+    assert html.index("Verdicts at a glance") < html.index("Table 1")
