@@ -146,8 +146,21 @@ def test_a_claim_that_an_architecture_fails_needs_another_to_be_exact_at_the_sam
     [(1.0, 0.45, "reproduced"), (1.0, 1.0, "refuted"), (0.5, 0.4, "undecided")],
 )
 def test_mamba_weaker_at_binding_compares_the_recall_cells(transformer, mamba, verdict):
-    recs = seeds("recall", "transformer", transformer) + seeds("recall", "mamba", mamba)
+    recs = seeds("recall", "transformer", transformer) + seeds("recall", "mamba", mamba, curve=(mamba, mamba))
     assert verdicts(recs)["Mamba weaker than the transformer at binding (recall)"]["verdict"] == verdict
+
+
+def test_a_mamba_that_failed_to_train_is_not_evidence_that_it_binds_worse():
+    claim = "Mamba weaker than the transformer at binding (recall)"
+    tf = seeds("recall", "transformer", 1.0)
+    falling = seeds("recall", "mamba", 0.45, curve=(0.2, 0.45))  # still learning at the budget's end
+    assert verdicts(tf + falling)[claim]["verdict"] == "undecided"
+    assert "still falling" in verdicts(tf + falling)[claim]["why"]
+    assert verdicts(tf + seeds("recall", "mamba", 0.45))[claim]["verdict"] == "undecided"  # no curve to tell
+    one_binds = [run("recall", "mamba", 0, 1.0, curve=(1.0, 1.0))]
+    one_binds += [run("recall", "mamba", s, 0.1, curve=(0.1, 0.1)) for s in (1, 2)]
+    found = verdicts(tf + one_binds)[claim]
+    assert found["verdict"] == "undecided" and "seeds disagree" in found["why"]
 
 
 def keys_geometry(trained: float, drop: float) -> dict[str, Any]:

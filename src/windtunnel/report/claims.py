@@ -298,6 +298,13 @@ def weaker(arch: str, than: str, task: str, ev: Evidence) -> Finding:
     if b.level == "fail":
         return Finding(UNDECIDED, evidence, f"{than} not ◐ or ✓ at this budget: nothing to be weaker than")
     if rank_a > rank_b:
+        # a weaker mark from an optimisation failure is no evidence about the architecture: its seeds must agree
+        # (none at `than`'s level) and its curve must have stopped falling, on >= 2 seeds
+        level_b = marks.LEVELS.index(b.level)
+        if any(marks.LEVELS.index(lv) <= level_b for lv in a.data.get("seed_levels") or []):
+            return Finding(UNDECIDED, evidence, f"{arch}'s seeds disagree: one reaches {than}'s level")
+        if reasons := _budget_reasons(a):
+            return Finding(UNDECIDED, evidence, "; ".join(reasons))
         return Finding(REPRODUCED, evidence)
     higher = a.data["metric"] == "accuracy"  # both ◐: separated intervals decide
     lo_a, hi_a, lo_b, hi_b = a.data["lo"], a.data["hi"], b.data["lo"], b.data["hi"]
@@ -479,7 +486,8 @@ CLAIMS: list[Claim] = [
     _exact_claim("Mamba exact on the HMM (transport)", "mamba", "hmm"),
     Claim(
         "Mamba weaker than the transformer at binding (recall)",
-        "reproduced when the transformer is ◐/✓ and Mamba a worse level (or both ◐, Mamba's interval entirely below); "
+        "reproduced when the transformer is ◐/✓ and Mamba a worse level on every seed, plateaued, >= 2 seeds (or both "
+        "◐, Mamba's interval entirely below); "
         "refuted when Mamba is at least as good and ✓, or better",
         partial(weaker, "mamba", "transformer", "recall"),
     ),
