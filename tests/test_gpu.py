@@ -166,25 +166,34 @@ def test_mamba_model_kernel_trains_under_bf16_autocast():
 # ------------------------------------------------------------------------------------ probes on CUDA
 
 # Relative / absolute tolerance of a probe number on CUDA against the CPU (float32 throughout, summed in another
-# order). A ratio of two ablation deltas divides by a small number, so it gets a wider relative tolerance.
-REL, ABS, RATIO_REL = 1e-3, 1e-4, 2e-2
+# order). A ratio of two ablation deltas divides by a small number, so it gets a wider relative tolerance. A rank
+# correlation moves in steps when two nearly tied float32 values swap order: near zero (an untrained model's) it gets
+# an absolute tolerance of its own (measured on an H200: -0.00225 on CUDA against -0.00271 on the CPU).
+REL, ABS, RATIO_REL, RANK_ABS = 1e-3, 1e-4, 2e-2, 2e-3
 
 
-def _assert_results_close(a, b, path: str = "") -> None:
+def _mismatches(a, b, path: str = "") -> list[tuple[str, object, object]]:
+    """Every (path, a, b) where two geometry.json trees differ beyond the tolerances above."""
     if isinstance(a, dict):
         paths = {"figures", "run_dir"}  # where the probes wrote (and whether they drew): not numbers
-        assert isinstance(b, dict) and a.keys() - paths == b.keys() - paths, path
-        for k in a.keys() - paths:
-            _assert_results_close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list):
-        assert isinstance(b, list) and len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_results_close(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
+        if not isinstance(b, dict) or a.keys() - paths != b.keys() - paths:
+            return [(path, sorted(a), sorted(b) if isinstance(b, dict) else b)]
+        return [m for k in sorted(a.keys() - paths) for m in _mismatches(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list):
+        if not isinstance(b, list) or len(a) != len(b):
+            return [(path, a, b)]
+        return [m for i, (x, y) in enumerate(zip(a, b, strict=True)) for m in _mismatches(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) or isinstance(b, float):
         rel = RATIO_REL if path.endswith("ratio_to_second") else REL
-        assert math.isclose(a, b, rel_tol=rel, abs_tol=ABS) or (math.isnan(a) and math.isnan(b)), (path, a, b)
-    else:  # int, str, bool, None: exactly
-        assert a == b, (path, a, b)
+        tol = RANK_ABS if path.endswith("spearman") else ABS
+        close = math.isclose(a, b, rel_tol=rel, abs_tol=tol) or (math.isnan(a) and math.isnan(b))
+        return [] if close else [(path, a, b)]
+    return [] if a == b else [(path, a, b)]  # int, str, bool, None: exactly
+
+
+def _assert_results_close(a, b) -> None:
+    wrong = _mismatches(a, b)
+    assert not wrong, f"{len(wrong)} numbers differ: " + "; ".join(f"{p}: {x} vs {y}" for p, x, y in wrong[:20])
 
 
 RUNS = {
