@@ -161,7 +161,8 @@ def main() -> None:
     for name, r in run_all(evals, out / "logs" / "eval", 60.0, grace_s=5.0).items():
         record["runs"][name]["eval"] = r
     print(f"evaluated at {time.time() - t0:.0f} s", flush=True)
-    probes = {n: [*WT, "probe", str(runs / n)] for n, r in record["runs"].items() if r["steps_reached"]}
+    reached = [n for n, r in record["runs"].items() if r["steps_reached"]]
+    probes = {n: [*WT, "probe", str(runs / n), "--device", "auto"] for n in reached}
     for name, r in run_all(probes, out / "logs" / "probe", args.probe_seconds, grace_s=5.0).items():
         record["runs"][name]["probe"] = r
     print(f"probed at {time.time() - t0:.0f} s", flush=True)

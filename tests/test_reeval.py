@@ -154,3 +154,30 @@ def test_a_number_is_labelled_with_the_n_that_made_it(run_dir, tmp_path):
     assert set(r.evals) == {"default"} and set(r.other_evals) == {"L=5"}
     labels = set(configurations([read_run(run_dir), r])[("transformer", "bijection")])
     assert labels == {"eval.n=16", "eval.n=8"}
+
+
+def test_eval_runs_where_the_run_trained_and_names_a_bad_device(run_dir, monkeypatch):
+    """`windtunnel eval` evaluates on the run's train.device (auto: CUDA when present), as reproduce does, or on
+    --device; a bad name, or cuda without a GPU, is one line naming --device (exit 2)."""
+    import windtunnel.evaluate as ev
+
+    seen = []
+    real = ev.evaluate
+
+    def spy(*args, **kwargs):
+        seen.append(str(kwargs.get("device")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "evaluate", spy)
+    before = (run_dir / "eval.json").read_bytes()
+    assert runner.invoke(app, ["eval", str(run_dir), "--n", "8"]).exit_code == 0
+    assert runner.invoke(app, ["eval", str(run_dir), "--n", "8", "--device", "cpu"]).exit_code == 0
+    import torch
+
+    assert seen == ["cuda" if torch.cuda.is_available() else "cpu", "cpu"]
+    assert (run_dir / "eval.json").read_bytes() == before
+    r = runner.invoke(app, ["eval", str(run_dir), "--device", "tpu"])
+    assert r.exit_code == 2 and "--device: must be one of auto, cpu, cuda (got 'tpu')" in r.output
+    if not torch.cuda.is_available():
+        r = runner.invoke(app, ["eval", str(run_dir), "--device", "cuda"])
+        assert r.exit_code == 2 and "--device: 'cuda' requested but no CUDA device" in r.output

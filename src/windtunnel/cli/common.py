@@ -20,6 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_USAGE = 2  # bad input: fix the command
 EXIT_DATA = 1  # corrupt or mismatched data, a directory in use, a diverged run
+DEVICES = ("auto", "cpu", "cuda")  # --device of eval and probe
 DEBUG_ENV = "WINDTUNNEL_DEBUG"  # set to 1 to see the traceback of an unexpected error
 
 
@@ -186,3 +187,21 @@ def import_modules(names: list[str] | None) -> list[str]:
     from windtunnel.plugins import import_plugins
 
     return import_plugins(names or [])
+
+
+def device_option(default: str | None, help: str) -> Any:
+    """--device: auto (CUDA when present), cpu or cuda."""
+    return typer.Option(default, "--device", help=help)
+
+
+def cli_device(choice: str) -> Any:
+    """The torch device --device names; a bad name, or cuda without a GPU, is a one-line error naming --device."""
+    import torch
+
+    from windtunnel.devices import resolve_device
+
+    if choice not in DEVICES:
+        raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {choice!r})")
+    if choice == "cuda" and not torch.cuda.is_available():  # said here: resolve_device's message names train.device
+        raise ValueError("--device: 'cuda' requested but no CUDA device is available (use auto or cpu)")
+    return resolve_device(choice)

@@ -7,12 +7,10 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli.common import guarded, import_modules, import_option
+from windtunnel.cli.common import cli_device, device_option, guarded, import_modules, import_option
 from windtunnel.cli.root import app
 from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
 from windtunnel.text import number
-
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def _fmt(x: Any) -> str:
@@ -103,23 +101,14 @@ def probe(
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
     imports: list[str] | None = import_option(READ_IMPORT_HELP),
-    device: str = typer.Option(
-        "cpu", "--device", help="auto (CUDA when present), cpu or cuda: where the model and the probe data go"
-    ),
+    device: str = device_option("cpu", "auto (CUDA when present), cpu or cuda: where the model and the probe data go"),
 ) -> None:
     """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
     frame-precision dynamics, memory) on held-out sequences; writes geometry.json and figures/."""
-    import torch
-
-    from windtunnel.devices import resolve_device
     from windtunnel.geometry.run import probe_run
     from windtunnel.rundir import GEOMETRY
 
-    if device not in DEVICES:
-        raise ValueError(f"--device: must be one of {', '.join(DEVICES)} (got {device!r})")
-    if device == "cuda" and not torch.cuda.is_available():  # said here: resolve_device's message names train.device
-        raise ValueError("--device: 'cuda' requested but no CUDA device is available (use auto or cpu)")
-    dev = resolve_device(device)
+    dev = cli_device(device)
     import_modules(imports)
     result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev)
     for line in _summary(result):

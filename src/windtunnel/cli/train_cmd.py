@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.common import cli_device, device_option, fail, guarded, import_modules, import_option, parse_kv
 from windtunnel.cli.root import app
 from windtunnel.config import RunConfig, build_config
 from windtunnel.models.baselines import BASELINES
@@ -230,6 +230,9 @@ def eval_command(
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON (where they were written: stderr)"),
     trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
     imports: list[str] | None = import_option(READ_IMPORT_HELP),
+    device: str | None = device_option(
+        None, "auto (CUDA when present), cpu or cuda (default: the run's train.device, cuda read as auto)"
+    ),
 ) -> None:
     """Evaluate a run against the exact posterior. At the run's own settings the results are merged into
     RUN_DIR/eval.json (its recorded evaluation); with any other (--n, --batch-size, --checkpoint, --dtype, a --set
@@ -253,12 +256,20 @@ def eval_command(
         override[key.split(".", 1)[1]] = value
     import_modules(imports)
     run = load_run(run_dir, trust_code=trust_code)
+    # where the run trained, as reproduce evaluates it (cuda read as auto: a GPU run evaluated on a CPU machine)
+    dev = cli_device(device or ("cpu" if run.config.train.device == "cpu" else "auto"))
     check_writable(run.path, "run_dir")  # eval.json is written there: fail now, not after the work
     check_evaluation(run.config, n, batch_size)  # memory for --n sequences (or the stored eval.n), before the work
     if override:
         check_override(run.config, override)
     results = evaluate(
-        run, n=n, overrides=[override] if override else None, batch_size=batch_size, step=checkpoint, dtype=dtype
+        run,
+        n=n,
+        overrides=[override] if override else None,
+        batch_size=batch_size,
+        step=checkpoint,
+        dtype=dtype,
+        device=dev,
     )
     record: dict[str, Any] = next(iter(results.values())).get("run") or {}  # what the run is, for every setting
     if record.get("status", "finished") != "finished":
