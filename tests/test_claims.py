@@ -179,7 +179,10 @@ def test_geometry_claims_are_judged_on_models_that_infer():
     assert {verdicts(against)[c]["verdict"] for c in (keys, sharpening)} == {"refuted"}
     failed = [run("bijection", "transformer", s, 0.3, geometry=keys_geometry(0.05, 80.0)) for s in range(3)]
     why = verdicts(failed)[keys]["why"]
-    assert why == "transformer/bijection is ✗: the claim is about a model that infers (◐ or ✓)"
+    assert why == (
+        "transformer/bijection is ✗ (misses ◐: entropy error 0.3 > 0.1 bits (upper end); KL(exact ‖ model) 0.3 > 0.1 "
+        "bits (upper end)): the claim is about a model that infers (◐ or ✓)"
+    )
     unprobed = verdicts(seeds("bijection", "transformer", 0.004))[keys]
     assert (unprobed["verdict"], unprobed["why"]) == ("undecided", "geometry not probed")
 

@@ -24,7 +24,14 @@ depth w such that the model is measurably closer to the exact posterior than eve
 (`gain_bits`: KL(exact ‖ approximation) − KL(exact ‖ model), its interval above float rounding, NUMERICAL_BITS). The
 closest posterior is the KL-nearest reference, the candidate minimising KL(· ‖ model), with paired intervals of every
 other candidate's margin over it: a description of the predictor, never a memory claim (the horizon is); where the
-model is not measurably better than the context-blind reference it is "none: no better than context-blind".
+model is not measurably better than the context-blind reference it is "none: no better than context-blind" -- unless
+a seed of a pooled cell is on its own ("seeds disagree: 1 of 2 measurably better than context-blind").
+
+Small numbers of seeds (`too_few_seeds`): a Student-t interval over two seeds has one degree of freedom (t = 12.7 at
+95%) and covers almost anything, so where such an interval reaches a reference the words say "too few seeds to
+separate" (`unseparated`), never "not separated" as if the seeds had shown no difference. Intervals are never
+clipped to a metric's range: a lower end below 0 bits, or an accuracy interval past 100%, is the interval the seeds
+give, and says how little they pin the value.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ INVALID_LEVEL = 0.999
 # relative), never evidence: a gain over an approximation, or an NLL below the exact posterior's, must exceed it.
 NUMERICAL_BITS = 1e-6
 CONTEXT_BLIND = "context-blind"  # the name of the reference that reads nothing, where a task's approximations have it
+# The fewest training seeds whose Student-t interval can separate a cell from a reference: at 2 it has one degree of
+# freedom (t = 12.7 at 95%, against 4.3 at 3 seeds) and covers almost anything, so a tie there is too few seeds.
+MIN_SEPARATING_SEEDS = 3
 EXACT = "exact"  # the exact posterior, as a candidate for "closest"
 METRIC_WORDS = {"entropy_mae_bits": "entropy error", "kl_bits": "KL(exact ‖ model)", "accuracy": "accuracy"}
 
@@ -71,12 +81,15 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A predictor's level ("exact" | "approximate" | "fail" | "invalid"), why it is not higher (`reasons`; for
-    "invalid", why it sees the answer), for tasks with approximations its belief horizon (of `horizon_max`) and the
-    KL-nearest reference (`closest`), and what ✓ certifies on this task (`certifies`)."""
+    """A predictor's level ("exact" | "approximate" | "fail" | "invalid"), why it is not one level higher (`reasons`:
+    for ✗ the conditions of ◐ it fails, never ✓'s; for ◐ those of ✓; for ⚠ why it sees the answer, then every other
+    condition it fails), every condition of ✓ it fails (`exact_reasons`), for tasks with approximations its belief
+    horizon (of `horizon_max`) and the KL-nearest reference (`closest`), and what ✓ certifies on this task
+    (`certifies`)."""
 
     level: str
     reasons: tuple[str, ...] = ()
+    exact_reasons: tuple[str, ...] = ()
     horizon: int | None = None
     horizon_max: int | None = None
     closest: str | None = None
@@ -141,19 +154,49 @@ def belief_horizon(approximations: Mapping[str, Any]) -> tuple[int | None, int |
     return horizon, ordered[-1][0]
 
 
-def closest_text(closest: Mapping[str, Any] | None, approximations: Mapping[str, Any]) -> str | None:
-    """The closest posterior in words: its name, "(not separated from ...)" where a margin's interval reaches zero,
-    or "none: no better than context-blind" where the model does not beat the context-blind reference."""
+def too_few_seeds(seeds: Any, interval: Any = "seeds") -> bool:
+    """Whether an interval is a Student-t interval over training seeds (`interval` "seeds", as `pool` and Table 1's
+    cells say) of fewer than `MIN_SEPARATING_SEEDS` seeds: one that reaches a reference says nothing about a
+    difference. One seed's interval (the bootstrap over test sequences) is evaluation noise, narrow: never "too few"."""
+    return interval == "seeds" and isinstance(seeds, int) and 2 <= seeds < MIN_SEPARATING_SEEDS
+
+
+def unseparated(what: str, seeds: Any = None, interval: Any = "seeds", otherwise: str = "not separated from") -> str:
+    """The words for an interval that reaches `what`: "too few seeds to separate from {what}" where it is a Student-t
+    interval over too few seeds (`too_few_seeds`), else "{otherwise} {what}" ("not separated from exact"). The one
+    rule for every such phrase of the report."""
+    return f"too few seeds to separate from {what}" if too_few_seeds(seeds, interval) else f"{otherwise} {what}"
+
+
+def measurably_better(gain: Any) -> bool:
+    """Whether a gain interval (bits; `gain_bits` of an approximation) lies above float rounding."""
+    f = finite(gain)
+    return f is not None and f["lo"] > NUMERICAL_BITS
+
+
+def closest_text(
+    closest: Mapping[str, Any] | None, approximations: Mapping[str, Any], seeds: Any = None, interval: Any = None
+) -> str | None:
+    """The closest posterior in words: its name, "(not separated from ...)" where a margin's interval reaches zero
+    ("too few seeds to separate from ..." over too few seeds, `unseparated`), or "none: no better than context-blind"
+    where the model does not beat the context-blind reference -- unless a seed does on its own (a pooled cell keeps
+    each seed's gain, "seed_gains"): "seeds disagree: 1 of 2 measurably better than context-blind", or where every
+    seed does, "too few seeds to separate from context-blind (each of 2 seeds measurably better on its own)"."""
     if not closest:
         return None
     blind = approximations.get(CONTEXT_BLIND)
-    if blind is not None:
-        gain = finite(blind.get("gain_bits"))
-        if gain is None or not gain["lo"] > NUMERICAL_BITS:
+    if blind is not None and not measurably_better(blind.get("gain_bits")):
+        per_seed = list(blind.get("seed_gains") or [])
+        better = sum(measurably_better(g) for g in per_seed)
+        if not better:
             return f"none: no better than {CONTEXT_BLIND}"
+        if better < len(per_seed):
+            return f"seeds disagree: {better} of {len(per_seed)} measurably better than {CONTEXT_BLIND}"
+        over = unseparated(CONTEXT_BLIND, seeds, interval)
+        return f"{over} (each of {better} seeds measurably better on its own)"
     name = str(closest["name"])
     tied = [c for c, m in (closest.get("margins") or {}).items() if c != name and (f := finite(m)) and f["lo"] <= 0]
-    return name + (f" (not separated from {', '.join(tied)})" if tied else "")
+    return name + (f" ({unseparated(', '.join(tied), seeds, interval)})" if tied else "")
 
 
 def closest_posterior(kl: Mapping[str, Sequence[float]], intervals: Any) -> dict[str, Any]:
@@ -171,30 +214,42 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
     th = thresholds(task)
     metric = headline_of(task)
     got = scores.get("metrics") or {}
-    level, reasons = "exact", []
+    seeds, interval = scores.get("seeds"), scores.get("interval")
+    few = too_few_seeds(seeds, interval)
+    level, found = "exact", []  # (the level a failed condition caps at, the condition in words)
 
     def cap(to: str, reason: str) -> None:
         nonlocal level
-        reasons.append(reason)
+        found.append((to, reason))
         if LEVELS.index(to) > LEVELS.index(level):
             level = to
+
+    def end(which: str, mean: float, within: bool) -> str:
+        """ "(upper end)", or with too few seeds and the mean itself within: that the interval's width decides."""
+        if few and within:
+            return f"({which} end; the mean {mean:.3g} is within: too few seeds to separate)"
+        return f"({which} end)"
 
     for name in ("entropy_mae_bits", "kl_bits"):
         m = finite(got.get(name))
         if m is None:
             cap("fail", f"{METRIC_WORDS[name]}: no finite value")
         elif m["hi"] > th.approx_bits:
-            cap("fail", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.approx_bits:g} bits (upper end)")
+            high = end("upper", m["mean"], m["mean"] <= th.approx_bits)
+            cap("fail", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.approx_bits:g} bits {high}")
         elif m["hi"] > th.exact_bits:
-            cap("approximate", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.exact_bits:g} bits (upper end)")
+            high = end("upper", m["mean"], m["mean"] <= th.exact_bits)
+            cap("approximate", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.exact_bits:g} bits {high}")
     if metric == "accuracy":
         m = finite(got.get("accuracy"))
         if m is None:
             cap("fail", "accuracy: no finite value")
         elif m["lo"] < th.approx_accuracy:
-            cap("fail", f"accuracy {100 * m['lo']:.1f}% < {100 * th.approx_accuracy:.0f}% (lower end)")
+            low = end("lower", m["mean"], m["mean"] >= th.approx_accuracy)
+            cap("fail", f"accuracy {100 * m['lo']:.1f}% < {100 * th.approx_accuracy:.0f}% {low}")
         elif m["lo"] < th.exact_accuracy:
-            cap("approximate", f"accuracy {100 * m['lo']:.1f}% < {100 * th.exact_accuracy:.0f}% (lower end)")
+            low = end("lower", m["mean"], m["mean"] >= th.exact_accuracy)
+            cap("approximate", f"accuracy {100 * m['lo']:.1f}% < {100 * th.exact_accuracy:.0f}% {low}")
     approx = scores.get("approximations") or {}
     horizon, deepest = belief_horizon(approx)
     if not approx and _declared_depth(task):
@@ -202,39 +257,56 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
     if deepest:  # windows 1..W-1 below the transport demand (depth 0 alone: no window is needed)
         shallowest = min(int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > 0)
         if horizon is None or horizon < shallowest:
+            what = f"the best {shallowest}-observation predictor"
             cap(
                 "fail",
-                f"belief horizon {'none' if horizon is None else horizon}: not measurably better than the best "
-                f"{shallowest}-observation predictor",
+                f"belief horizon {'none' if horizon is None else horizon}: "
+                + unseparated(what, seeds, interval, "not measurably better than"),
             )
         elif horizon < deepest:
             beyond = min(
                 int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > horizon
             )
+            what = f"the best {beyond}-observation predictor"
             cap(
                 "approximate",
-                f"belief horizon {horizon} of {deepest}: not measurably better than the best {beyond}-observation "
-                "predictor",
+                f"belief horizon {horizon} of {deepest}: "
+                + unseparated(what, seeds, interval, "not measurably better than"),
             )
     else:
         for name, a in approx.items():
-            gain = finite(a.get("gain_bits"))
-            if gain is None or not gain["lo"] > NUMERICAL_BITS:
-                cap("approximate", f"not measurably closer to the exact posterior than '{name}'")
+            if not measurably_better(a.get("gain_bits")):
+                cap(
+                    "approximate",
+                    unseparated(f"'{name}'", seeds, interval, "not measurably closer to the exact posterior than"),
+                )
+    everything = [reason for _, reason in found]
+    reasons = [reason for to, reason in found if to == level]  # why not one level higher: ◐'s conditions for a ✗
     answer = sees_the_answer(scores.get("bayes_gap"))
     if answer:
-        level, reasons = "invalid", answer + reasons
+        level, reasons = "invalid", answer + everything
     closest = scores.get("closest")
     return Verdict(
         level=level,
         reasons=tuple(reasons),
+        exact_reasons=tuple(everything),
         horizon=horizon,
         horizon_max=deepest,
         closest=str(closest["name"]) if closest else None,
-        closest_text=closest_text(closest, approx),
+        closest_text=closest_text(closest, approx, seeds, interval),
         thresholds=th,
         certifies=certifies(th, metric, deepest if deepest is not None else _declared_depth(task)),
     )
+
+
+def shortfall(level: str, reasons: Sequence[str]) -> str:
+    """Why a verdict is not one level higher, in words: "misses ◐: KL(exact ‖ model) 0.3 > 0.1 bits (upper end)" for a
+    ✗ (its `reasons`: the conditions of ◐ it fails, never ✓'s), "misses ✓: ..." for a ◐, a ⚠'s reasons as they are;
+    "" where there are none (✓)."""
+    if not reasons:
+        return ""
+    above = {"fail": MARK["approximate"], "approximate": MARK["exact"]}.get(level)
+    return (f"misses {above}: " if above else "") + "; ".join(reasons)
 
 
 def _declared_depth(task: Any) -> int:
@@ -294,29 +366,29 @@ def rule_text(th: Thresholds | None = None) -> str:
         f"{100 * INVALID_LEVEL:g}% interval): it sees the answer; ✗ otherwise (a missing or non-finite number "
         "included). Intervals: the 95% Student-t interval over training seeds (≥ 2 seeds), or the run's bootstrap "
         "interval over test sequences (1 seed: evaluation noise only); the invalid check takes over seeds the "
-        "envelope of each seed's own interval (seeds share the test sequences)"
+        "envelope of each seed's own interval (seeds share the test sequences). Intervals are never clipped to a "
+        "metric's range: a lower end below 0 bits or an accuracy past 100% is what the seeds give, and says how "
+        f"little they pin the value; over fewer than {MIN_SEPARATING_SEEDS} seeds the Student-t interval (1 degree of "
+        "freedom at 2 seeds) covers almost anything, and where it reaches a reference the report says 'too few seeds "
+        "to separate', not 'not separated'"
     )
 
 
 # --- a cell of several seeds --------------------------------------------------------------------------------
 
 
-def _seed_stats(values: list[float], clip: tuple[float, float] | None = None) -> dict[str, float]:
-    lo, hi = seed_interval(values)
-    if clip is not None:
-        lo, hi = max(lo, clip[0]), min(hi, clip[1])
-    return {"mean": fmean(values), "lo": lo, "hi": hi}
-
-
 def seed_stats(values: list[float]) -> dict[str, float]:
-    """Mean of >= 2 seed values with its 95% Student-t interval (a difference: not clipped)."""
-    return _seed_stats(values)
+    """Mean of >= 2 seed values with its 95% Student-t interval, never clipped to the metric's range (an error's
+    lower end may be below 0, an accuracy's upper end past 1: the interval the seeds give)."""
+    lo, hi = seed_interval(values)
+    return {"mean": fmean(values), "lo": lo, "hi": hi}
 
 
 def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One cell's scores from its seeds' evaluation settings (same task parameters), for `verdict`: with >= 2 seeds
-    every number is the mean of the seed means with its Student-t interval (error metrics clipped at 0, accuracies
-    to [0, 1]); one seed keeps its own bootstrap intervals. NaN anywhere stays NaN (and fails the verdict)."""
+    every number is the mean of the seed means with its Student-t interval (unclipped: `seed_stats`), and each
+    approximation keeps every seed's own gain ("seed_gains", for `closest_text`); one seed keeps its own bootstrap
+    intervals. NaN anywhere stays NaN (and fails the verdict)."""
     if not settings:
         raise ValueError("pool: no settings")
     if len(settings) == 1:
@@ -331,8 +403,7 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not all(math.isfinite(v) for v in clean):
             metrics[name] = {"mean": math.nan, "lo": math.nan, "hi": math.nan}
             continue
-        clip = (0.0, 1.0) if name in ("accuracy", "bayes_accuracy") else (0.0, math.inf)
-        metrics[name] = _seed_stats(clean, clip)
+        metrics[name] = seed_stats(clean)
     out: dict[str, Any] = {"metrics": metrics, "seeds": len(settings), "interval": "seeds"}
     gaps = [g for s in settings if isinstance(g := s.get("bayes_gap"), Mapping)]
     if len(gaps) == len(settings):
@@ -349,7 +420,8 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             pooled[n] = {
                 "depth": first.get("depth"),
                 **{k: fmean(float(a[n].get(k, math.nan)) for a in approx_sets) for k in _APPROX_NUMBERS},
-                "gain_bits": _seed_stats([_mean_or_nan(a[n].get("gain_bits")) for a in approx_sets]),
+                "gain_bits": seed_stats([_mean_or_nan(a[n].get("gain_bits")) for a in approx_sets]),
+                "seed_gains": [finite(a[n].get("gain_bits")) for a in approx_sets],
             }
         out["approximations"] = pooled
         kl = {EXACT: [_mean_or_nan(s.get("metrics", {}).get("kl_bits")) for s in settings]}
@@ -455,6 +527,7 @@ __all__ = [
     "LEVELS",
     "NUMERICAL_BITS",
     "MARK",
+    "MIN_SEPARATING_SEEDS",
     "PRECISION_MARKS",
     "Thresholds",
     "VERDICT_MARKS",
@@ -463,6 +536,7 @@ __all__ = [
     "certifies",
     "closest_posterior",
     "closest_text",
+    "measurably_better",
     "crossings",
     "format_mark",
     "mark_header",
@@ -471,6 +545,9 @@ __all__ = [
     "rule_text",
     "seed_stats",
     "sees_the_answer",
+    "shortfall",
+    "too_few_seeds",
+    "unseparated",
     "summarize_marks",
     "thresholds",
     "verdict",

@@ -47,7 +47,7 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
                     tables.fmt(m["kl_bits"]["mean"], "kl_bits"),
                     tables.fmt(m["accuracy"]["mean"], "accuracy") if m.get("accuracy") else "—",
                     f"{v.mark} "
-                    + ("; ".join(v.reasons) if v.reasons else "")
+                    + marks.shortfall(v.level, v.reasons)
                     + (f" · closest: {v.closest_text}" if v.closest_text and metric else ""),
                 ]
             )
@@ -282,7 +282,10 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         tables.approximations_table(records),
         "Per run: the posterior it is closest to (smallest KL(posterior ‖ model); 'not separated' where a paired "
         "bootstrap interval of the KL margin reaches zero; 'none' where it is not measurably better than the "
-        "context-blind reference), its belief horizon (the largest w such that it is measurably closer to the exact "
+        "context-blind reference; in Table 1's pooled cells, 'too few seeds to separate' where the interval is a "
+        "Student-t one over fewer than three seeds, and 'seeds disagree: k of n measurably better than "
+        "context-blind' where some seeds are on their own and the pooled cell is not), its belief horizon (the "
+        "largest w such that it is measurably closer to the exact "
         "posterior than every window filter of at most w observations), and its gain over each approximation, "
         "KL(exact ‖ approximation) − KL(exact ‖ model) in bits with a paired 95% bootstrap interval over test "
         "sequences. The last row is each approximation's own entropy error and KL against the exact posterior. "

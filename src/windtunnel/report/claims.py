@@ -144,23 +144,47 @@ def still_falling(r: RunRecord, metric: str) -> bool | None:
     return last < (1.0 - STILL_FALLING) * before
 
 
+def _floors(ev: Evidence, task: str) -> list[float]:
+    """The context-blind floor of a column: the best context-blind predictor's score in it (the uniform baseline, the
+    per-position MLP) and a tunnel's failure floor (chance among recall's stored values)."""
+    floors = [b.data["mean"] for b in ev.context_blind(task)]
+    return floors + [
+        ref.value for ref in tables.task_references(task, ev.records) if ref.floor and ref.value is not None
+    ]
+
+
+def _at_floor(closest: Any, m: dict[str, float], metric: str, floors: list[float]) -> bool:
+    if closest == marks.CONTEXT_BLIND:
+        return True
+    return not m["lo"] > max(floors) if metric == "accuracy" else not m["hi"] < min(floors)
+
+
 def on_floor(ev: Evidence, cell: Cell) -> bool | None:
     """Whether a cell has not measurably left the context-blind floor: its KL-nearest reference is the context-blind
     one, or its interval reaches the best context-blind predictor's score in its column (the uniform baseline, the
     per-position MLP) or a tunnel's failure floor (chance among recall's stored values). None where no floor is
     known."""
     c = cell.data
-    if c.get("closest") == marks.CONTEXT_BLIND:
-        return True
-    floors = [b.data["mean"] for b in ev.context_blind(cell.task)]
-    floors += [
-        ref.value for ref in tables.task_references(cell.task, ev.records) if ref.floor and ref.value is not None
-    ]
-    if not floors:
+    floors = _floors(ev, cell.task)
+    if c.get("closest") != marks.CONTEXT_BLIND and not floors:
         return None
-    if c["metric"] == "accuracy":
-        return not c["lo"] > max(floors)
-    return not c["hi"] < min(floors)
+    return _at_floor(c.get("closest"), c, c["metric"], floors)
+
+
+def seeds_off_floor(ev: Evidence, cell: Cell) -> int:
+    """How many of a cell's seeds measurably left the context-blind floor on their own (`on_floor`'s test on each
+    seed's own scores: its KL-nearest reference and its bootstrap interval), checked before the pooled cell is
+    called on the floor: a Student-t interval over few seeds may reach the floor where a seed clearly left it."""
+    if len(cell.runs) < 2:
+        return 0
+    floors, metric = _floors(ev, cell.task), cell.data["metric"]
+    off = 0
+    for r in cell.runs:
+        m = marks.finite(r.metric(metric))
+        closest = (r.default.get("closest") or {}).get("name")
+        if m is not None and (floors or closest == marks.CONTEXT_BLIND):
+            off += not _at_floor(closest, m, metric, floors)
+    return off
 
 
 def _budget_reasons(cell: Cell) -> list[str]:
@@ -183,7 +207,13 @@ def _floor_reason(ev: Evidence, cell: Cell) -> str | None:
         return "no context-blind reference to tell whether it left the floor"
     if not at:
         return None
-    if all(on_floor(ev, c) for c in ev.column(cell.task)):
+    n = len(cell.runs)
+    if off := seeds_off_floor(ev, cell):  # per seed first: never "on the floor" where a seed measurably left it
+        if off < n:
+            return f"seeds disagree: {off} of {n} measurably off the context-blind floor"
+        floor = marks.unseparated("the context-blind floor", n, cell.data.get("interval"))
+        return f"{floor} over seeds (each of {n} seeds measurably off it on its own)"
+    if all(on_floor(ev, c) and not seeds_off_floor(ev, c) for c in ev.column(cell.task)):
         return "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
     return "on the context-blind floor: an optimisation failure at this budget, not evidence about the architecture"
 
@@ -312,6 +342,9 @@ def weaker(arch: str, than: str, task: str, ev: Evidence) -> Finding:
         return Finding(REPRODUCED, evidence, "both ◐, its interval entirely worse")
     if (lo_a > hi_b) if higher else (hi_a < lo_b):
         return Finding(REFUTED, evidence, "both ◐, its interval entirely better")
+    few = next((c.data for c in (a, b) if marks.too_few_seeds(c.data["seeds"], c.data.get("interval"))), None)
+    if few is not None:
+        return Finding(UNDECIDED, evidence, f"both ◐, {marks.unseparated(than, few['seeds'], few.get('interval'))}")
     return Finding(UNDECIDED, evidence, "both ◐, intervals not separated")
 
 
@@ -328,8 +361,9 @@ def _judge_geometry(
     """A geometry finding on one cell: it supports the claim only on a model that infers (◐ or ✓), contradicts it only
     on a ✓ one probed at `MIN_SEEDS` seeds or more."""
     if cell.level not in INFERS:
-        why = f"{cell.name}/{cell.task} is {marks.MARK[cell.level]}: the claim is about a model that infers (◐ or ✓)"
-        return Finding(UNDECIDED, evidence, why)
+        missed = marks.shortfall(cell.level, dig(cell.data, "verdict", "reasons") or [])
+        why = f"{cell.name}/{cell.task} is {marks.MARK[cell.level]}{f' ({missed})' if missed else ''}: the claim is "
+        return Finding(UNDECIDED, evidence, why + "about a model that infers (◐ or ✓)")
     if supports:
         return Finding(REPRODUCED, evidence)
     if contradicts and cell.level == "exact" and seeds >= MIN_SEEDS:
@@ -357,6 +391,11 @@ def _seed_quantity(ev: Evidence, cell: Cell, names: list[str]) -> tuple[str, dic
     return next(((n, g[n]) for n in names if "mean" in (dig(g, n, "trained") or {})), None)
 
 
+def _interval_of(q: dict[str, Any]) -> str | None:
+    """ "seeds" where a geometry quantity's trained number has an interval over seeds (two or more), else None."""
+    return "seeds" if q["trained"].get("interval") else None
+
+
 def _ends(s: dict[str, Any]) -> tuple[float, float]:
     """The across-seed interval of a `geometry.seeds.seed_summary`, or its value range (one seed: the value)."""
     lo, hi = s["interval"] if s.get("interval") else (min(s["values"]), max(s["values"]))
@@ -376,9 +415,9 @@ def _keys_cell(ev: Evidence, cell: Cell) -> Finding | None:
     evidence = f"{cell.name}/{cell.task} {name} {q['trained']['mean']:.3f} [{lo:.3f}, {hi:.3f}] vs " + ", ".join(
         f"{words[k]} {v:.3f}" for k, v in refs.items()
     )
-    return _judge_geometry(
-        cell, evidence, hi < min(refs.values()), lo > max(refs.values()), q["trained"]["n_seeds"], "not separated"
-    )
+    n = q["trained"]["n_seeds"]
+    why = marks.unseparated("init and Gaussian" if len(refs) > 1 else words[next(iter(refs))], n, _interval_of(q))
+    return _judge_geometry(cell, evidence, hi < min(refs.values()), lo > max(refs.values()), n, why)
 
 
 def _sharpening_cell(ev: Evidence, cell: Cell) -> Finding | None:
@@ -410,8 +449,9 @@ def _manifold_cell(ev: Evidence, cell: Cell) -> Finding | None:
     if within is None:  # pooled over positions: position may fake it, so it can support the claim but never refute it
         why = "within position not measurable here, and position with the current input orders the entropy as well"
         return _judge_geometry(cell, evidence, supports, False, q["trained"]["n_seeds"], why)
-    why = "not measurably above the context-blind reference and init"
-    return _judge_geometry(cell, evidence, supports, hi <= blind, q["trained"]["n_seeds"], why)
+    n = q["trained"]["n_seeds"]
+    why = marks.unseparated("the context-blind reference and init", n, _interval_of(q), "not measurably above")
+    return _judge_geometry(cell, evidence, supports, hi <= blind, n, why)
 
 
 def _clusters_cell(ev: Evidence, cell: Cell) -> Finding | None:

@@ -468,11 +468,16 @@ def _steps(inp: Input) -> str:
     return f"{span} of {max(r.steps for r in inp.runs):,}"
 
 
-def _result(d: Difference, paired: bool, who: str) -> str:
+def _result(d: Difference, paired: bool, who: str, inputs: Sequence[Input] = ()) -> str:
+    """A difference in words; unpaired, the inputs' own intervals decide, and where one of them is a Student-t interval
+    over too few seeds (`marks.too_few_seeds`) an overlap is "too few seeds to separate", not a tie."""
     way = f"{who} {'higher' if d.mean > 0 else 'lower'}"
     if paired:
         return f"measurable: {way}" if d.separated else "not measurable"
-    return f"intervals disjoint: {way}" if d.separated else "intervals overlap"
+    if d.separated:
+        return f"intervals disjoint: {way}"
+    few = next((i for i in inputs if marks.too_few_seeds(i.cell.get("seeds"), i.cell.get("interval"))), None)
+    return "intervals overlap" if few is None else marks.unseparated("each other", few.cell["seeds"])
 
 
 def document(c: Comparison) -> Document:
@@ -498,7 +503,7 @@ def document(c: Comparison) -> Document:
     )
     doc.add(Table([*header, "Steps trained", "Seeds: 95% interval"], rows, rule))
     why = [
-        f"{letter(i)}: {'; '.join(reasons)}"
+        f"{letter(i)}: {marks.shortfall(inp.cell['level'], reasons)}"
         for i, inp in enumerate(c.inputs)
         if (reasons := inp.cell["verdict"]["reasons"])
     ]
@@ -518,7 +523,13 @@ def document(c: Comparison) -> Document:
                 else "—"
             )
             diff_rows.append(
-                [f"{who} − {ref}", TITLES[d.metric], _signed(d.mean, d.metric), iv, _result(d, p.paired, who)]
+                [
+                    f"{who} − {ref}",
+                    TITLES[d.metric],
+                    _signed(d.mean, d.metric),
+                    iv,
+                    _result(d, p.paired, who, (c.inputs[0], c.inputs[p.other])),
+                ]
             )
     doc.add(Table(["Inputs", "Metric", "Difference", "95% interval", "Result"], diff_rows))
     doc.add(Bullets(hows))

@@ -11,8 +11,11 @@ metric of their task (entropy error lower is better, accuracy higher), each task
 each task's best. A setting or run without a final validation evaluation (train.eval_every = 0, or a baseline, which
 does not train) or with a NaN/inf value (validation, or the test stream's headline) is never ★, sorts last, and the
 table says why. The test-stream numbers -- entropy error, KL and accuracy with their 95% intervals -- are reported
-beside them, never used for the pick. sweep.md has the per-setting table first, then one row per run (its validation
-and test numbers, wall time, training throughput), grouped by setting in rank order.
+beside them, never used for the pick. Each ★ says whether it is separated from its task's runner-up (`pick`): by
+disjoint validation intervals over seeds ("too few seeds to separate" under three seeds, `marks.unseparated`), never
+where single seeds are compared ("one seed per point: ★ not separated from the runner-up"). Intervals are never
+clipped to a metric's range. sweep.md has the per-setting table first, then one row per run (its validation and test
+numbers, wall time, training throughput), grouped by setting in rank order.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import Any
 
-from windtunnel import manifest
+from windtunnel import manifest, marks
 from windtunnel.config import RunConfig
 from windtunnel.metrics import seed_interval
 from windtunnel.report.collect import read_done, read_test_metrics
@@ -201,13 +204,12 @@ def _mean(values: list[float]) -> float:
     return mean(values) if all(math.isfinite(v) for v in values) else sum(values) / len(values)  # NaN/inf spread
 
 
-def _over_seeds(values: list[float], metric: str) -> tuple[float | None, float | None]:
-    """The 95% Student-t interval over >= 2 seed values, clipped to the metric's range; (None, None) if a value
-    is not finite."""
+def _over_seeds(values: list[float]) -> tuple[float | None, float | None]:
+    """The 95% Student-t interval over >= 2 seed values, never clipped to the metric's range (an error's lower end
+    below 0, an accuracy's upper end past 1: the interval the seeds give); (None, None) if a value is not finite."""
     if not all(math.isfinite(v) for v in values):
         return None, None
-    lo, hi = seed_interval(values)
-    return max(lo, 0.0), min(hi, 1.0) if metric == "accuracy" else hi  # accuracies live in [0, 1], errors are >= 0
+    return seed_interval(values)
 
 
 def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None] | None:
@@ -221,7 +223,7 @@ def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] 
         if any(v is None for v in values):
             out[m] = None
             continue
-        lo, hi = _over_seeds(values, m) if len(values) >= 2 else (None, None)
+        lo, hi = _over_seeds(values) if len(values) >= 2 else (None, None)
         out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds" if len(values) >= 2 else None}
     return out
 
@@ -238,9 +240,45 @@ def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None
             out[m] = {**cells[0], "interval": "bootstrap"}
         else:
             values = [c["mean"] for c in cells]
-            lo, hi = _over_seeds(values, m)
+            lo, hi = _over_seeds(values)
             out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds"}
     return out
+
+
+def pick(best: dict[str, Any], runner_up: dict[str, Any], metric: str) -> dict[str, Any]:
+    """Whether a ★ setting is separated from its task's runner-up on the validation stream: {"runner_up" (its
+    setting), "separated", "text"}. Separated only where both have an interval over seeds (two seeds or more) and
+    the intervals are disjoint; where either is one seed, single seeds are compared and nothing is separated ("one
+    seed per point: ★ not separated from the runner-up"); an overlap over fewer than three seeds is "too few seeds
+    to separate" (`marks.unseparated`)."""
+    a, b = best["validation"][metric], runner_up["validation"][metric]
+    who = f"the runner-up {runner_up['setting']}"
+    scores = f"validation {fmt(a['mean'], metric)} vs {fmt(b['mean'], metric)}"
+    single = [s["setting"] for s in (best, runner_up) if s["n_seeds"] < 2]
+    ends = (a.get("lo"), a.get("hi"), b.get("lo"), b.get("hi"))
+    separated = False
+    if single:
+        lead = "one seed per point" if len(single) == 2 else f"one seed at {single[0]}"
+        text = f"{lead}: {BEST} not separated from {who} ({scores}: single seeds compared, no interval over seeds)"
+    elif any(v is None for v in ends):
+        text = f"{BEST} not separated from {who} ({scores}: no interval over seeds)"
+    else:
+        lo_a, hi_a, lo_b, hi_b = (float(v) for v in ends if v is not None)
+        separated = lo_a > hi_b if metric == "accuracy" else hi_a < lo_b
+        if separated:
+            text = f"{BEST} separated from {who} ({scores}: intervals over seeds disjoint)"
+        else:
+            n = min(best["n_seeds"], runner_up["n_seeds"])
+            text = f"{BEST}: {marks.unseparated(who, n, 'seeds')} ({scores}: intervals over seeds overlap)"
+    return {"runner_up": runner_up["setting"], "separated": separated, "text": text}
+
+
+def _picks(ranked: list[dict[str, Any]]) -> None:
+    """Sets "pick" on every setting (`rank`ed): `pick` on each task's ★ against the next ranked setting of its task,
+    None elsewhere (and on a ★ without a runner-up)."""
+    for i, s in enumerate(ranked):
+        runner_up = next((r for r in ranked[i + 1 :] if r["task"] == s["task"] and r["unranked"] is None), None)
+        s["pick"] = pick(s, runner_up, headline_metric(s["task"])) if s["best"] and runner_up else None
 
 
 def settings(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
@@ -291,6 +329,7 @@ def write_table(
     done = [p for p in points if manifest.is_finished(out / "runs" / p.name)]
     rows = [run_row(p, out / "runs" / p.name) for p in done]
     ranked = rank(settings(rows, list(record["grid"])))
+    _picks(ranked)
     headline = {t: headline_metric(t) for t in dict.fromkeys(r["task"] for r in rows)}
     by_setting = {(s["task"], s["setting"]): s for s in ranked}
     for r in rows:
@@ -367,8 +406,9 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
             f"{' of each task' if len(data['headline']) > 1 else ''}. A setting or run with no final validation "
             "evaluation, or a NaN/inf one (or a NaN/inf test-stream headline), is never "
             f"{BEST} and comes last. Test-stream numbers are reported only, never used for the pick. Intervals are "
-            "95%: over seeds (Student t) where a setting has two or more, else the run's bootstrap interval over "
-            f"its test sequences (a single validation value has none). Executor {data['executor']}, "
+            "95%: over seeds (Student t, never clipped to the metric's range) where a setting has two or more, else "
+            "the run's bootstrap interval over its test sequences (a single validation value has none). "
+            f"Executor {data['executor']}, "
             f"{data['threads']} thread(s) per run, {data['machine']}, device {data['device']}; "
             f"{_wall_text(data)}."
         )
@@ -403,6 +443,10 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
     ]
     doc.add(Heading("Settings, best first"))
     doc.add(Table(header, rows))
+    picks = [(s["task"], s["pick"]["text"]) for s in data["settings"] if s.get("pick")]
+    if picks:
+        many = len(data["headline"]) > 1
+        doc.add(Paragraph("The pick: " + "; ".join((f"{t}: " if many else "") + text for t, text in picks) + "."))
     header = ["", *keys, val_title, *test, "wall (s)", "tokens/s", "run", "not ranked"]
     rows = [
         [
