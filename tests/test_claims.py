@@ -213,3 +213,18 @@ def test_the_report_opens_with_the_verdicts_colours_its_marks_and_drops_one_seed
     assert "<span class='mark approximate'>◐</span> 0.050" in html  # coloured, the symbol kept as text
     assert "<span class='verdict undecided'>undecided</span>" in html and "overflow-x:auto" in html
     assert html.index("Verdicts at a glance") < html.index("Table 1")
+
+
+def test_a_cell_of_unfinished_runs_only_says_so_and_an_absent_sticky_column_prints_no_empty_evidence():
+    """Runs stopped before their budget are left out of the cells (never their config's run), and the claim says
+    that is why it is undecided, not that nothing ran; a claim over an absent column has no ': ;' evidence."""
+    stopped = [run("hmm", "transformer", s, 0.05) for s in range(3)]
+    for r in stopped:
+        r.config["train"] = {"steps": 7850, "batch_size": 64}
+        r.evals["default"]["step"] = 2720
+    v = verdicts(stopped)
+    hmm = v["Transformer exact on the HMM (belief transport)"]
+    assert hmm["verdict"] == "undecided"
+    assert hmm["why"] == "no finished transformer run of hmm: unfinished at step 2,720 of 7,850 (3 runs)"
+    sticky = next(c for name, c in v.items() if "sticky HMM" in name)
+    assert sticky["verdict"] == "undecided" and sticky["evidence"].strip("; ") == sticky["evidence"]

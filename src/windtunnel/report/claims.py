@@ -127,8 +127,18 @@ def _missing(ev: Evidence, arch: str, task: str) -> Finding | None:
     if task not in ev.columns:
         return Finding(UNDECIDED, "", f"not run in this report: no {task} column")
     if not ev.cells(arch, task):
+        variants = [r for r in ev.records if (r.arch, r.task) == (arch, task) and r.state().variant]
+        if variants:  # left out of the cells: an unfinished, extended or edited run is not its config's run
+            return Finding(UNDECIDED, "", f"no finished {arch} run of {task}: {_variant_text(variants)}")
         return Finding(UNDECIDED, "", f"not run in this report: no {arch} run of {task}")
     return None
+
+
+def _variant_text(records: list[RunRecord]) -> str:
+    """What the runs left out of the cells are, e.g. 'unfinished at step 2,720 of 7,850 (3 runs)'."""
+    texts = [r.state().variant for r in records]
+    counts = {t: texts.count(t) for t in dict.fromkeys(texts)}
+    return "; ".join(f"{t} ({n} runs)" if n > 1 else str(t) for t, n in counts.items())
 
 
 # --- what makes a ✗ decisive ---------------------------------------------------------------------------------
@@ -307,7 +317,7 @@ def all_exact(archs: tuple[str, ...], task: str, ev: Evidence) -> Finding:
     verdicts = {f.verdict for f in findings}
     verdict = REFUTED if REFUTED in verdicts else REPRODUCED if verdicts == {REPRODUCED} else UNDECIDED
     shown = sorted(ev.column(task), key=lambda c: tables.arch_row(c.arch))
-    evidence = "; ".join(c.text(horizon=True) for c in shown) or "; ".join(f.evidence for f in findings)
+    evidence = "; ".join(c.text(horizon=True) for c in shown) or "; ".join(f.evidence for f in findings if f.evidence)
     return Finding(
         verdict, evidence, "; ".join(dict.fromkeys(f.why for f in findings if f.verdict == verdict and f.why))
     )
