@@ -17,6 +17,9 @@ Every architecture calls `self.hook(name, x)` at the same named places (docs/hoo
     out, cache = model.run_with_cache(x, names_filter=["blocks.0.attn.pattern", "final"])   # only what is asked
     cache.stack("resid_post")                   # (n_layers,B,T,d): one point over every layer
     parts, labels = cache.decompose_resid()     # (n_parts,B,T,d): embed + what each block added; sums to the stream
+    cache["resid_post", -1]                     # TransformerLens' (short name, layer) key: blocks.{L-1}.resid_post
+    resid, labels = cache.accumulated_resid(return_labels=True)  # (n_layers+1,B,T,d): resid_pre of each, final post
+    out = model.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.z", fn), (lambda name: "mlp" in name, probe)])
     with model.hooks({"blocks.1.resid_pre": lambda x, hook: x + steer}):                   # replace an activation
         out = model(x)
 
@@ -36,12 +39,13 @@ reads out from; it does not re-run the recurrence from the patched step.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
@@ -72,11 +76,45 @@ class HookPoint(str):
 HookFn = Callable[[torch.Tensor, HookPoint], "torch.Tensor | None"]
 LayerHook = Callable[[str, torch.Tensor], torch.Tensor]  # (name inside blocks.{l}., x) -> x, from `layer_hook(l)`
 NamesFilter = str | Iterable[str] | Callable[[str], bool]  # which points `run_with_cache` keeps (None: all)
+HookSpec = str | Callable[[str], bool]  # a fwd_hooks name: one hook point, or a predicate name -> bool (as in TL)
+FwdHooks = Mapping[str, HookFn] | Iterable[tuple[HookSpec, HookFn]]  # {name: fn} or TransformerLens' [(name, fn)]
+
+# TransformerLens' short activation names (`utils.get_act_name`) -> windtunnel's per-layer points, where they exist
+TL_SHORT_NAMES = {
+    **{name: name for name in ("resid_pre", "resid_mid", "resid_post")},
+    **{name: f"attn.{name}" for name in ("q", "k", "v", "pattern", "z")},
+    "attn_out": "attn.out",
+    "mlp_out": "mlp.out",
+}
+
+
+def _close_names(name: str, valid: Iterable[str]) -> list[str]:
+    """Hook points like `name`: its TransformerLens spelling translated first (blocks.0.hook_attn_out ->
+    blocks.0.attn.out), then the nearest by spelling; for error messages."""
+    valid = list(valid)
+    tl = name.replace("hook_", "").replace("attn_out", "attn.out").replace("mlp_out", "mlp.out")
+    tl = "final" if tl == "ln_final.normalized" else tl
+    first = [tl] if tl in valid and tl != name else []
+    return first + [n for n in difflib.get_close_matches(name, valid, n=3) if n not in first]
+
+
+def _did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """' (did you mean a, b?)' listing the points close to `name`, or '' when none is."""
+    close = _close_names(name, valid)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def _from_end(index: object, size: int, what: str, error: type[Exception]) -> int:
+    """`index` in 0..size-1, a negative one counted from the end (-1: the last); `error` naming `what` otherwise."""
+    if isinstance(index, bool) or not isinstance(index, int) or not -size <= index < size:
+        raise error(f"{what}: layer must be an integer in 0..{size - 1}, or -{size}..-1 from the end (got {index!r})")
+    return index % size
 
 
 class ActivationCache(dict[str, torch.Tensor]):
     """{hook name: activation} from `run_with_cache`: a dict (in forward order) that knows the model's layers, for
-    `stack` (one point over the layers) and `decompose_resid` (the residual stream as a sum of block outputs)."""
+    `stack` (one point over the layers), `decompose_resid` (the residual stream as a sum of block outputs),
+    `accumulated_resid` (the stream at each layer) and TransformerLens' `cache[short_name, layer]` keys."""
 
     def __init__(self, cache: Mapping[str, torch.Tensor], model: HookedModel) -> None:
         super().__init__(cache)
@@ -84,6 +122,38 @@ class ActivationCache(dict[str, torch.Tensor]):
         self.layer_points = ("resid_pre", *model.layer_hooks, "resid_post")  # names inside blocks.{l}.
         self.resid_parts = model.resid_parts
         self.model_name = type(model).__name__
+        self.hook_names = model.hook_names  # every point of the model: what a missing key could have been
+
+    def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
+        """cache[name], or TransformerLens' cache[short_name, layer] for blocks.{layer}.{point} (see `key_of`)."""
+        return super().__getitem__(self.key_of(key) if isinstance(key, tuple) else key)
+
+    def __missing__(self, key: str) -> torch.Tensor:
+        """KeyError saying why `key` is absent: a point of the model that was not cached, or no point at all."""
+        if key in self.hook_names:
+            raise KeyError(f"{key!r}: not in the cache; ask run_with_cache for it (names_filter=...)")
+        raise KeyError(
+            f"{key!r}: no hook point of {self.model_name}{_did_you_mean(str(key), self.hook_names)}; "
+            "cache.keys() lists what was cached (docs/hooks.md)"
+        )
+
+    def key_of(self, key: tuple[str, int]) -> str:
+        """The hook name of TransformerLens' (short name, layer) key: `blocks.{layer}.{point}`, where the point is
+        windtunnel's per-layer name or TL's (q, pattern, attn_out, mlp_out ...), and a negative layer counts from
+        the end; KeyError naming the valid names or layers."""
+        what = f"cache[{', '.join(map(repr, key))}]"
+        if len(key) != 2 or not isinstance(key[0], str):
+            raise KeyError(f"{what}: expected (name, layer), e.g. cache['resid_post', 0] (no TL layer type needed)")
+        short, layer = key
+        point = TL_SHORT_NAMES.get(short, short)
+        if point not in self.layer_points:
+            aliases = [tl for tl, name in TL_SHORT_NAMES.items() if name in self.layer_points and tl != name]
+            raise KeyError(
+                f"{what}: {short!r} is no per-layer point of {self.model_name}; those are "
+                f"{', '.join(self.layer_points)}" + (f" (TL's {', '.join(aliases)} too)" if aliases else "")
+            )
+        l = _from_end(layer, self.n_layers, f"{what} on {self.model_name} ({self.n_layers} layers)", KeyError)
+        return f"blocks.{l}.{point}"
 
     def __repr__(self) -> str:  # names and shapes: the dict's own repr would print every tensor
         shapes = ", ".join(f"{name}: {tuple(x.shape)}" for name, x in self.items())
@@ -118,6 +188,80 @@ class ActivationCache(dict[str, torch.Tensor]):
         names = ["embed", *(f"blocks.{l}.{part}" for l in range(upto) for part in self.resid_parts)]
         self._require(names, "decompose_resid")
         return torch.stack([self[name] for name in names]), names  # (n_parts,B,T,d)
+
+    @overload
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        *,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: int | slice | None = None,
+        mlp_input: bool = False,
+        return_labels: Literal[False] = False,
+    ) -> torch.Tensor: ...
+
+    @overload
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        *,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: int | slice | None = None,
+        mlp_input: bool = False,
+        return_labels: Literal[True],
+    ) -> tuple[torch.Tensor, list[str]]: ...
+
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        *,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: int | slice | None = None,
+        mlp_input: bool = False,
+        return_labels: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
+        """TransformerLens' accumulated residual stream: resid_pre of layers 0..layer-1 and the stream entering
+        `layer` (its resid_pre; layer = n_layers, -1 or None: the last layer's resid_post, labelled final_post),
+        stacked as (n_components,B,T,d), or (n_components,B,d) with an int `pos_slice`.
+
+        `incl_mid` adds resid_mid of the layers before `layer`, `mlp_input` that of `layer` itself (what its MLP
+        reads); labels, with `return_labels`, are TL's: 0_pre, 0_mid, ..., final_post.
+        """
+        what = f"accumulated_resid on {self.model_name}"
+        if apply_ln:
+            raise ValueError(
+                f"{what}: apply_ln=True needs the norm scales TL caches (ln*.hook_scale), which windtunnel does not; "
+                "apply model.norm to the result yourself (each stream then gets its own scale)"
+            )
+        if (incl_mid or mlp_input) and "resid_mid" not in self.layer_points:
+            raise ValueError(f"{what}: incl_mid / mlp_input need resid_mid, a transformer point; it has none")
+        if pos_slice is not None and not isinstance(pos_slice, int | slice):
+            raise ValueError(f"{what}: pos_slice must be an int or a slice of positions (got {pos_slice!r})")
+        n = self.n_layers
+        if not n:
+            raise ValueError(f"{what}: it has no layers, so no residual stream between them")
+        span = f"{what} ({n} layers; layer {n} is the final stream)"
+        upto = n if layer is None else _from_end(layer, n + 1, span, ValueError)  # the layer whose input ends the stack
+        keys: list[tuple[str, int]] = []  # (point, layer) in TL's order
+        labels: list[str] = []
+        for l in range(upto + 1):
+            if l == n:
+                keys.append(("resid_post", n - 1))
+                labels.append("final_post")
+                break
+            keys.append(("resid_pre", l))
+            labels.append(f"{l}_pre")
+            if (incl_mid and l < upto) or (mlp_input and l == upto):
+                keys.append(("resid_mid", l))
+                labels.append(f"{l}_mid")
+        names = [self.key_of(key) for key in keys]
+        self._require(names, "accumulated_resid")
+        where = slice(None) if pos_slice is None else pos_slice  # positions, dim 1 of each (B,T,d) stream
+        resid = torch.stack([self[name][:, where] for name in names])  # (n_components,B,T,d), or (n,B,d) for an int
+        return (resid, labels) if return_labels else resid
 
     def _require(self, names: list[str], what: str) -> None:
         """ValueError naming what `what` needs that was not cached, and how to ask for it."""
@@ -266,13 +410,13 @@ class HookedModel:
             if name not in valid:
                 m = _LAYER_NAME.match(name)
                 where = (
-                    f"layer {m.group(1)} is out of range (n_layers = {self.n_layers})"
+                    f"layer {m.group(1)} is out of range (n_layers = {self.n_layers}) on {type(self).__name__}"
                     if m and f"blocks.0.{m.group(2)}" in valid
-                    else "no such point"
+                    else f"no such point on {type(self).__name__}" + _did_you_mean(name, self.hook_names)
                 )
                 local = ", ".join(("resid_pre", *self.layer_hooks, "resid_post"))
                 raise ValueError(
-                    f"hook {name!r}: {where} on {type(self).__name__}; hook points are embed, "
+                    f"hook {name!r}: {where}; hook points are embed, "
                     f"blocks.{{l}}.{{{local}}} for l < {self.n_layers}, and final (docs/hooks.md)"
                 )
         return names
@@ -331,10 +475,60 @@ class HookedModel:
             )
         return self.check_hook_names(names_filter)
 
-    def run_with_hooks(self, inputs: torch.Tensor, fns: Mapping[str, HookFn]) -> torch.Tensor:
-        """One forward pass with `fns` active (`hooks()` for a single call)."""
-        with self.hooks(fns):
+    def run_with_hooks(
+        self,
+        inputs: torch.Tensor,
+        fns: FwdHooks | None = None,
+        *,
+        fwd_hooks: FwdHooks | None = None,
+        bwd_hooks: Iterable[object] = (),
+        reset_hooks_end: bool = True,
+    ) -> torch.Tensor:
+        """One forward pass with hooks active, removed after it (also when it raises): `hooks()` for one call.
+
+        `fwd_hooks` (TransformerLens' name; `fns`, positional, is the same argument) is {name: fn} or TL's
+        [(name, fn), ...], where a name may be a predicate name -> bool; pairs on one point run in list order,
+        each on the result of the one before. TL's bwd_hooks and reset_hooks_end=False are ValueErrors saying why.
+        """
+        if fns is not None and fwd_hooks is not None:
+            raise ValueError("run_with_hooks: give fwd_hooks or fns (two spellings of one argument), not both")
+        if list(bwd_hooks):
+            raise ValueError(
+                "run_with_hooks: bwd_hooks are not supported (hook points are forward-only); take gradients with "
+                "run_with_cache(x, grad=True) and torch.autograd.grad on the cached activation"
+            )
+        if not reset_hooks_end:
+            raise ValueError(
+                "run_with_hooks: reset_hooks_end=False is not supported (hooks belong to one call); keep hooks "
+                "across passes with `with model.hooks({name: fn}):`"
+            )
+        with contextlib.ExitStack() as stack:
+            for entry in self._hook_entries(fns if fwd_hooks is None else fwd_hooks):
+                stack.enter_context(self.hooks(entry))
             return self(inputs)
+
+    def _hook_entries(self, fwd_hooks: FwdHooks | None) -> list[dict[str, HookFn]]:
+        """`hooks()` entries for fwd_hooks, one per (name or predicate, fn) pair, in order; a predicate that
+        selects no point is a ValueError (TL's names, e.g. hook_z, select none here)."""
+        if fwd_hooks is None:
+            return []
+        pairs = list(fwd_hooks.items() if isinstance(fwd_hooks, Mapping) else fwd_hooks)
+        entries: list[dict[str, HookFn]] = []
+        fn: HookFn  # each pair's function; hooks() checks that it is callable
+        for pair in pairs:
+            if not (
+                isinstance(pair, tuple | list) and len(pair) == 2 and (isinstance(pair[0], str) or callable(pair[0]))
+            ):
+                raise ValueError(f"fwd_hooks: expected (name or name -> bool, fn) pairs or {{name: fn}} (got {pair!r})")
+            spec, fn = pair
+            names = self.select_hook_names(spec)
+            if not names:
+                raise ValueError(
+                    f"fwd_hooks: the filter {getattr(spec, '__name__', spec)!r} selects no hook point of "
+                    f"{type(self).__name__} (points are named like blocks.0.attn.z, not TL's hook_z; docs/hooks.md)"
+                )
+            entries.append(dict.fromkeys(names, fn))
+        return entries
 
     # ------------------------------------------------------------------ ablation, as hooks
 
@@ -416,4 +610,14 @@ def _recall(stash: dict[str, torch.Tensor]) -> HookFn:
     return fn
 
 
-__all__ = ["ActivationCache", "HookFn", "HookPoint", "HookedModel", "LayerHook", "NamesFilter"]
+__all__ = [
+    "TL_SHORT_NAMES",
+    "ActivationCache",
+    "FwdHooks",
+    "HookFn",
+    "HookPoint",
+    "HookSpec",
+    "HookedModel",
+    "LayerHook",
+    "NamesFilter",
+]
