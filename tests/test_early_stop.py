@@ -16,7 +16,7 @@ from windtunnel.config import TrainConfig, _Strict, config_to_json, run_identity
 from windtunnel.errors import CheckpointError
 from windtunnel.report import build_report
 from windtunnel.report.collect import RunRecord, read_run
-from windtunnel.report.tables import cell_time_to_verdict, run_time_to_verdict, time_to_verdict_text
+from windtunnel.report.tables import cell_time_to_verdict, run_time_to_verdict, time_to_verdict_text, untimed_note
 from windtunnel.reproduce import reproduce
 from windtunnel.resume import run_record
 
@@ -210,6 +210,11 @@ def test_time_to_verdict_from_a_hand_written_metrics_jsonl(tmp_path):
         [_record(tmp_path, "g", 0, [{k: v for k, v in e.items() if v is not None} for e in old])]
     )
     assert older["curves"] == 0 and older["text"] == "validation curve without verdicts (logged before they were)"
+    # a cell without a time to verdict leaves it out; one note under Table 1 counts such cells and says why
+    data = {"t": {"hmm": {"time_to_verdict": older}, "bijection": {"time_to_verdict": cell}}, "b": {"hmm": {}}}
+    note = "Time to verdict is not shown in 1 trained cell: validation curve without verdicts (logged before they were)"
+    assert untimed_note(data) == note + " (1 cell)."
+    assert untimed_note({"t": {"bijection": {"time_to_verdict": cell}}}) == ""
 
 
 def test_a_garbled_verdict_in_metrics_jsonl_names_the_field(tmp_path):

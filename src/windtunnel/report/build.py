@@ -190,6 +190,8 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         )
     )
     doc.add(Table(header, rows))
+    if untimed := tables.untimed_note(data):
+        doc.add(Paragraph(untimed))
     _listing(
         doc,
         f"{tables.STATUS_MARK} Not the finished run of its config, and never pooled with it: a run stopped before its "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -276,6 +276,21 @@ def time_to_verdict_text(t: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def untimed_note(data: dict[str, dict[str, Any]]) -> str:
+    """One line under Table 1 for the trained cells that show no time to verdict, and why (their words from
+    `time_to_verdict_text`), instead of the same words in every such cell; "" where every trained cell has one."""
+    why = [
+        t["text"]
+        for row in data.values()
+        for cell in row.values()
+        if (t := cell.get("time_to_verdict")) and not t["curves"] and t["text"] != "not trained"
+    ]
+    if not why:
+        return ""
+    counts = ", ".join(f"{w} ({n} cell{'s' if n > 1 else ''})" for w, n in Counter(why).most_common())
+    return f"Time to verdict is not shown in {len(why)} trained cell{'s' if len(why) > 1 else ''}: {counts}."
+
+
 def fmt(value: float, metric: str) -> str:
     """A metric value as printed in tables: percent for accuracy, bits to 3 decimals (or 1e-4 style) otherwise."""
     if not math.isfinite(value):
@@ -363,7 +378,8 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
                 "paper_source": paper.source if paper else None,
                 "time_to_verdict": ttv,
             }
-            row.append(_cell_text(cell, metric) + paper_txt + f" · {ttv['text']}")
+            timed = f" · {ttv['text']}" if ttv["curves"] else ""  # else one note under the table (`untimed_note`)
+            row.append(_cell_text(cell, metric) + paper_txt + timed)
             if task in with_approx:
                 closest = cell.get("closest_text") or "—"
                 row.append(f"{closest} · {horizon_text(cell)}")
