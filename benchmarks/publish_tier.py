@@ -1,6 +1,8 @@
-"""Copy what a `windtunnel reproduce` run made into docs/results/<tier>/: the report, its data and figures, and each
-probed run's geometry.json (plus the geometry figures of the transformer and Mamba cells). Run directories do not
-survive a working day; the published copy does.
+"""Copy what a `windtunnel reproduce` run made into docs/results/<tier>/: the report, its data and figures, each
+probed run's geometry.json (plus the geometry figures of the transformer and Mamba cells), and every run's records
+without its checkpoints (runs/NAME/: config, evaluations, training log, geometry), so that `windtunnel report
+docs/results/<tier>/runs --out DIR` rebuilds the report with a newer report. Run directories do not survive a working
+day; the published copy does.
 
     python benchmarks/publish_tier.py runs/standard docs/results/standard
 """
@@ -12,7 +14,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-TOP = ("report.md", "report.html", "results.json", "reproduce.json")
+TOP = ("report.md", "report.html", "results.json", "reproduce.json", "manifest.json")
+# What a run's report reads (report/collect.py), without the weights: checkpoints and figures stay behind.
+RECORDS = ("config.json", "eval.json", "trained.json", "done.json", "versions.json", "resumes.json", "metrics.jsonl")
+RECORD_DIRS = ("evals",)
 FIGURE_ARCHS = ("transformer", "mamba")  # the cells the paper makes geometric claims about
 
 
@@ -40,6 +45,7 @@ def publish(
         shutil.copytree(src / "figures", dest / "figures")
         written.append(dest / "figures")
     for run in sorted((src / "runs").iterdir()):
+        written += publish_records(run, dest / "runs" / run.name)
         geometry = run / "geometry.json"
         if not geometry.is_file():
             continue
@@ -48,6 +54,16 @@ def publish(
         if cell is not None:
             for png in sorted((run / "figures").glob("*.png")):
                 written.append(Path(shutil.copy2(png, dest / "geometry" / f"{cell}-{png.name}")))
+    return written
+
+
+def publish_records(run: Path, dest: Path) -> list[Path]:
+    """A run directory's records (`RECORDS`, `RECORD_DIRS` and geometry.json) into `dest`, its weights left out."""
+    dest.mkdir(parents=True)
+    written = [Path(shutil.copy2(run / n, dest / n)) for n in (*RECORDS, "geometry.json") if (run / n).is_file()]
+    for d in RECORD_DIRS:
+        if (run / d).is_dir():
+            written.append(Path(shutil.copytree(run / d, dest / d)))
     return written
 
 

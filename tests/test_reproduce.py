@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -224,3 +225,26 @@ def test_config_cost_weighs_tokens_by_parameters_and_architecture():
     assert cost["hmm-oracle"] == 0.0
     # the 2x64 recall transformer trains many cheap tokens; the 4x128 HMM Mamba few expensive ones
     assert cost["hmm-mamba-s0"] > cost["hmm-transformer-s0"] > cost["recall-transformer-s0"] > 0
+
+
+def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp_path):
+    """benchmarks/publish_tier.py keeps every run's records (no weights), so a newer report can be built from the
+    published copy alone, in place, with the same Table 1 numbers and the reproduce metadata."""
+    import importlib
+    import sys
+
+    out, _ = smoke
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        publish_tier = importlib.import_module("publish_tier")
+    finally:
+        sys.path.remove(str(bench))
+    dest = tmp_path / "published"
+    publish_tier.publish(out, dest)
+    assert not list(dest.rglob("*.safetensors")) and (dest / "runs" / "hmm-transformer" / "eval.json").is_file()
+    before = json.loads((dest / "results.json").read_text())
+    build_report([dest], dest, {})
+    after = json.loads((dest / "results.json").read_text())
+    assert sorted(after["runs"], key=lambda r: r["name"]) == sorted(before["runs"], key=lambda r: r["name"])
+    assert after["meta"]["tier"] == "smoke" and "Table 1" in (dest / "report.md").read_text()
