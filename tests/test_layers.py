@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 
 # Lowest first. A module may import its own layer and the layers below it. Units are top-level modules and packages
@@ -176,3 +178,22 @@ def test_readme_states_the_layer_order():
     order = line.split("`")[-2]
     stated = [set(group.split("/")) for group in order.split(" → ")]
     assert stated == LAYERS[::-1]
+
+
+def test_the_config_schema_is_a_leaf_that_loads_no_torch():
+    """`windtunnel.config` (the schema every command validates first) imports neither torch nor any model or task
+    module; a check that needs the architectures (a baseline takes no size) lives in resolve_config."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, windtunnel.config; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('windtunnel.models', 'windtunnel.tasks'))]; "
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+    from windtunnel.resolve import resolve_config
+
+    with pytest.raises(ValueError, match=r"^model\.size: the 'oracle' baseline has no size parameters$"):
+        resolve_config({"model": {"arch": "oracle", "size": {"n_layers": 2}}})

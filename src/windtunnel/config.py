@@ -23,11 +23,9 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_serializer,
-    model_validator,
 )
 
 from windtunnel.errors import error_message
-from windtunnel.models.baselines import BASELINES
 from windtunnel.plugins import check_module_name, unique
 from windtunnel.tiers import SizeTier
 
@@ -236,12 +234,6 @@ class RunConfig(_Strict):
             except ValueError as err:
                 raise ValueError(f"imports[{i}]: {err}") from None
         return unique(v)  # a module given twice is imported once
-
-    @model_validator(mode="after")
-    def _baseline_has_no_size(self) -> RunConfig:
-        if self.model.arch in BASELINES and self.model.size:
-            raise ValueError(f"model.size: the {self.model.arch!r} baseline has no size parameters")
-        return self
 
 
 def validate(data: dict[str, Any]) -> RunConfig:

@@ -117,6 +117,8 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
     """
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_imported(cfg.imports)  # a config's own modules are imported by who asked for them (windtunnel.plugins)
+    if cfg.model.arch in BASELINES and cfg.model.size:  # here, not in the schema: windtunnel.config loads no model
+        raise ValueError(f"model.size: the {cfg.model.arch!r} baseline has no size parameters")
     task = tasks.make(cfg.task.name, **cfg.task.params)
     if cfg.train.loss == "ce_vocab" and cfg.model.arch not in BASELINES:
         _check_vocab_loss(task.spec)
