@@ -96,8 +96,9 @@ def test_state_cluster_figure_has_a_legend_of_discrete_states(monkeypatch, tmp_p
     assert len(figures.state_colours(25)) == len({tuple(c) for c in figures.state_colours(25)}) == 25
 
 
-def test_training_curves_name_each_architecture_once(monkeypatch, tmp_path):
-    """Two configurations (an lr sweep) and two seeds of one architecture: one legend entry for it, in its colour."""
+def test_training_curves_are_a_panel_per_configuration_in_its_architectures_colour(monkeypatch, tmp_path):
+    """Two configurations (an lr sweep) and two seeds of each of two architectures: a panel per configuration (never
+    one legend entry pooling them), its seeds labelled, every line in its architecture's colour."""
     from windtunnel.report import figures as report_figures
     from windtunnel.report.collect import RunRecord
 
@@ -110,9 +111,15 @@ def test_training_curves_name_each_architecture_once(monkeypatch, tmp_path):
     drawn = {}
     monkeypatch.setattr(report_figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
     report_figures.training_curves_figure(runs, tmp_path)
-    handles, labels = drawn["fig"].axes[0].get_legend_handles_labels()
-    assert sorted(labels) == ["gru", "lstm"]
-    assert {h.get_color() for h in handles} == {report_figures.arch_color("gru"), report_figures.arch_color("lstm")}
+    panels = [ax for ax in drawn["fig"].axes if ax.get_visible()]
+    assert sorted(ax.get_title() for ax in panels) == [
+        f"hmm · {a} (train.lr={lr})" for a in ("gru", "lstm") for lr in ("0.001", "0.003")
+    ]
+    for ax in panels:
+        handles, labels = ax.get_legend_handles_labels()
+        assert labels == ["seed 0", "seed 1"]
+        arch = ax.get_title().split(" · ")[1].split(" ")[0]
+        assert {h.get_color() for h in handles} == {report_figures.arch_color(arch)}
 
 
 # --- no -0.000 ---------------------------------------------------------------------------------------------------

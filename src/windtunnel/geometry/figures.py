@@ -12,8 +12,8 @@ from torch import nn
 from windtunnel.geometry.clusters import map_labels
 from windtunnel.geometry.data import ProbeData
 from windtunnel.geometry.keys import key_cosines
-from windtunnel.geometry.manifold import scored_points
-from windtunnel.geometry.stats import pca
+from windtunnel.geometry.manifold import point_positions, scored_points, value_vectors
+from windtunnel.geometry.stats import MIN_WITHIN_POINTS, pca, varying_groups, within_group_correlations
 from windtunnel.plotting import save, subplots
 
 
@@ -34,6 +34,29 @@ def key_heatmaps(model: nn.Module, path: Path) -> Path:
     for l, ax in enumerate(axes[0]):
         im = ax.imshow(cos[l], vmin=0, vmax=1, cmap="viridis")
         ax.set_title(f"layer {l}")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="|cos| (mean over heads)")
+    return save(fig, path)
+
+
+def _offdiag_mean(m: np.ndarray) -> float:
+    """Mean of the off-diagonal entries of a square matrix."""
+    n = m.shape[0]
+    return float((m.sum() - np.trace(m)) / (n * (n - 1))) if n > 1 else float("nan")
+
+
+def key_layer0_vs_init(model: nn.Module, init_model: nn.Module | None, path: Path) -> Path:
+    """Layer 0's |cosine| matrix between the probe tokens' keys (`keys.probe_tokens`; mean of |cos| over heads),
+    trained beside the same model at init when `init_model` is given; each panel titled with its mean off-diagonal
+    |cos| (the key probe's `mean_abs_cos_per_layer[0]`)."""
+    mats = [("trained", np.abs(key_cosines(model)[0]).mean(0))]  # (n,n)
+    if init_model is not None:
+        mats.append(("init", np.abs(key_cosines(init_model)[0]).mean(0)))
+    fig, axes = subplots(1, len(mats), figsize=(3.2 * len(mats) + 0.8, 3.0), squeeze=False)
+    for ax, (name, m) in zip(axes[0], mats, strict=True):
+        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(f"layer 0, {name}: mean |cos| {_offdiag_mean(m):.3f}", fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="|cos| (mean over heads)")
@@ -65,6 +88,66 @@ def manifold_scatter(data: ProbeData, path: Path, max_points: int = 3000) -> Pat
     fig.colorbar(sc, ax=ax, label="posterior entropy (bits)")
     ax.set_xlabel(f"PC1 ({ratios[0]:.0%})")
     ax.set_ylabel(f"PC2 ({ratios[1] if ratios.size > 1 else 0:.0%})")
+    return _save(fig, path)
+
+
+def _centred_within(a: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(n,) or (n,k) `a` minus the mean of its group's rows."""
+    _, inv = np.unique(groups, return_inverse=True)
+    count = np.bincount(inv).astype(np.float64)
+    flat = a.reshape(a.shape[0], -1)
+    means = np.stack([np.bincount(inv, weights=flat[:, j]) / count for j in range(flat.shape[1])], 1)  # (G,k)
+    return (flat - means[inv]).reshape(a.shape)
+
+
+def manifold_representation(data: ProbeData) -> tuple[Any, str]:
+    """The representation the value-manifold figure draws: the last layer's attention value vectors where the model
+    has attention (the paper's value manifold), else the final-layer representation; and its name."""
+    v = value_vectors(data)
+    return (data.final, "final representation") if v is None else (v, "last layer's value vectors")
+
+
+def manifold_within_position(data: ProbeData, path: Path, max_points: int = 3000) -> Path:
+    """The value manifold at the scored positions, two panels: PC1-PC2 coloured by the exact posterior entropy
+    (pooled over positions), and the same PC scores and entropies each centred on its position's mean, at the
+    positions where the entropy varies (`stats.varying_groups`): the part position cannot fake, whose PC1 correlation
+    is the manifold probe's `within_position` one. Where the entropy is a function of position alone the second panel
+    says so."""
+    rep, name = manifold_representation(data)
+    x, h_t, idx = scored_points(data, rep, max_points)
+    h = h_t.double().cpu().numpy()
+    pos = point_positions(data.mask, idx).cpu().numpy()
+    ratios, scores = pca(x)
+    pcs = scores[:, :2] if scores.shape[1] > 1 else np.concatenate([scores[:, :1], 0 * scores[:, :1]], 1)
+    fig, (pooled, within) = subplots(1, 2, figsize=(9.5, 3.8))
+    sc = pooled.scatter(pcs[:, 0], pcs[:, 1], c=h, s=5, cmap="viridis")
+    fig.colorbar(sc, ax=pooled, label="posterior entropy (bits)")
+    pooled.set_xlabel(f"PC1 ({ratios[0]:.0%})")
+    pooled.set_ylabel(f"PC2 ({ratios[1] if ratios.size > 1 else 0:.0%})")
+    pooled.set_title(f"{name}: pooled over positions", fontsize=8)
+    keep = varying_groups(h, pos)
+    if int(keep.sum()) < MIN_WITHIN_POINTS:
+        within.text(
+            0.5,
+            0.5,
+            "not measurable: the posterior entropy\ndoes not vary within a position"
+            + ("" if not keep.any() else f"\n(only {int(keep.sum())} points where it does)"),
+            ha="center",
+            va="center",
+            fontsize=8,
+            transform=within.transAxes,
+        )
+        within.set_xticks([])
+        within.set_yticks([])
+    else:
+        c_pcs, c_h = _centred_within(pcs[keep], pos[keep]), _centred_within(h[keep], pos[keep])
+        lim = float(np.abs(c_h).max()) or 1.0
+        sc = within.scatter(c_pcs[:, 0], c_pcs[:, 1], c=c_h, s=5, cmap="coolwarm", vmin=-lim, vmax=lim)
+        fig.colorbar(sc, ax=within, label="entropy − its position's mean (bits)")
+        rho = within_group_correlations(pcs[keep, 0], h[keep], pos[keep])["spearman"]
+        within.set_xlabel("PC1 − its position's mean")
+        within.set_ylabel("PC2 − its position's mean")
+        within.set_title(f"within position: Spearman(PC1, H) = {rho:.2f}", fontsize=8)
     return _save(fig, path)
 
 
@@ -159,20 +242,93 @@ def frame_precision_curves(result: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def write_figures(results: dict[str, Any], model: nn.Module, data: ProbeData, fig_dir: str | Path) -> list[str]:
-    """Draw every figure whose probe applied; returns the written paths."""
+def memory_lines(result: Any) -> dict[str, Any] | None:
+    """What `memory_profile` draws from a memory probe's result (geometry.json's "memory"), checked: {"lags": [int],
+    name: [(mean, lo, hi) or None per lag]} for "exact", "model" and "init" where present; None where the result is
+    not applicable or not of that shape (a garbled geometry.json draws nothing rather than raising)."""
+    if not _ok(result) or not isinstance(result.get("lags"), list) or not result["lags"]:
+        return None
+    lags = result["lags"]
+    if not all(isinstance(j, int) and not isinstance(j, bool) for j in lags):
+        return None
+    ci = result.get("ci") if isinstance(result.get("ci"), dict) else {}
+
+    def num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    out: dict[str, Any] = {"lags": lags}
+    for name in ("exact", "model", "init"):
+        means, bands = result.get(name), ci.get(name)
+        if not isinstance(means, list) or len(means) != len(lags):
+            continue
+        if not isinstance(bands, list) or len(bands) != len(lags):
+            bands = [None] * len(lags)
+        pts = []
+        for m, b in zip(means, bands, strict=True):
+            lo_hi = b if isinstance(b, list) and len(b) == 2 and all(num(v) for v in b) else [m, m]
+            pts.append((m, *lo_hi) if num(m) and all(num(v) for v in lo_hi) else None)
+        if any(p is not None for p in pts):
+            out[name] = pts
+    return out if "model" in out or "exact" in out else None
+
+
+# Floor of the memory profile's log axis (bits): a move of exactly 0 is drawn there.
+MEMORY_FLOOR_BITS = 1e-9
+
+
+def memory_profile(result: dict[str, Any], path: Path, color: str = "tab:blue") -> Path | None:
+    """The memory probe's profile: per lag j, how far the belief moves (KL, bits; log axis) when the observation j
+    steps back alone is resampled, for the model (`color`) and the same model at init (grey) beside the exact filter
+    (black, dashed), each with its bootstrap interval over sequences; None where `memory_lines` finds nothing."""
+    lines = memory_lines(result)
+    if lines is None:
+        return None
+    fig, ax = subplots(figsize=(4.8, 3.4))
+    styles = {
+        "exact": {"color": "k", "ls": "--", "label": "exact filter"},
+        "model": {"color": color, "ls": "-", "label": "model"},
+        "init": {"color": "tab:gray", "ls": ":", "label": "model at init"},
+    }
+    for name, style in styles.items():
+        pts = [(j, p) for j, p in zip(lines["lags"], lines.get(name, []), strict=False) if p is not None]
+        if not pts:
+            continue
+        xs = [j for j, _ in pts]
+        mean, lo, hi = (np.maximum([p[i] for _, p in pts], MEMORY_FLOOR_BITS) for i in range(3))
+        ax.plot(xs, mean, marker="o", ms=3, **style)
+        ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.15, lw=0)
+    ax.set_yscale("log")
+    ax.set_xticks(lines["lags"])
+    ax.set_xlabel("lag j (observation resampled j steps back)")
+    ax.set_ylabel("belief move, KL (bits)")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def write_figures(
+    results: dict[str, Any],
+    model: nn.Module,
+    data: ProbeData,
+    fig_dir: str | Path,
+    init_model: nn.Module | None = None,
+) -> list[str]:
+    """Draw every figure whose probe applied; returns the written paths. `init_model`: the same architecture at
+    init, drawn beside the trained model's layer-0 keys."""
     d = Path(fig_dir)
     d.mkdir(parents=True, exist_ok=True)
     todo = [
         ("keys", lambda: key_heatmaps(model, d / "key_cosines.png")),
+        ("keys", lambda: key_layer0_vs_init(model, init_model, d / "key_cosines_layer0.png")),
         ("attention", lambda: attention_entropy(results["attention"], d / "attention_entropy.png")),
         ("manifold", lambda: manifold_scatter(data, d / "value_manifold.png")),
+        ("manifold", lambda: manifold_within_position(data, d / "value_manifold_within_position.png")),
         ("clusters", lambda: cluster_scatter(data, d / "state_clusters.png")),
         ("lens", lambda: lens_kl(results["lens"], d / "lens_kl.png")),
         ("ablation", lambda: ablation_bars(results["ablation"], d / "ablation.png")),
         ("dynamics", lambda: frame_precision_curves(results["dynamics"], d / "frame_precision.png")),
+        ("memory", lambda: memory_profile(results["memory"], d / "memory_profile.png")),
     ]
-    return [str(draw()) for key, draw in todo if _ok(results.get(key))]
+    return [str(p) for key, draw in todo if _ok(results.get(key)) and (p := draw()) is not None]
 
 
 def arms_across_seeds(rows: list[tuple[str, dict[str, dict[str, Any]], Any]], path: Path) -> Path:

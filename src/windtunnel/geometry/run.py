@@ -97,6 +97,6 @@ def probe_run(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:
-        results["figures"] = write_figures(results, model, data, out_dir / "figures")
+        results["figures"] = write_figures(results, model, data, out_dir / "figures", init_model=init_model)
     write_json(out_dir / GEOMETRY, json.loads(json.dumps(results, default=float)))
     return results

@@ -225,23 +225,18 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
         tables.reference_levels(records),
     )
 
-    fig_paths = []
     present = tables.task_order({r.task for r in records})
-    for task in present:
-        p = figures.calibration_figure(records, task, out)
-        if p:
-            fig_paths.append((p, f"{task}: per-position predictive entropy against the exact Bayes entropy"))
-    for task in present:
-        p = figures.length_generalisation_figure(records, task, out)
-        if p:
-            fig_paths.append((p, f"{task}: per-position entropy error at the training length and longer"))
-    p = figures.training_curves_figure(records, out)
-    if p:
-        fig_paths.append((p, "held-out error during training"))
-    if fig_paths:
+    figure_sections = figures.report_figures(records, out)
+    if figure_sections:
         doc.add(Heading("Figures"))
-        for path, caption in fig_paths:
-            doc.add(Figure(path, caption))
+        doc.add(Paragraph(figures.FIGURES_TEXT))
+        for title, text, figs in figure_sections:
+            if title:
+                doc.add(Heading(title, 3))
+            if text:
+                doc.add(Paragraph(text))
+            for path, caption in figs:
+                doc.add(Figure(path, caption))
 
     lg_rows = []
     for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed)):

@@ -1,14 +1,31 @@
-"""The paper's figures from run records: calibration curves, length generalisation, training curves."""
+"""The paper's figures from run records: calibration curves, length generalisation, training curves, and the geometry
+probes' figures (layer-0 keys beside init, attention entropy, value manifold, frame-precision dissociation, state
+clusters, memory profile).
+
+Every figure is drawn from configurations, never a pool of them: a cell is one configuration (`tables.configurations`,
+Table 1's grouping: runs that differ only in the seed), each line or panel is one cell, and its seed is named (the
+lowest seed that has the data, or every seed overlaid, each labelled). A probe figure is the PNG the probe drew into
+its run's figures/ (`geometry.figures.write_figures`), copied to `figures/<kind>_<task>_<arch>[_<hash>].png`, the hash
+(of the configuration) only where the architecture has several configurations of the task; the memory profile is drawn
+from geometry.json's numbers where a run was probed before its PNG existed.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import re
-from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from windtunnel import models
+from windtunnel import models, rundir
+from windtunnel.geometry import figures as geometry_figures
+from windtunnel.geometry.seeds import dig
 from windtunnel.plotting import save, subplots
+from windtunnel.report import tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.tables import headline_metric
 
@@ -17,6 +34,8 @@ from windtunnel.report.tables import headline_metric
 # Hues apart from the built-ins' blue, orange, green, red, purple, grey and black: brown, pink, olive, cyan, gold,
 # magenta, ochre.
 USER_COLORS = ("C5", "C6", "C8", "C9", "#e6ab02", "#e7298a", "#a6761d")
+SEED_STYLES = ("-", "--", ":", "-.")  # one line style per seed of a cell, in seed order
+MAX_COLUMNS = 5  # panels per row of a figure with one panel per cell
 
 
 def arch_color(arch: str) -> str:
@@ -39,79 +58,419 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "_"
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
+
+
 def _save(fig, path: Path) -> Path:
     return save(fig, path, bbox_inches="tight")
 
 
-def _first_seed(records: list[RunRecord]) -> dict[str, RunRecord]:
-    out: dict[str, RunRecord] = {}
-    for r in sorted(records, key=lambda r: r.seed):
-        out.setdefault(r.arch, r)
+# --- cells: one configuration each ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration of an architecture on a task (`tables.configurations`): its runs, in seed order."""
+
+    task: str
+    arch: str
+    label: str  # "" where the architecture has one configuration of the task, else the keys that differ
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def name(self) -> str:
+        """The architecture and its configuration, as Table 1's rows name it."""
+        return f"{self.arch} ({self.label})" if self.label else self.arch
+
+    @property
+    def caption(self) -> str:
+        """The short cell label of a caption: "hmm · mamba", "bijection · transformer (train.lr=0.001)"."""
+        return f"{self.task} · {self.name}"
+
+    @property
+    def slug(self) -> str:
+        """A file-name part, the same for this configuration in every report: task and architecture, and a hash of
+        the configuration where the label says there are several."""
+        base = f"{_slug(self.task)}_{_slug(self.arch)}"
+        if not self.label:
+            return base
+        first = self.runs[0]
+        return f"{base}_{_digest([tables.config_key(first), first.state().variant])}"
+
+
+def cells(records: list[RunRecord]) -> list[Cell]:
+    """Every configuration in `records`, by task (registration order), architecture (table order) and configuration
+    (Table 1's)."""
+    out = []
+    configs = tables.configurations(records)
+    order = {t: i for i, t in enumerate(tables.task_order({t for _, t in configs}))}
+    for (arch, task), by_label in sorted(
+        configs.items(), key=lambda kv: (order[kv[0][1]], tables.arch_row(kv[0][0]), kv[0][0])
+    ):
+        for label, runs in by_label.items():
+            out.append(Cell(task, arch, label, tuple(sorted(runs, key=lambda r: (r.seed, r.path.name)))))
     return out
 
 
-def calibration_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
-    """Per-position predictive entropy of each architecture against the exact Bayes entropy."""
-    runs = _first_seed([r for r in records if r.task == task and r.arch != "oracle"])
-    curves = {a: r.default.get("per_position", {}) for a, r in runs.items()}
-    curves = {a: c for a, c in curves.items() if c.get("model_entropy_bits") and c.get("bayes_entropy_bits")}
-    if not curves:
-        return None
-    fig, ax = subplots(figsize=(6.5, 4))
-    bayes = next(iter(curves.values()))["bayes_entropy_bits"]
-    ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
-    for arch, c in curves.items():
-        ys = c["model_entropy_bits"]
-        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=arch_color(arch), label=_label(arch))
-    ax.set_xlabel("scored position")
-    ax.set_ylabel("predictive entropy (bits)")
-    ax.set_title(f"{_label(task)}: model entropy vs exact posterior entropy")
-    ax.legend(fontsize=8)
-    return _save(fig, out / "figures" / f"calibration_{_slug(task)}.png")
+def seed_text(run: RunRecord, among: list[RunRecord], what: str) -> str:
+    """ "seed 0", or "seed 0 (of seeds 0, 1, 2 {what})" where the cell has several."""
+    seeds = sorted({r.seed for r in among})
+    return f"seed {run.seed}" + (f" (of seeds {', '.join(map(str, seeds))} {what})" if len(seeds) > 1 else "")
+
+
+# --- curves ---------------------------------------------------------------------------------------------------------
+
+
+def _grid(n: int, width: float, height: float) -> tuple[Any, list[Any]]:
+    """A figure of `n` panels sharing their y axis, at most MAX_COLUMNS a row; the unused panels hidden."""
+    cols = min(MAX_COLUMNS, max(n, 1))
+    rows = (n + cols - 1) // cols
+    fig, axes = subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=True)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _first_with(runs: tuple[RunRecord, ...], test: Callable[[RunRecord], bool]) -> RunRecord | None:
+    return next((r for r in runs if test(r)), None)
+
+
+def calibration_figures(records: list[RunRecord], task: str, out: Path) -> list[tuple[Path, str]]:
+    """Per task configuration (task parameters, `tables.params_key`; one figure each): the per-position predictive
+    entropy of each cell's lowest seed with per-position curves against the exact Bayes entropy."""
+
+    def curves(r: RunRecord) -> bool:
+        c = r.default.get("per_position", {})
+        return bool(c.get("model_entropy_bits") and c.get("bayes_entropy_bits"))
+
+    groups: dict[tuple[str, str], list[tuple[Cell, RunRecord]]] = {}
+    for cell in cells(records):
+        r = _first_with(cell.runs, curves) if cell.task == task and cell.arch != "oracle" else None
+        if r is not None:
+            groups.setdefault(tables.params_key(r), []).append((cell, r))
+    labels, _ = tables.task_labels(records)
+    drawn = []
+    for key, lines in groups.items():
+        fig, ax = subplots(figsize=(6.5, 4))
+        bayes = lines[0][1].default["per_position"]["bayes_entropy_bits"]
+        ax.plot(range(1, len(bayes) + 1), bayes, "k--", lw=2.5, label="exact Bayes")
+        for cell, r in lines:
+            ys = r.default["per_position"]["model_entropy_bits"]
+            name = f"{cell.name}, seed {r.seed}"
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, color=arch_color(cell.arch), label=_label(name))
+        title = labels.get(key, task)
+        ax.set_xlabel("scored position")
+        ax.set_ylabel("predictive entropy (bits)")
+        ax.set_title(f"{_label(title)}: model entropy vs exact posterior entropy")
+        ax.legend(fontsize=7)
+        name = f"calibration_{_slug(task)}" + (f"_{_digest(key[1])}" if len(groups) > 1 else "")
+        path = _save(fig, out / "figures" / f"{name}.png")
+        drawn.append(
+            (
+                path,
+                f"{title}: per-position predictive entropy of each cell (one line each: its lowest seed, named in the "
+                "legend) against the exact Bayes entropy",
+            )
+        )
+    return drawn
 
 
 def length_generalisation_figure(records: list[RunRecord], task: str, out: Path) -> Path | None:
-    """Per-position entropy error at the training length and each longer evaluation, one panel per architecture."""
-    runs = _first_seed([r for r in records if r.task == task and r.arch not in ("oracle",)])
-    runs = {a: r for a, r in runs.items() if len(r.evals) > 1}
-    if not runs:
+    """Per-position entropy error at the training length and each longer evaluation, one panel per cell (its lowest
+    seed evaluated at more than one length, named in the panel's title)."""
+    panels = [
+        (cell, r)
+        for cell in cells(records)
+        if cell.task == task and cell.arch != "oracle" and (r := _first_with(cell.runs, lambda r: len(r.evals) > 1))
+    ]
+    if not panels:
         return None
-    fig, axes = subplots(1, len(runs), figsize=(4 * len(runs), 3.5), sharey=True, squeeze=False)
-    for ax, (arch, r) in zip(axes[0], runs.items(), strict=True):
+    fig, axes = _grid(len(panels), 4, 3.5)
+    for i, (ax, (cell, r)) in enumerate(zip(axes, panels, strict=True)):
         for name, ev in r.evals.items():
             ys = ev.get("per_position", {}).get("entropy_abs_err_bits")
             if ys:
                 label = "train length" if name == "default" else _label(name)
                 ax.plot(range(1, len(ys) + 1), ys, label=label)
-        ax.set_title(_label(arch))
+        ax.set_title(_label(f"{cell.name}, seed {r.seed}"), fontsize=8)
         ax.set_xlabel("scored position")
+        if i % MAX_COLUMNS == 0:
+            ax.set_ylabel("|H_model - H_Bayes| (bits)")
         if ax.get_legend_handles_labels()[0]:  # a run without per-position curves draws nothing to label
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("|H_model - H_Bayes| (bits)")
     fig.suptitle(f"{_label(task)}: length generalisation")
+    fig.tight_layout()
     return _save(fig, out / "figures" / f"length_generalisation_{_slug(task)}.png")
 
 
+# A validation value of 0 on a log axis is drawn here (an entropy error of exactly 0 has no logarithm).
+CURVE_FLOOR = 1e-6
+
+
 def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
-    """Held-out headline metric against training step, one panel per task."""
-    by_task: dict[str, list[RunRecord]] = defaultdict(list)
-    for r in records:
-        if r.eval_curve:
-            by_task[r.task].append(r)
-    if not by_task:
+    """The validation-stream headline metric (entropy error, or accuracy where it is the task's headline) against
+    training step: one panel per cell, titled by its task and configuration, every seed of it a line labelled by its
+    seed (markers at each evaluation, so a run evaluated once is a visible point); the panels of one task share their
+    y range. No panel pools configurations."""
+    panels: list[tuple[Cell, str, list[tuple[RunRecord, list[tuple[int, float]]]]]] = []
+    for cell in cells(records):
+        metric = headline_metric(cell.task)
+        curves = [(r, c) for r in cell.runs if (c := r.curve(metric))]
+        if curves:
+            panels.append((cell, metric, curves))
+    if not panels:
         return None
-    fig, axes = subplots(1, len(by_task), figsize=(4 * len(by_task), 3.5), squeeze=False)
-    for ax, (task, runs) in zip(axes[0], sorted(by_task.items()), strict=True):
-        labelled: set[str] = set()  # one legend entry per architecture, however many runs (seeds, configs) it has
-        for r in sorted(runs, key=lambda r: (r.arch, r.seed)):
-            xs, ys = zip(*r.eval_curve, strict=True)
-            ax.plot(xs, ys, color=arch_color(r.arch), label=None if r.arch in labelled else _label(r.arch))
-            labelled.add(r.arch)
-        ax.set_title(_label(task))
-        ax.set_xlabel("step")
-        accuracy = headline_metric(task) == "accuracy"
-        if not accuracy:
+    span: dict[str, tuple[float, float]] = {}  # task -> its panels' shared y range
+    for cell, metric, curves in panels:
+        ys = [_y(v, metric) for _, c in curves for _, v in c]
+        lo, hi = span.get(cell.task, (math.inf, -math.inf))
+        span[cell.task] = (min(lo, *ys), max(hi, *ys))
+    by_task: dict[str, list[int]] = {}  # task -> its panels' indices; each task starts a row of its own
+    for i, (cell, _, _) in enumerate(panels):
+        by_task.setdefault(cell.task, []).append(i)
+    cols = min(MAX_COLUMNS, max(len(v) for v in by_task.values()))
+    where: dict[int, tuple[int, int]] = {}
+    row = 0
+    for indices in by_task.values():
+        for k, i in enumerate(indices):
+            where[i] = (row + k // cols, k % cols)
+        row += (len(indices) + cols - 1) // cols
+    fig, grid = subplots(row, cols, figsize=(3.4 * cols, 2.9 * row), squeeze=False)
+    for ax in grid.flat:
+        ax.set_visible(False)
+    for i, (cell, metric, curves) in enumerate(panels):
+        ax = grid[where[i]]
+        ax.set_visible(True)
+        for k, (r, c) in enumerate(curves):
+            steps, values = zip(*c, strict=True)
+            style = SEED_STYLES[k % len(SEED_STYLES)]
+            label = f"seed {r.seed}" + tables.runs_tag([r])
+            ax.plot(
+                steps,
+                [_y(v, metric) for v in values],
+                style,
+                marker="o",
+                ms=3,
+                color=arch_color(cell.arch),
+                label=label,
+            )
+        accuracy = metric == "accuracy"
+        lo, hi = span[cell.task]
+        if accuracy:
+            pad = max(0.02, 0.05 * (hi - lo))
+            ax.set_ylim(lo - pad, hi + pad)
+        else:
             ax.set_yscale("log")
-        ax.set_ylabel("accuracy" if accuracy else "entropy error (bits)")
-        ax.legend(fontsize=7)
+            ax.set_ylim(lo / 1.3, hi * 1.3)
+        ax.set_title(_label(cell.caption), fontsize=8)
+        ax.set_xlabel("step", fontsize=8)
+        if where[i][1] == 0:
+            ax.set_ylabel("accuracy" if accuracy else "entropy error (bits)", fontsize=8)
+        ax.tick_params(which="both", labelsize=7)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
     return _save(fig, out / "figures" / "training_curves.png")
+
+
+def _y(v: float, metric: str) -> float:
+    return v if metric == "accuracy" else max(v, CURVE_FLOOR)
+
+
+# --- the probes' figures -------------------------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MAX_PNG_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProbeFigure:
+    """One kind of probe figure: the PNG the probe draws into a run's figures/ (`source`) where its probe
+    (geometry.json key `probe`) applied, under the heading `title` and the paragraph `text` in the report; `what`: what
+    one figure shows, in its caption, from the run's geometry.json; `archs`: the architectures it is drawn for (None:
+    every one its probe applied to); `draw`: draws it from geometry.json's numbers (the probe's result, path) where
+    the run has no such PNG (probed before the probe drew it), or None."""
+
+    kind: str
+    source: str
+    probe: str
+    title: str
+    text: str
+    what: Callable[[dict[str, Any]], str]
+    archs: tuple[str, ...] | None = None
+    draw: Callable[[Any, Path], Path | None] | None = None
+
+
+def _keys_what(g: dict[str, Any]) -> str:
+    tokens = {"value_tokens": "value tokens", "all_tokens": "input tokens"}.get(
+        str(dig(g, "keys", "token_set")), "probe tokens"
+    )
+    return f"layer-0 key |cos| of the {tokens}, trained (left) and at init (right)"
+
+
+def _manifold_what(g: dict[str, Any]) -> str:
+    values = dig(g, "manifold", "values")
+    applies = isinstance(values, dict) and "not_applicable" not in values
+    rep = "last layer's value vectors" if applies else "final representation"
+    return f"PC1/PC2 of the {rep} coloured by posterior entropy, pooled (left) and within position (right)"
+
+
+PROBE_FIGURES = (
+    ProbeFigure(
+        "key_cosines_layer0",
+        "key_cosines_layer0.png",
+        "keys",
+        "Layer-0 key cosines, trained and at init",
+        "|cosine| between the layer-0 keys of the tokens of the per-run Geometry table (the value tokens where "
+        "answers are input tokens, else every input token; RMSNorm(E)·W_K, mean of |cos| over heads): the trained "
+        "model beside the same architecture at init, each panel titled with its mean off-diagonal |cos| (0 = "
+        "orthogonal keys).",
+        _keys_what,
+    ),
+    ProbeFigure(
+        "attention_entropy",
+        "attention_entropy.png",
+        "attention",
+        "Attention entropy per layer",
+        "Attention entropy in bits at the scored positions, per layer: each head a dot, the mean over heads a line, "
+        "uniform causal attention dashed; the title gives the drop from the first layer to the last.",
+        lambda g: "attention entropy per layer",
+    ),
+    ProbeFigure(
+        "value_manifold",
+        "value_manifold_within_position.png",
+        "manifold",
+        "Value manifold",
+        "PCA of the last layer's attention value vectors (the final-layer representation for an architecture "
+        "without attention) at the scored positions, coloured by the exact posterior entropy: pooled over positions "
+        "(left), and within position (right: PC scores and entropies each minus their position's mean, at the "
+        "positions where the entropy varies), the part position cannot fake; 'not measurable' where the entropy is a "
+        "function of position alone.",
+        _manifold_what,
+    ),
+    ProbeFigure(
+        "frame_precision",
+        "frame_precision.png",
+        "dynamics",
+        "Frame–precision dissociation over training",
+        "At each checkpoint of training: the entropy error (red, log axis) and the cosine between its layer-0 "
+        "attention and the final checkpoint's (blue): the frame settling early while precision improves late is "
+        "the dissociation.",
+        lambda g: "entropy error and layer-0 attention frame against step",
+    ),
+    ProbeFigure(
+        "state_clusters",
+        "state_clusters.png",
+        "clusters",
+        "Mamba state clusters",
+        "PC1/PC2 of Mamba's final-layer representation at the scored positions, each point coloured by the "
+        "exact posterior's most probable state (MAP): clusters by state are the paper's Mamba figure.",
+        lambda g: "final representation coloured by MAP state",
+        archs=("mamba",),
+    ),
+    ProbeFigure(
+        "memory_profile",
+        "memory_profile.png",
+        "memory",
+        "Memory profile",
+        "Per lag j: how far the belief moves (KL in bits, log axis; a move of 0 drawn at the axis floor) when the "
+        "observation j steps back alone is resampled, for the model beside the exact filter (dashed) and the same "
+        "model at init (dotted), with paired bootstrap intervals over sequences (docs/geometry.md).",
+        lambda g: "belief move per lag, model beside the exact filter and init",
+        draw=geometry_figures.memory_profile,
+    ),
+)
+
+
+def _applies(g: dict[str, Any] | None, probe: str) -> bool:
+    result = dig(g, probe)
+    return isinstance(result, dict) and "not_applicable" not in result and "error" not in result
+
+
+def run_png(r: RunRecord, name: str) -> bytes | None:
+    """The bytes of the PNG `name` the probe drew into run `r`'s figures/ -- a regular file (no link, nor a folder of
+    links), named in its geometry.json's "figures" (so drawn by the probe behind those numbers), that is a PNG -- or
+    None."""
+    listed = dig(r.geometry, "figures")
+    if not isinstance(listed, list) or name not in {Path(p).name for p in listed if isinstance(p, str)}:
+        return None
+    folder = r.path / rundir.FIGURES
+    path = folder / name
+    try:
+        if folder.is_symlink() or path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_PNG_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if data.startswith(PNG_MAGIC) else None
+
+
+def probe_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, list[tuple[Path, str]]]]:
+    """Per kind of PROBE_FIGURES (its heading and paragraph; a kind with no figure left out): one figure per cell
+    whose probe applied, from its lowest probed seed that has the figure, captioned with the cell, the seed and what
+    it shows."""
+    sections = []
+    for kind in PROBE_FIGURES:
+        drawn = []
+        for cell in cells(records):
+            if kind.archs is not None and cell.arch not in kind.archs:
+                continue
+            probed = [r for r in cell.runs if r.geometry]
+            dest = out / "figures" / f"{kind.kind}_{cell.slug}.png"
+            for r in probed:
+                if not _applies(r.geometry, kind.probe):
+                    continue
+                png = run_png(r, kind.source)
+                if png is not None:
+                    rundir.atomic_write(dest, png)
+                elif kind.draw is None or kind.draw(dig(r.geometry, kind.probe), dest) is None:
+                    continue
+                assert r.geometry is not None
+                caption = f"{cell.caption}, {seed_text(r, probed, 'probed')}: {kind.what(r.geometry)}"
+                drawn.append((dest, caption))
+                break
+        if drawn:
+            sections.append((kind.title, kind.text, drawn))
+    return sections
+
+
+# --- everything -----------------------------------------------------------------------------------------------------
+
+FIGURES_TEXT = (
+    "Each figure, line or panel is one configuration: a cell of Table 1 (runs that differ only in the seed); no figure "
+    "pools configurations or seeds. Where a cell has several seeds, a figure draws its lowest seed that has the data "
+    "and says which (caption, legend or panel title), or overlays every seed, each labelled. A probe figure is the one "
+    "the geometry probe drew for that run (docs/geometry.md), named by its kind and cell."
+)
+
+
+def report_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, list[tuple[Path, str]]]]:
+    """Every figure of the report, as (sub-heading, paragraph, [(PNG path, caption)]) in order: calibration and
+    length generalisation per task, training curves per cell, then the probes' figures (`probe_figures`); "" = no
+    sub-heading (or paragraph)."""
+    first: list[tuple[Path, str]] = []
+    present = tables.task_order({r.task for r in records})
+    for task in present:
+        first += calibration_figures(records, task, out)
+    for task in present:
+        p = length_generalisation_figure(records, task, out)
+        if p:
+            first.append(
+                (
+                    p,
+                    f"{task}: per-position entropy error at the training length and longer, one panel per cell (its "
+                    "lowest seed evaluated at several lengths, named in the panel's title)",
+                )
+            )
+    p = training_curves_figure(records, out)
+    if p:
+        first.append(
+            (
+                p,
+                "validation-stream headline metric during training (entropy error, or accuracy where that is the "
+                "task's headline), one panel per cell (task · configuration), every seed a line labelled by its seed",
+            )
+        )
+    sections = [("", "", first)] if first else []
+    return sections + probe_figures(records, out)

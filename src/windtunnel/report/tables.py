@@ -618,22 +618,26 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
 def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
     """Training seconds until each cell's validation headline metric first reached each precision mark (0.1 / 0.05 /
     0.02 / 0.01 bits; recall 90 / 99 / 100%; HMM also the first evaluation on the exact filter): median over seeds
-    [range] @ median step, and how many seeds got there. Runs without training-time evaluations are left out."""
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    tags: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
-    for r in records:
-        evals = r.validation
-        if evals:
-            cells[(r.task, r.arch)].append(marks.crossings(evals, headline_metric(r.task)))
-            tags[(r.task, r.arch)].append(r)
+    [range] @ median step, and how many seeds got there. Cells are Table 1's (`configurations`: runs that differ in
+    anything but the seed are rows of their own, labelled by the keys that differ). Runs without training-time
+    evaluations are left out."""
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    tags: dict[tuple[str, str, str], list[RunRecord]] = defaultdict(list)
+    for (arch, task), by_config in configurations(records).items():
+        for label, runs in by_config.items():
+            for r in sorted(runs, key=lambda r: r.seed):
+                evals = r.validation
+                if evals:
+                    cells[(task, arch, label)].append(marks.crossings(evals, headline_metric(task)))
+                    tags[(task, arch, label)].append(r)
     if not cells:
         return None
     columns_ = [*(f"{m:g}" for m in marks.PRECISION_MARKS["entropy_mae_bits"]), marks.EXACT_FILTER]
     header = ["Task", "Arch", "Seeds", *(marks.mark_header(m, "entropy_mae_bits") for m in columns_), "Accuracy marks"]
     rows = []
-    for (task, arch), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], arch_row(kv[0][1]))):
+    for (task, arch, label), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], arch_row(kv[0][1]))):
         summary = marks.summarize_marks(per_seed)
-        name = arch + runs_tag(tags[(task, arch)])
+        name = (f"{arch} ({label})" if label else arch) + runs_tag(tags[(task, arch, label)])
         if headline_metric(task) == "accuracy":
             acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {_mark_text(v)}" for m, v in summary.items())
             rows.append([task, name, str(len(per_seed)), *("" for _ in columns_), acc])
