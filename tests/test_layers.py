@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"train"},
     {"geometry", "suites", "report"},
     {"executors"},
-    {"reproduce", "sweep", "time_to_bayes"},
+    {"reproduce", "sweep", "time_to_bayes", "hf"},
     {"cli"},
 ]
 

@@ -11,6 +11,9 @@ outside the input embedding and output head, and the weights of `nn.LSTM`/`nn.GR
 gates of a recurrent layer (i, f, g, o of an LSTM), the built-in attention's q, k and v, `MultiheadAttention`'s
 in_proj, Mamba's in_proj [u; z] and x_proj [dt; B; C]. AdamW keeps the embeddings, heads, norms, biases, every
 parameter marked `no_weight_decay` (Mamba's A_log and D), Mamba's depthwise conv and its rank-dt_rank `dt_proj`.
+A module may state the layout of its own matrices: `module.muon_layout()` -> {parameter name under it: row block
+sizes, a `Split` (blocks by columns, or interleaved: GPT-2's Conv1D c_attn, GPT-NeoX's per-head fused QKV), or None
+(AdamW)}; the Hugging Face architectures do (`models.hf`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 from torch import nn
 
 from windtunnel.config import RunConfig
-from windtunnel.models.common import InputEmbedding, OutputHead, decays
+from windtunnel.models.common import InputEmbedding, OutputHead, Split, decays
 from windtunnel.models.mamba import MambaBlock
 from windtunnel.models.transformer import CausalSelfAttention
 
@@ -118,19 +121,29 @@ def orthogonalise(
     return x.T if tall else x
 
 
+Layout = tuple[int, ...] | Split  # a hidden matrix's blocks: row block sizes, or a Split
+
+
+def block_sizes(layout: Layout) -> tuple[int, ...]:
+    """The sizes of a layout's blocks (row block sizes as they are)."""
+    return layout.block_sizes() if isinstance(layout, Split) else tuple(layout)
+
+
 class BlockMuon(torch.optim.Optimizer):
     """Muon whose matrices may stack separate maps along their rows: each row block (an LSTM gate, attention's q, k or
     v) is orthogonalised on its own, at its own lr 0.2 sqrt(max(rows, cols)) * lr. An unsplit matrix steps exactly as
     `torch.optim.Muon(adjust_lr_fn="match_rms_adamw")`: nesterov momentum, the same Newton-Schulz, decoupled weight
     decay lr*wd, the same param_groups keys and "momentum_buffer" state, so checkpoints keep torch's layout.
 
-    `params`: 2-D parameters, or (parameter, row block sizes summing to its rows) pairs; the split is the model's,
-    not the optimiser state's, so it is not in `state_dict` (the caller builds it again from the model).
+    `params`: 2-D parameters, or (parameter, row block sizes summing to its rows, or a `Split`) pairs: a Split's
+    blocks (columns, or rows interleaved per head) are gathered, orthogonalised and written back in place the same
+    way. The split is the model's, not the optimiser state's, so it is not in `state_dict` (the caller builds it
+    again from the model).
     """
 
     def __init__(
         self,
-        params: Iterable[nn.Parameter | tuple[nn.Parameter, Sequence[int]]],
+        params: Iterable[nn.Parameter | tuple[nn.Parameter, Sequence[int] | Split]],
         lr: float = 1e-3,
         weight_decay: float = 0.1,
         momentum: float = 0.95,
@@ -139,11 +152,12 @@ class BlockMuon(torch.optim.Optimizer):
         eps: float = NS_EPS,
         ns_steps: int = NS_STEPS,
     ) -> None:
-        pairs = [(p, (p.shape[0],)) if isinstance(p, torch.Tensor) else (p[0], tuple(p[1])) for p in params]
-        for p, sizes in pairs:
-            if p.ndim != 2 or sum(sizes) != p.shape[0] or min(sizes, default=0) < 1:
-                raise ValueError(f"BlockMuon: row blocks {list(sizes)} do not split a matrix of shape {tuple(p.shape)}")
-        self.blocks = {p: sizes for p, sizes in pairs}  # keyed by the parameter object, as Optimizer.state is
+        pairs = [(p, Split((p.shape[0],))) if isinstance(p, torch.Tensor) else (p[0], _as_split(p[1])) for p in params]
+        for p, split in pairs:
+            if not split.fits(p):
+                what = list(split.sizes) if split == Split(split.sizes) else split
+                raise ValueError(f"BlockMuon: row blocks {what} do not split a matrix of shape {tuple(p.shape)}")
+        self.blocks = {p: split for p, split in pairs}  # keyed by the parameter object, as Optimizer.state is
         defaults = dict(
             lr=lr,
             weight_decay=weight_decay,
@@ -175,11 +189,17 @@ class BlockMuon(torch.optim.Optimizer):
                 buf.lerp_(p.grad, 1 - mu)
                 update = p.grad.lerp(buf, mu) if group["nesterov"] else buf  # (rows, cols)
                 p.mul_(1 - lr * group["weight_decay"])
-                sizes = self.blocks[p]
-                for rows, u in zip(p.split(sizes), update.split(sizes), strict=True):  # views of p: stepped in place
+                split = self.blocks[p]
+                for block, u in zip(split.views(p), split.views(update), strict=True):  # views of p: stepped in place
+                    u = u.flatten(split.dim, split.dim + 1)  # the block as a matrix (a copy where interleaved)
                     ortho = orthogonalise(u, group["ns_coefficients"], group["ns_steps"])
-                    rows.add_(ortho, alpha=-(lr * (0.2 * math.sqrt(max(u.shape)))))  # match_rms_adamw, per block
+                    ortho = ortho.unflatten(split.dim, (split.repeat, -1))
+                    block.add_(ortho, alpha=-(lr * (0.2 * math.sqrt(max(u.shape)))))  # match_rms_adamw, per block
         return loss
+
+
+def _as_split(layout: Sequence[int] | Split) -> Split:
+    return layout if isinstance(layout, Split) else Split(tuple(int(s) for s in layout))
 
 
 # ---------------------------------------------------------------------------------------------- who trains where
@@ -224,11 +244,12 @@ def _equal(p: torch.Tensor, n: int) -> tuple[int, ...]:
     return (p.shape[0] // n,) * n
 
 
-def muon_blocks(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """The hidden matrices Muon orthogonalises, by parameter name, each with its row block sizes (module docstring):
-    trainable, outside the input embedding and output head, not marked `no_weight_decay` (Muon decays all it holds)."""
+def muon_blocks(model: nn.Module) -> dict[str, Layout]:
+    """The hidden matrices Muon orthogonalises, by parameter name, each with its row block sizes or `Split` (module
+    docstring): trainable, outside the input embedding and output head, not marked `no_weight_decay` (Muon decays
+    all it holds). A module's own `muon_layout()` overrides what its parameters' kinds say."""
     edge = {id(p) for m in model.modules() if isinstance(m, (InputEmbedding, OutputHead)) for p in m.parameters()}
-    chosen: dict[int, tuple[int, ...] | None] = {}
+    chosen: dict[int, Layout | None] = {}
     for m in model.modules():
         for name, p in m.named_parameters(recurse=False):
             chosen.setdefault(id(p), _own_blocks(m, name, p))
@@ -237,10 +258,15 @@ def muon_blocks(model: nn.Module) -> dict[str, tuple[int, ...]]:
             w = getattr(getattr(m, child, None), "weight", None)
             if isinstance(w, nn.Parameter):
                 chosen[id(w)] = sizes
+    for m in model.modules():  # a model's statement of its own layout overrides both
+        layout = getattr(m, "muon_layout", None)
+        if callable(layout):
+            for name, stated in layout().items():
+                chosen[id(m.get_parameter(name))] = stated
     return {
-        n: sizes
+        n: blocks
         for n, p in model.named_parameters()
-        if (sizes := chosen.get(id(p))) is not None and p.requires_grad and id(p) not in edge and decays(p)
+        if (blocks := chosen.get(id(p))) is not None and p.requires_grad and id(p) not in edge and decays(p)
     }
 
 
@@ -248,7 +274,7 @@ class _Groups(NamedTuple):
     """Parameters by optimiser, by name, in `model.named_parameters()` order: Muon's with their row blocks, AdamW's
     decayed and not decayed."""
 
-    muon: dict[str, tuple[nn.Parameter, tuple[int, ...]]]
+    muon: dict[str, tuple[nn.Parameter, Layout]]
     decay: dict[str, nn.Parameter]
     no_decay: dict[str, nn.Parameter]
 
@@ -284,11 +310,11 @@ def describe(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:
     row block sizes, AdamW's parameters decayed and not, and a one-line `summary`."""
     g = _groups(model, cfg)
     n_adamw = len(g.decay) + len(g.no_decay)
-    n_blocks = sum(len(sizes) for _, sizes in g.muon.values())
+    n_blocks = sum(len(block_sizes(layout)) for _, layout in g.muon.values())
     muon = f"muon: {len(g.muon)} matrices ({n_blocks} blocks); " if g.muon else ""
     return {
         "optimizer": cfg.train.optimizer,
-        "muon": {n: list(sizes) for n, (_, sizes) in g.muon.items()},
+        "muon": {n: list(block_sizes(layout)) for n, (_, layout) in g.muon.items()},
         "adamw": {"decay": list(g.decay), "no_decay": list(g.no_decay)},
         "summary": f"{muon}adamw: {n_adamw} tensors ({len(g.decay)} decayed)",
     }

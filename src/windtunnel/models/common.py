@@ -11,6 +11,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
@@ -94,6 +95,36 @@ def zero_residual_projections(model: nn.Module, suffix: str = "out_proj") -> Non
     for name, p in model.named_parameters():
         if name.endswith((f"{suffix}.weight", f"{suffix}.bias")):
             p.zero_()
+
+
+@dataclass(frozen=True)
+class Split:
+    """How Muon (`optim.BlockMuon`) splits a hidden matrix that stacks separate maps other than as consecutive rows:
+    along axis `dim` (0: rows, an nn.Linear's (out, in); 1: columns, a Conv1D's (in, out)) the matrix is `repeat`
+    times the consecutive pieces `sizes`, and block j gathers piece j of every repeat. GPT-2's Conv1D c_attn (d, 3d)
+    is [q | k | v] by columns: Split((d, d, d), dim=1); GPT-NeoX's query_key_value (3d, d) is laid out per head, rows
+    (H, 3, D): Split((D, D, D), repeat=H). Row block sizes (a tuple) are Split(sizes)."""
+
+    sizes: tuple[int, ...]
+    dim: int = 0
+    repeat: int = 1
+
+    def block_sizes(self) -> tuple[int, ...]:
+        """Each block's extent along `dim` (what `describe` lists)."""
+        return tuple(s * self.repeat for s in self.sizes)
+
+    def fits(self, p: torch.Tensor) -> bool:
+        return (
+            p.ndim == 2
+            and self.dim in (0, 1)
+            and self.repeat >= 1
+            and min(self.sizes, default=0) >= 1
+            and self.repeat * sum(self.sizes) == p.shape[self.dim]
+        )
+
+    def views(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The blocks of `t` as views of it, each with the repeats on their own axis (`dim`, then the piece)."""
+        return t.unflatten(self.dim, (self.repeat, sum(self.sizes))).split(self.sizes, dim=self.dim + 1)
 
 
 class PositionTable(nn.Embedding):

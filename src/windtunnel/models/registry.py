@@ -37,7 +37,15 @@ BUILT_IN = {
     "mlp-pointwise": "windtunnel.models.mlp:PointwiseMLP",
     "transformer": "windtunnel.models.transformer:Transformer",
 }
-for _name, _target in BUILT_IN.items():
+# Hugging Face `transformers` families (models/hf, the `hf` extra): registered like the built-ins, imported when their
+# name is looked up (which imports transformers only when one is built), but no built-in: no suite runs them.
+HF = {
+    "hf-gpt2": "windtunnel.models.hf.gpt2:HFGPT2",
+    "hf-gpt-neox": "windtunnel.models.hf.gpt_neox:HFGPTNeoX",
+    "hf-llama": "windtunnel.models.hf.llama:HFLlama",
+    "hf-phi": "windtunnel.models.hf.phi:HFPhi",
+}
+for _name, _target in {**BUILT_IN, **HF}.items():
     _REGISTRY.register_lazy(_name, _target)
 
 unregister = _REGISTRY.unregister
