@@ -35,7 +35,7 @@ class LlamaAdapter(Adapter):
 
     @property
     def n_kv_heads(self) -> int:
-        return int(self.config.num_key_value_heads or self.n_heads)
+        return int(getattr(self.config, "num_key_value_heads", None) or self.n_heads)
 
     @property
     def d_head(self) -> int:

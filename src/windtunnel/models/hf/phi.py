@@ -13,37 +13,20 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from windtunnel.models.hf.core import Adapter, HFArchitecture, HFSize, Slice
-from windtunnel.models.hf.llama import separate
+from windtunnel.models.hf.core import HFArchitecture, HFSize
+from windtunnel.models.hf.llama import LlamaAdapter
 
 
-class PhiAdapter(Adapter):
-    """Phi's layout (module docstring)."""
+class PhiAdapter(LlamaAdapter):
+    """Phi's layout (module docstring): Llama's separate q/k/v, with Phi's own final norm, q/k LayerNorms, output
+    projection and one norm read by attention and MLP in parallel."""
 
     family = "hf-phi"
     model_types = ("phi",)
     parallel = True
 
-    @property
-    def n_kv_heads(self) -> int:
-        return int(getattr(self.config, "num_key_value_heads", None) or self.n_heads)
-
-    @property
-    def d_head(self) -> int:
-        return int(getattr(self.config, "head_dim", None) or self.d_model // self.n_heads)
-
-    def layers(self) -> Any:
-        return self.base.layers
-
     def final_norm(self) -> nn.Module:
         return self.base.final_layernorm
-
-    def attention(self, l: int) -> Any:
-        return self.layers()[l].self_attn
-
-    def projections(self, l: int) -> dict[str, Slice]:
-        heads = {"q": self.n_heads, "k": self.n_kv_heads, "v": self.n_kv_heads}
-        return separate(self.attention(l), heads, {"q": "q_proj", "k": "k_proj", "v": "v_proj"})
 
     def qk_norm(self, l: int, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         attn = self.attention(l)
@@ -56,9 +39,6 @@ class PhiAdapter(Adapter):
 
     def norms(self, l: int) -> tuple[nn.Module, nn.Module | None]:
         return self.layers()[l].input_layernorm, None  # the MLP reads the same normed input
-
-    def mlp(self, l: int) -> nn.Module:
-        return self.layers()[l].mlp
 
 
 class PhiSize(HFSize):
