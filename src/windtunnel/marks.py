@@ -102,7 +102,12 @@ class Verdict:
         return MARK[self.level]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "mark": self.mark, "reasons": list(self.reasons)}
+        return {
+            **asdict(self),
+            "mark": self.mark,
+            "reasons": list(self.reasons),
+            "exact_reasons": list(self.exact_reasons),
+        }
 
 
 def thresholds(task: Any) -> Thresholds:
