@@ -72,7 +72,7 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
 def test_every_architecture_of_a_task_gets_the_same_budget(tier):
     """The fair protocol: within a tier, steps x batch size is one number per task (the paper tier's published
     budgets excepted: they are the authors' own, listed as such)."""
-    from windtunnel.suites.paper import LR_GRID, LR_PICKS, LR_SWEEPS, PROTOCOL_OF, lr_source, picked_lr
+    from windtunnel.suites.paper import LR_GRID, LR_PICKS, LR_SWEEPS, PROTOCOL_OF, lr_source, picked_lr, protocol_text
 
     by_task: dict[str, set[tuple[int, int]]] = {}
     for r in suite(tier):
@@ -88,13 +88,17 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
             task = r.config["task"]["name"]
             assert (PROTOCOL_OF.get(task, task), r.config["model"]["arch"]) in LR_PICKS[tier]
             assert t["lr"] in LR_GRID
-            assert t.get("optimizer", "adamw") == "adamw" and t["schedule"] == "wsd"  # one recipe for all
+            # one recipe for all: the tier's (soft targets, Muon per block, warmup-stable-decay)
+            assert (t["optimizer"], t["loss"], t["schedule"]) == ("muon", "posterior", "wsd")
+            assert t.get("early_stop") == (3 if tier == "standard" else None)
     if tier == "paper":
         assert any(len(b) > 1 for b in by_task.values())  # published budgets differ by architecture
         return
     for task, budgets in by_task.items():
         assert len(budgets) == 1, (tier, task, budgets)
     assert by_task["hmm-sticky"] == by_task["hmm"]  # the sticky column trains at the HMM's budget
+    if tier in ("quick", "standard"):  # the picks' own recipe, where it is not the tier's, is stated
+        assert "not re-swept under soft-muon" in protocol_text(tier)
 
 
 def test_deviations_are_computed_from_configs_and_name_their_source():
@@ -248,3 +252,43 @@ def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp
     after = json.loads((dest / "results.json").read_text())
     assert sorted(after["runs"], key=lambda r: r["name"]) == sorted(before["runs"], key=lambda r: r["name"])
     assert after["meta"]["tier"] == "smoke" and "Table 1" in (dest / "report.md").read_text()
+
+
+def test_a_cell_whose_seeds_disagree_gets_more_seeds_up_to_the_tier_s_limit():
+    from windtunnel.suites import more_seeds
+    from windtunnel.suites.paper import SEEDS_ON_DISAGREEMENT
+
+    limit = SEEDS_ON_DISAGREEMENT["standard"]
+    levels = {
+        ("hmm", "transformer"): ["exact", "approximate", "exact"],  # disagree: seeds 3.. up to the limit
+        ("hmm", "mamba"): ["fail", "fail", "fail"],  # agree: nothing more
+        ("bijection", "transformer"): ["exact", "fail"] + ["exact"] * (limit - 2),  # already at the limit
+    }
+    extra = more_seeds("standard", levels)
+    assert [r.name for r in extra] == [f"hmm-transformer-s{s}" for s in range(3, limit)]
+    assert [r.config["seed"] for r in extra] == list(range(3, limit))
+    assert extra[0].config == suite("standard", seeds=limit, only={"task": "hmm", "arch": "transformer"})[3].config
+    assert more_seeds("smoke", levels) == []  # a tier without a limit never adds seeds
+
+
+def test_reproduce_reads_each_seed_s_level_and_runs_the_disagreeing_cell_s_extra_seeds(tmp_path, monkeypatch):
+    """Seeds of one cell that disagree on the mark (one edited to ✓) make reproduce's second pass train the next seed;
+    the report then pools all of them."""
+    import windtunnel.reproduce as rp
+    from windtunnel.suites import paper
+
+    out = tmp_path / "t"
+    only = {"task": "bijection", "arch": "transformer"}
+    reproduce("smoke", out, seeds=2, only=only, probe=False)
+    runs = out / "runs"
+    levels = rp.seed_levels(runs, suite("smoke", seeds=2, only=only))
+    assert list(levels) == [("bijection", "transformer")] and len(levels[("bijection", "transformer")]) == 2
+    ev = json.loads((runs / "bijection-transformer-s1" / "eval.json").read_text())
+    other = "exact" if ev["default"]["verdict"]["level"] != "exact" else "fail"
+    ev["default"]["verdict"]["level"] = other
+    (runs / "bijection-transformer-s1" / "eval.json").write_text(json.dumps(ev))
+    monkeypatch.setitem(paper.SEEDS_ON_DISAGREEMENT, "smoke", 3)
+    meta = reproduce("smoke", out, seeds=2, only=only, probe=False)
+    assert (runs / "bijection-transformer-s2" / "done.json").is_file()
+    assert meta["seeds"]["bijection-transformer"] == 3
+    assert {r.seed for r in find_runs([out / "runs"])} == {0, 1, 2}

@@ -80,19 +80,21 @@ def test_paper_tier_deviations_are_what_our_code_cannot_match():
 
 def test_quick_deviations_list_init_optimiser_and_loss_form():
     lines = deviations("quick")
-    assert "wsd: AdamW, schedule wsd, weight decay 0.01 on matrices" in lines[1]  # read from the recipe
+    recipe = "soft-muon: soft targets (the exact posterior), Muon on the hidden matrices + AdamW, schedule wsd"
+    assert recipe in lines[1]  # read from the recipe
     model = next(line for line in lines if line.startswith("bijection / transformer model: "))
     assert "init = normal (torch)" in model
     mamba = next(line for line in lines if line.startswith("bijection / mamba model: "))
     assert "variant = reference (paper)" in mamba and "init = normal (torch)" in mamba
     train = next(line for line in lines if line.startswith("bijection / transformer training: "))
-    assert "weight_decay_on = matrices (all)" in train and "loss = V-way" in train and "(2V-way" in train
-    assert "optimizer" not in train  # AdamW, as theirs
+    assert "weight_decay_on = matrices (all)" in train and "(2V-way" in train
+    assert "loss = soft-target cross-entropy against the exact posterior" in train
+    assert "optimizer = muon (adamw)" in train  # theirs is AdamW
 
 
 def test_an_optimiser_change_is_a_deviation(monkeypatch):
-    monkeypatch.setattr(paper, "RECIPE", "muon")
+    monkeypatch.setattr(paper, "RECIPE", "wsd")
     lines = deviations("quick")
-    assert "muon: Muon on the hidden matrices + AdamW" in lines[1]
+    assert "wsd: AdamW, schedule wsd, weight decay 0.01 on matrices" in lines[1]
     train = next(line for line in lines if line.startswith("bijection / transformer training: "))
-    assert "optimizer = muon (adamw)" in train
+    assert "optimizer" not in train and "loss = V-way" in train  # AdamW and the sampled loss, as theirs

@@ -178,6 +178,17 @@ RECIPES: dict[str, Recipe] = {
             overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.loss": "posterior"},
         ),
         Recipe(
+            name="soft-muon",
+            description="soft targets and Muon on the hidden matrices together: the quick and standard tiers' recipe "
+            "(each lever measured alone: docs/results/time-to-bayes.md)",
+            overrides={
+                "train.schedule": "wsd",
+                "train.cooldown_frac": 0.2,
+                "train.loss": "posterior",
+                "train.optimizer": "muon",
+            },
+        ),
+        Recipe(
             name="curriculum",
             description="wsd with a length curriculum: short HMMs / few points first (not yet measured)",
             overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest
+from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models.baselines import BASELINES
 from windtunnel.report import build_report
+from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
 from windtunnel.rundir import read_json_object, write_json
-from windtunnel.suites import SuiteRun, deviations, suite
+from windtunnel.suites import SuiteRun, deviations, more_seeds, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
 
@@ -44,6 +45,22 @@ def suite_jobs(entries: list[SuiteRun], runs_dir: Path, probe: bool) -> list[Job
         Job(e.name, e.config, str(runs_dir), probe=probe and e.config["model"]["arch"] not in BASELINES)
         for e in entries
     ]
+
+
+def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], list[str]]:
+    """The verdict level of each finished seed of every trained cell (task, arch) of `entries`, in seed order (a run
+    without a recorded verdict, or unfinished, is left out)."""
+    levels: dict[tuple[str, str], list[str]] = {}
+    for e in sorted(entries, key=lambda e: e.config["seed"]):
+        arch = e.config["model"]["arch"]
+        path = runs_dir / e.name
+        if arch in BASELINES or not (path / rundir.EVAL).is_file():
+            continue
+        rec = read_run(path)
+        level = rec.default.get("verdict", {}).get("level")
+        if level is not None and rec.state().status != "unfinished":
+            levels.setdefault((e.config["task"]["name"], arch), []).append(level)
+    return levels
 
 
 def default_out(tier: str) -> Path:
@@ -74,7 +91,7 @@ def reproduce(
     wanted = {e.name: resolve_config(e.config) for e in entries}
     with launcher:  # one reproduce per output directory
         previous = _claim(out, tier, wanted, fresh, echo)
-        return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, previous)
+        return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, previous, fresh)
 
 
 def _claim(
@@ -120,11 +137,20 @@ def _reproduce_locked(
     probe: bool,
     echo: Callable[[str], None],
     previous: list[dict[str, Any]],
+    fresh: bool = False,
 ) -> dict[str, Any]:
     out, runner, jobs, threads = launcher.out, launcher.executor, launcher.options.jobs, launcher.threads
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     results = launcher.execute(suite_jobs(entries, runs_dir, probe), f"{len(entries)} runs, tier {tier}", echo)
+    extra = more_seeds(tier, seed_levels(runs_dir, entries))
+    if extra:  # cells whose seeds disagree on the mark: more seeds, up to the tier's limit
+        cells = sorted({e.name.rsplit("-s", 1)[0] for e in extra})
+        echo(f"seeds disagree on the mark in {', '.join(cells)}: {len(extra)} more run(s)")
+        for moved in manifest.claim_runs(out, {e.name: resolve_config(e.config) for e in extra}, fresh):
+            echo(f"  set aside (not the run asked for) -> {moved}")
+        results += launcher.execute(suite_jobs(extra, runs_dir, probe), f"{len(extra)} more seeds, tier {tier}", echo)
+        entries = [*entries, *extra]
     meta = {
         "tier": tier,
         **launcher.machine(),

@@ -46,6 +46,11 @@ SEEDS: dict[str, dict[str, int]] = {
     "paper": {"transformer": 3, "mamba": 3},
 }
 
+# A cell whose seeds disagree on the mark (one ✓, another ◐) gets more seeds, up to this many in all
+# (`reproduce` runs them in a second pass, `more_seeds`): two or three seeds that disagree do not say what the cell
+# does, five let a majority show and narrow its interval. Tiers not listed never add seeds.
+SEEDS_ON_DISAGREEMENT: dict[str, int] = {"quick": 5, "standard": 5}
+
 # Task sizes per tier (parameters not listed take the task's defaults); the paper tier's come from the sourced table.
 TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {task: values(paper_setting(task, "*"), "task.") for task in TASKS},
@@ -83,15 +88,24 @@ TASK_PARAMS["standard"] = TASK_PARAMS["quick"]
 LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 
 # The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
-# `BUDGET`), with one recipe (`RECIPE`: AdamW with a warmup-stable-decay schedule), and only its learning rate is its
-# own: picked from `LR_GRID` on the validation stream by a committed `windtunnel sweep` at that budget (`LR_PICKS`,
-# docs/results/lr-sweep/). The budgets hold the quick tier (3 seeds of every transformer and Mamba cell, one of each
-# other) in about half an hour on 2 CPU cores in float32; the standard tier trains twice the quick budget, for every
-# architecture alike (why not more: docs/reproduce.md). Both are far below what exactness needs, and the marks say so.
+# `BUDGET`), with one recipe (`RECIPE`), and only its learning rate is its own: picked from `LR_GRID` on the validation
+# stream by a committed `windtunnel sweep` (`LR_PICKS`, docs/results/lr-sweep/; `LR_SWEEP_RECIPE` says under which
+# recipe and budgets). The standard tier's budgets come from the committed time-to-Bayes curves
+# (docs/results/time-to-bayes.md), each task's where the best architecture measured reaches ✓ or stops falling, capped
+# so that the tier stays within about two hours on 2 CPU cores in float32:
+#   bijection 1,600 x 32: soft-target transformer at <= 0.02 bits by step 680 and 0.0106 at 1,200, still falling
+#   hmm 1,500 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
+#     3,000, still falling); 3,000 steps for the HMM and the sticky HMM alone would take the tier past two hours
+#   recall 2,000 x 64 (4 pairs): the transformer is ✓ on 3/3 seeds at this budget (standard tier of 2026-12-03)
+#   regression 600 x 64: the soft-target transformer's error halves against sampled answers at 600 steps (0.205 bits)
+# The quick tier trains the same recipe at a budget that holds it to about half an hour (`make demo`).
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
-    "quick": {"bijection": (400, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
-    "standard": {"bijection": (800, 32), "hmm": (300, 32), "recall": (2_000, 64), "regression": (240, 64)},
+    "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
+    "standard": {"bijection": (1_600, 32), "hmm": (1_500, 32), "recall": (2_000, 64), "regression": (600, 64)},
 }
+# The standard tier stops a run once its validation verdict is ✓ this many evaluations in a row (`train.early_stop`,
+# each at the conservative end of its intervals; 20 evaluations a run), so a cell that gets there early frees the cores.
+EARLY_STOP = {"standard": 3}
 # A tunnel that takes another's protocol: the sticky HMM trains at the HMM's budget and, until a sweep of its own is
 # committed, with the HMM's learning-rate picks (`picked_lr`; `protocol_text` says so).
 PROTOCOL_OF = {"hmm-sticky": "hmm"}
@@ -99,7 +113,10 @@ for _budgets in BUDGET.values():
     _budgets.update({task: _budgets[like] for task, like in PROTOCOL_OF.items()})
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
-RECIPE = "wsd"  # every trained cell of the quick and standard tiers (`windtunnel.recipes`)
+# Every trained cell of the quick and standard tiers (`windtunnel.recipes`): soft targets (bijection 5.7x and
+# regression 2x lower error at equal steps) and Muon per block (HMM transformer 0.013 against AdamW's 0.076 bits at
+# 3,000 steps; no measured change on the HMM Mamba or LSTM) -- docs/results/time-to-bayes.md.
+RECIPE = "soft-muon"
 
 LR_GRID = (1e-3, 2e-3, 4e-3)
 # The learning rate each architecture's sweep picked (lowest validation headline metric at the end of training, one
@@ -110,6 +127,14 @@ LR_SWEEPS: dict[str, str] = {
     "standard": (
         "docs/results/lr-sweep/standard (python benchmarks/lr_sweep.py --tier standard --out runs/lr-sweep-standard)"
     ),
+}
+# Under which recipe and budgets the sweeps picked: the picks were not re-swept when the tiers moved to `RECIPE` and
+# today's budgets, and `protocol_text` says so (a sweep under the tier's own recipe is the next step).
+LR_SWEEP_RECIPE: dict[str, str] = {
+    "quick": "wsd (AdamW; sampled answers on bijection and regression; bijection 400 x 32, hmm 150 x 32, "
+    "recall 1,000 x 64, regression 120 x 64)",
+    "standard": "wsd (AdamW; sampled answers on bijection and regression; bijection 800 x 32, hmm 300 x 32, "
+    "recall 2,000 x 64, regression 240 x 64)",
 }
 LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
     "quick": {
@@ -193,6 +218,8 @@ def protocol_text(tier: str) -> str:
     own = {t: [a for a in ARCHS if (p := _pick(t, a, tier)) is not None and p[0] == t] for t in TASKS}
     picked = "; ".join(f"{t}: " + ", ".join(f"{a} {picked_lr(t, a, tier):g}" for a in own[t]) for t in TASKS if own[t])
     where = LR_SWEEPS.get(source, "no sweep committed")
+    if source in LR_SWEEP_RECIPE and not LR_SWEEP_RECIPE[source].startswith(f"{RECIPE} "):
+        where += f", swept under {LR_SWEEP_RECIPE[source]} and not re-swept under {RECIPE} at today's budgets"
     borrowed = "" if source == tier else f" (no {tier}-budget sweep yet: the {source} tier's picks)"
     like = [f"{t} takes the {PROTOCOL_OF[t]} picks (no sweep of its own yet)" for t in TASKS if t in PROTOCOL_OF]
     picked += "".join(f"; {line}" for line in like)
@@ -211,7 +238,8 @@ def recipe_text(tier: str) -> str:
     matrices")."""
     t = TrainConfig.model_validate(run_config(TASKS[0], ARCHS[0], tier)["train"])
     name = {"adamw": "AdamW", "muon": "Muon on the hidden matrices + AdamW"}[t.optimizer]
-    return f"{RECIPE}: {name}, schedule {t.schedule}, weight decay {t.weight_decay:g} on {t.weight_decay_on}"
+    target = "soft targets (the exact posterior), " if t.loss == "posterior" else ""
+    return f"{RECIPE}: {target}{name}, schedule {t.schedule}, weight decay {t.weight_decay:g} on {t.weight_decay_on}"
 
 
 def preset_tier(tier: str) -> str:
@@ -269,6 +297,8 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
         }
         if standard:
             out["keep_checkpoints"] = 1
+        if tier in EARLY_STOP:
+            out["early_stop"] = EARLY_STOP[tier]
     else:
         steps, batch, lr = SMOKE
         out = {
@@ -364,6 +394,18 @@ def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = Non
             for seed in range(k):
                 name = f"{task}-{arch}" + (f"-s{seed}" if k > 1 else "")
                 runs.append(SuiteRun(name, run_config(task, arch, tier, seed)))
+    return runs
+
+
+def more_seeds(tier: str, levels: dict[tuple[str, str], list[str]]) -> list[SuiteRun]:
+    """The runs that bring each cell (task, arch) whose seeds' levels disagree (`levels`: the verdict level of each
+    finished seed, in seed order) to `SEEDS_ON_DISAGREEMENT[tier]` seeds; none for a tier without that limit, a cell
+    whose seeds agree, or one already at the limit."""
+    limit = SEEDS_ON_DISAGREEMENT.get(tier, 0)
+    runs = []
+    for (task, arch), seen in levels.items():
+        if len(set(seen)) > 1:
+            runs += [SuiteRun(f"{task}-{arch}-s{s}", run_config(task, arch, tier, s)) for s in range(len(seen), limit)]
     return runs
 
 
