@@ -93,15 +93,15 @@ LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 # recipe and budgets). The standard tier's budgets come from the committed time-to-Bayes curves
 # (docs/results/time-to-bayes.md), each task's where the best architecture measured reaches ✓ or stops falling, capped
 # so that the tier stays within about two hours on 2 CPU cores in float32:
-#   bijection 1,600 x 32: soft-target transformer at <= 0.02 bits by step 680 and 0.0106 at 1,200, still falling
-#   hmm 1,500 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
-#     3,000, still falling); 3,000 steps for the HMM and the sticky HMM alone would take the tier past two hours
+#   bijection 1,200 x 32: the soft-muon transformer reaches <= 0.01 bits at step 680 on both seeds (0.0048 at 1,200)
+#   hmm 1,200 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
+#     3,000, still falling); 3,000 steps for the HMM and the sticky HMM would take the tier past two hours
 #   recall 2,000 x 64 (4 pairs): the transformer is ✓ on 3/3 seeds at this budget (standard tier of 2026-12-03)
-#   regression 600 x 64: the soft-target transformer's error halves against sampled answers at 600 steps (0.205 bits)
+#   regression 800 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps and still falling
 # The quick tier trains the same recipe at a budget that holds it to about half an hour (`make demo`).
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
-    "standard": {"bijection": (1_600, 32), "hmm": (1_500, 32), "recall": (2_000, 64), "regression": (600, 64)},
+    "standard": {"bijection": (1_200, 32), "hmm": (1_200, 32), "recall": (2_000, 64), "regression": (800, 64)},
 }
 # The standard tier stops a run once its validation verdict is ✓ this many evaluations in a row (`train.early_stop`,
 # each at the conservative end of its intervals; 20 evaluations a run), so a cell that gets there early frees the cores.
