@@ -19,6 +19,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended
 def _load() -> Any:
     """The Typer app with every command attached; command modules attach their commands to it on import."""
     from windtunnel.cli import tasks_cmd, train_cmd, probe_cmd, reproduce_cmd, bench_cmd, sweep_cmd, compare_cmd  # noqa: F401, I001
+    from windtunnel.cli import llm_cmd  # noqa: F401
     from windtunnel.cli.root import app
 
     return app
