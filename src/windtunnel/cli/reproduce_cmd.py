@@ -31,8 +31,8 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
     def command(
         tier: str = typer.Option(
             "quick",
-            help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
-            "twice the quick budget, ~50 min) or paper (the authors' production recipes, a GPU)",
+            help="smoke (seconds), quick (2-core CPU, ~40 min), standard (2-core CPU, "
+            "budgets from the time-to-Bayes curves, ~2 h) or paper (the authors' production recipes, a GPU)",
         ),
         out: Path | None = typer.Option(
             None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"

@@ -4,9 +4,9 @@ A suite is a plain list of run configs. Tiers:
     smoke     seconds; the tests run it end to end
     quick     the whole table on a 2-core CPU in about half an hour (smaller tasks/models where needed), 3 seeds for
               every transformer and Mamba cell (the cells the paper makes claims about), 1 for the controls
-    standard  the quick sizes at twice the quick budget with its own learning-rate sweep, in about an hour on 2
-              cores, same seeds; frequent validation so the report can say how long each cell took to reach each
-              precision mark
+    standard  the quick sizes at budgets derived from the committed time-to-Bayes curves (`BUDGET`), about two hours
+              on 2 cores, same seeds; frequent validation so the report can say how long each cell took to reach each
+              mark, and early stop once a run is ✓ three validations in a row
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
               model form, init, optimiser, schedule, budget), for a GPU; its deviations are what our code cannot match
 
