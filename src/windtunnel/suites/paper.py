@@ -94,14 +94,16 @@ LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 # (docs/results/time-to-bayes.md), each task's where the best architecture measured reaches ✓ or stops falling, capped
 # so that the tier stays within about two hours on 2 CPU cores in float32:
 #   bijection 1,200 x 32: the soft-muon transformer reaches <= 0.01 bits at step 680 on both seeds (0.0048 at 1,200)
-#   hmm 1,200 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
-#     3,000, still falling); 3,000 steps for the HMM and the sticky HMM would take the tier past two hours
+#   hmm 1,000 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
+#     3,000, still falling); the HMMs' Mamba cells cost 0.65-0.68 s a step under soft-muon (quick tier of
+#     2026-12-04), so 3,000 steps, or even 1,200, for the HMM and the sticky HMM would take the tier past two hours
 #   recall 2,000 x 64 (4 pairs): the transformer is ✓ on 3/3 seeds at this budget (standard tier of 2026-12-03)
-#   regression 800 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps and still falling
+#   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
+#     the Mamba cells 0.56 s each)
 # The quick tier trains the same recipe at a budget that holds it to about half an hour (`make demo`).
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
-    "standard": {"bijection": (1_200, 32), "hmm": (1_200, 32), "recall": (2_000, 64), "regression": (800, 64)},
+    "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (2_000, 64), "regression": (600, 64)},
 }
 # The standard tier stops a run once its validation verdict is ✓ this many evaluations in a row (`train.early_stop`,
 # each at the conservative end of its intervals; 20 evaluations a run), so a cell that gets there early frees the cores.
