@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"train"},
     {"geometry", "suites", "report"},
     {"executors"},
-    {"reproduce", "sweep", "time_to_bayes", "hf"},
+    {"reproduce", "sweep", "time_to_bayes", "hf", "llm"},
     {"cli"},
 ]
 
