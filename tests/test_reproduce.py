@@ -292,3 +292,20 @@ def test_reproduce_reads_each_seed_s_level_and_runs_the_disagreeing_cell_s_extra
     assert (runs / "bijection-transformer-s2" / "done.json").is_file()
     assert meta["seeds"]["bijection-transformer"] == 3
     assert {r.seed for r in find_runs([out / "runs"])} == {0, 1, 2}
+
+
+def test_a_drivers_wall_time_counts_every_pass_of_its_runs(tmp_path, monkeypatch):
+    """reproduce's second pass (more seeds) adds to the wall time it reports; it never restarts the clock."""
+    import importlib
+    import time
+
+    from windtunnel.executors import ExecutorOptions, launch
+
+    launch_module = importlib.import_module("windtunnel.executors.launch")  # the package exports the function
+
+    monkeypatch.setattr(launch_module, "execute", lambda *a, **k: time.sleep(0.2) or [])
+    launcher = launch(tmp_path / "out", ExecutorOptions(jobs=1))
+    assert launcher.wall_s() == 0.0
+    for what in ("first pass", "second pass"):
+        launcher.execute([], what, lambda _: None)
+    assert launcher.wall_s() >= 0.4

@@ -99,7 +99,7 @@ class Launch:
         self.executor = make_executor(
             options.executor, jobs=options.jobs, ray_address=options.ray_address, max_retries=options.max_retries
         )
-        self.started = time.time()
+        self.started: float | None = None  # the first `execute`: a driver's second pass (more seeds) adds to its wall
         self._machine: dict[str, Any] | None = None
         self._held: contextlib.AbstractContextManager[None] | None = None
 
@@ -123,8 +123,8 @@ class Launch:
         return self._machine
 
     def wall_s(self) -> float:
-        """Seconds since the runs started (`execute`), to 0.1 s."""
-        return round(time.time() - self.started, 1)
+        """Seconds since the runs started (the first `execute`), to 0.1 s; 0 before any."""
+        return 0.0 if self.started is None else round(time.time() - self.started, 1)
 
     def execute(self, jobs: Sequence[Job], what: str, echo: Callable[[str], None]) -> list[dict[str, Any]]:
         """Run `jobs` (each given this launch's threads per run and a fresh storage token under --out, which every
@@ -133,7 +133,8 @@ class Launch:
         storage = write_storage_token(self.out)
         jobs = [replace(job, threads=self.threads, storage=storage) for job in jobs]
         echo(f"{what}, {placement(self.executor, self.options.jobs)} x {self.threads} thread(s) -> {self.out}")
-        self.started = time.time()
+        if self.started is None:
+            self.started = time.time()
         return execute(jobs, self.executor, echo, progress=self.options.progress)
 
 
