@@ -113,6 +113,12 @@ def main() -> None:
     ap.add_argument("--train-seconds", type=float, default=270.0)
     ap.add_argument("--probe-seconds", type=float, default=90.0)
     ap.add_argument("--device", default="auto", help="train.device of every run (auto: CUDA when present)")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="train.compile=true for every run (torch.compile of the training forward: the same model and recipe, "
+        "fewer kernel launches; the run's config records it)",
+    )
     args = ap.parse_args()
 
     from windtunnel.suites.paper import suite
@@ -133,7 +139,7 @@ def main() -> None:
         entries += wave
         waves.append({})
         for e in wave:
-            cfg = {**e.config, "train": {**e.config["train"], "device": args.device}}
+            cfg = {**e.config, "train": {**e.config["train"], "device": args.device, "compile": args.compile}}
             path = configs / f"{e.name}.json"
             path.write_text(json.dumps(cfg, indent=1))
             waves[-1][e.name] = [*WT, "train", "--config", str(path), "--out", str(runs / e.name), "--no-progress"]
