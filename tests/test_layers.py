@@ -15,11 +15,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 # of windtunnel (a package counts as one unit: its own modules import each other freely, but not in a cycle).
 LAYERS: list[set[str]] = [
     {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "devices", "plotting"},
+    {"config"},  # the schema: a leaf over errors, plugins and tiers (no task, no model, no torch)
     {"tasks"},
     {"models"},
-    {"config"},
     {"resolve", "budget"},
-    {"metrics", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
+    {"metrics", "metric_specs", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs", "resume"},
     {"evaluate"},

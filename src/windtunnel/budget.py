@@ -31,7 +31,6 @@ import torch
 from windtunnel import models, tasks
 from windtunnel.config import RunConfig, config_to_json, validate
 from windtunnel.machine import memory
-from windtunnel.models.baselines import BASELINES
 
 FLOAT = 4  # bytes of a float32 weight, gradient, optimiser state or activation
 # Floats per trained parameter: the weight, its gradient and the optimiser's state (AdamW's two moments; Muon's
@@ -108,7 +107,7 @@ def typed_size(cfg: RunConfig) -> tuple[Any, Any] | None:
     """(architecture, typed size with max_len and reserved positions) of a resolved config's model, as the run builds
     it; None for a baseline and for an architecture not registered here (an import string, imported only when the
     run builds it)."""
-    if cfg.model.arch in BASELINES or cfg.model.arch not in models.names():
+    if models.is_baseline(cfg.model.arch) or cfg.model.arch not in models.names():
         return None
     factory = models.resolve(cfg.model.arch)
     reserved = {"reserved_positions": cfg.model.reserved_positions} if cfg.model.reserved_positions else {}
@@ -185,7 +184,7 @@ def _estimate(text: str) -> Need:
     weights = Part(f"{_count(trained)} parameters{buffers}", trained * FLOAT + other, "model.size")
     evaluation = Need("evaluate", (weights, *_scoring(cfg.eval.n, cfg.eval.batch_size, scored, "eval.n")))
     t = cfg.train
-    if t.steps == 0 or cfg.model.arch in BASELINES:
+    if t.steps == 0 or models.is_baseline(cfg.model.arch):
         return evaluation
     floats = OPTIMISER_FLOATS[t.optimizer]
     state = Part(

@@ -107,6 +107,12 @@ class CurriculumStage(_Strict):
     _params_finite = field_validator("params")(_finite)
 
 
+def warmup_for(steps: int) -> int:
+    """The warmup of a run whose budget sets it: 5% of the steps, at least one (the quick, standard and smoke tiers;
+    a time-to-Bayes cell that names none)."""
+    return max(1, steps // 20)
+
+
 class TrainConfig(_Strict):
     """Optimiser, schedule, curriculum, loss, logging/eval/checkpoint cadence and numerics of the training loop.
 

@@ -50,7 +50,7 @@ class ModelPredictor:
             return baselines.predict(self.model, self.spec, batch)
 
     def many(self, batches: list[Batch], batch_size: int) -> list[Distribution]:
-        if baselines.is_baseline(self.model):  # a baseline predicts whole batches (`predict`), never split
+        if models.is_baseline(self.model):  # a baseline predicts whole batches (`predict`), never split
             return [self(b) for b in batches]
         inputs = torch.cat([b.inputs for b in batches]) if len(batches) > 1 else batches[0].inputs
         with autocast(self.device, self.dtype):
@@ -394,7 +394,7 @@ def evaluate(
     if device is not None:
         model = model.to(device)
     settings = eval_settings(cfg) if overrides is None else [dict(o) for o in overrides]
-    record = {} if run is None else {"run": resume.run_record(run.path, step, trains=not baselines.is_baseline(model))}
+    record = {} if run is None else {"run": resume.run_record(run.path, step, trains=not models.is_baseline(model))}
     count = int(cfg.eval.n if n is None else n)
     forward = int(cfg.eval.batch_size if batch_size is None else batch_size)
     precision = cfg.eval.dtype if dtype is None else dtype

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
 
-from windtunnel.metrics import seed_interval
+from windtunnel.metric_specs import METRICS, headline_metric, pool_seeds
 from windtunnel.tasks.base import EXACT_BITS
 
 LEVELS = ("exact", "approximate", "fail", "invalid")  # best first; "invalid" overrides every other level
@@ -59,7 +59,6 @@ CONTEXT_BLIND = "context-blind"  # the name of the reference that reads nothing,
 # freedom (t = 12.7 at 95%, against 4.3 at 3 seeds) and covers almost anything, so a tie there is too few seeds.
 MIN_SEPARATING_SEEDS = 3
 EXACT = "exact"  # the exact posterior, as a candidate for "closest"
-METRIC_WORDS = {"entropy_mae_bits": "entropy error", "kl_bits": "KL(exact ‖ model)", "accuracy": "accuracy"}
 
 # Time to Bayes: the precision marks a validation curve is read at, per headline metric, and the HMM's extra mark.
 PRECISION_MARKS: dict[str, tuple[float, ...]] = {
@@ -114,11 +113,6 @@ def thresholds(task: Any) -> Thresholds:
     """The task's own thresholds (`mark_thresholds`, a dict of `Thresholds` fields) over the defaults."""
     own = getattr(task, "mark_thresholds", None) or {}
     return Thresholds(**dict(own))
-
-
-def headline_of(task: Any) -> str:
-    """The task's headline metric: "entropy_mae_bits" (default) or "accuracy"."""
-    return str(getattr(task, "headline_metric", "entropy_mae_bits"))
 
 
 def finite(m: Any) -> dict[str, float] | None:
@@ -217,7 +211,7 @@ def closest_posterior(kl: Mapping[str, Sequence[float]], intervals: Any) -> dict
 def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
     """The verdict of one evaluation setting (or pooled cell) of a predictor on `task` (see the module docstring)."""
     th = thresholds(task)
-    metric = headline_of(task)
+    metric = headline_metric(task)
     got = scores.get("metrics") or {}
     seeds, interval = scores.get("seeds"), scores.get("interval")
     few = too_few_seeds(seeds, interval)
@@ -238,13 +232,13 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
     for name in ("entropy_mae_bits", "kl_bits"):
         m = finite(got.get(name))
         if m is None:
-            cap("fail", f"{METRIC_WORDS[name]}: no finite value")
+            cap("fail", f"{METRICS[name].words}: no finite value")
         elif m["hi"] > th.approx_bits:
             high = end("upper", m["mean"], m["mean"] <= th.approx_bits)
-            cap("fail", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.approx_bits:g} bits {high}")
+            cap("fail", f"{METRICS[name].words} {m['hi']:.3g} > {th.approx_bits:g} bits {high}")
         elif m["hi"] > th.exact_bits:
             high = end("upper", m["mean"], m["mean"] <= th.exact_bits)
-            cap("approximate", f"{METRIC_WORDS[name]} {m['hi']:.3g} > {th.exact_bits:g} bits {high}")
+            cap("approximate", f"{METRICS[name].words} {m['hi']:.3g} > {th.exact_bits:g} bits {high}")
     if metric == "accuracy":
         m = finite(got.get("accuracy"))
         if m is None:
@@ -383,10 +377,10 @@ def rule_text(th: Thresholds | None = None) -> str:
 
 
 def seed_stats(values: list[float]) -> dict[str, float]:
-    """Mean of >= 2 seed values with its 95% Student-t interval, never clipped to the metric's range (an error's
-    lower end may be below 0, an accuracy's upper end past 1: the interval the seeds give)."""
-    lo, hi = seed_interval(values)
-    return {"mean": fmean(values), "lo": lo, "hi": hi}
+    """Mean of >= 2 seed values with its 95% Student-t interval (`metric_specs.pool_seeds`), never clipped to the
+    metric's range (an error's lower end may be below 0, an accuracy's upper end past 1: the interval the seeds
+    give)."""
+    return pool_seeds(values)  # type: ignore[return-value]  # >= 2 values: both ends are numbers
 
 
 def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -467,8 +461,9 @@ def crossings(evals: list[dict[str, Any]], metric: str) -> dict[str, dict[str, f
     def better(v: Any, m: float) -> bool:
         if not isinstance(v, (int, float)) or not math.isfinite(v):
             return False
-        return v >= m if metric == "accuracy" else v <= m
+        return spec.reaches(v, m)
 
+    spec = METRICS[metric]
     out: dict[str, dict[str, float] | None] = {}
     for mark in PRECISION_MARKS[metric]:
         hit = next((e for e in evals if better(e.get(metric), mark)), None)
@@ -522,7 +517,7 @@ def mark_header(mark: str, metric: str) -> str:
     """Column title of a mark: "≤ 0.01 bits", "≥ 99%" or "exact filter"."""
     if mark == EXACT_FILTER:
         return mark
-    return f"≥ {float(mark):.0%}" if metric == "accuracy" else f"≤ {mark} bits"
+    return f"≥ {float(mark):.0%}" if METRICS[metric].unit == "fraction" else f"≤ {mark} {METRICS[metric].unit}"
 
 
 __all__ = [

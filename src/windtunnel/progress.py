@@ -20,9 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
+from windtunnel import metric_specs
 from windtunnel.lock import read_owner
 from windtunnel.rundir import DONE, METRICS, OWNER_FILE, open_regular
-from windtunnel.text import number
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
 TAIL_MAX_BYTES = 256 * 1024  # ... widened (x4) up to this much while it holds no training or evaluation line
@@ -168,7 +168,7 @@ def format_val(value: float | None, metric: str) -> str:
     """A validation number: accuracy as a percentage (97.1%), other metrics with four decimals."""
     if value is None:
         return NO_VALUE
-    return f"{number(100 * value, '.1f')}%" if metric == "accuracy" else number(value, ".4f")
+    return metric_specs.METRICS[metric].fmt_live(value)
 
 
 def done_cost(runs: Sequence[Tracked], states: Sequence[RunProgress]) -> float:

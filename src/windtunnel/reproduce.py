@@ -14,7 +14,7 @@ from typing import Any
 
 from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
-from windtunnel.models.baselines import BASELINES
+from windtunnel.models import is_baseline
 from windtunnel.report import build_report
 from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
@@ -42,7 +42,7 @@ def suite_jobs(entries: list[SuiteRun], runs_dir: Path, probe: bool) -> list[Job
     """One job per suite run; the geometry probes run on every seed of each trained cell (the report gives
     across-seed intervals). `launch` gives each its threads and storage token."""
     return [
-        Job(e.name, e.config, str(runs_dir), probe=probe and e.config["model"]["arch"] not in BASELINES)
+        Job(e.name, e.config, str(runs_dir), probe=probe and not is_baseline(e.config["model"]["arch"]))
         for e in entries
     ]
 
@@ -54,7 +54,7 @@ def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str]
     for e in sorted(entries, key=lambda e: e.config["seed"]):
         arch = e.config["model"]["arch"]
         path = runs_dir / e.name
-        if arch in BASELINES or not (path / rundir.EVAL).is_file():
+        if is_baseline(arch) or not (path / rundir.EVAL).is_file():
             continue
         rec = read_run(path)
         level = rec.default.get("verdict", {}).get("level")

@@ -11,7 +11,6 @@ from typing import Any
 
 from windtunnel import budget, models, tasks
 from windtunnel.config import RunConfig, validate
-from windtunnel.models.baselines import BASELINES
 from windtunnel.models.presets import preset
 from windtunnel.plugins import check_imported
 
@@ -73,7 +72,7 @@ def check_override(cfg: RunConfig, override: dict[str, Any]) -> Any:
 def _position_limit(cfg: RunConfig) -> bool:
     """Whether the run's model refuses inputs longer than its max_len: a baseline never; a registered architecture
     as its Size says (`ModelSize.position_limit`: not one without a learned position table); anything else does."""
-    if cfg.model.arch in BASELINES:
+    if models.is_baseline(cfg.model.arch):
         return False
     if cfg.model.arch not in models.names():
         return True
@@ -117,10 +116,11 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
     """
     cfg = cfg if isinstance(cfg, RunConfig) else validate(cfg)
     check_imported(cfg.imports)  # a config's own modules are imported by who asked for them (windtunnel.plugins)
-    if cfg.model.arch in BASELINES and cfg.model.size:  # here, not in the schema: windtunnel.config loads no model
+    # here, not in the schema: windtunnel.config loads no model
+    if models.is_baseline(cfg.model.arch) and cfg.model.size:
         raise ValueError(f"model.size: the {cfg.model.arch!r} baseline has no size parameters")
     task = tasks.make(cfg.task.name, **cfg.task.params)
-    if cfg.train.loss == "ce_vocab" and cfg.model.arch not in BASELINES:
+    if cfg.train.loss == "ce_vocab" and not models.is_baseline(cfg.model.arch):
         _check_vocab_loss(task.spec)
     _check_loss_kind(cfg.train.loss, task.spec)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
@@ -151,7 +151,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
         )
     size = dict(cfg.model.size)
     table: bool | None = False  # whether the model has a learned position table (None: not known before it is built)
-    if cfg.model.arch not in BASELINES:
+    if not models.is_baseline(cfg.model.arch):
         models.check(cfg.model.arch)  # unknown arch -> ValueError naming it; imports nothing
         if cfg.model.preset is not None:
             size = {**preset(cfg.task.name, cfg.model.arch, cfg.model.preset, spec=task.spec).as_config(), **size}

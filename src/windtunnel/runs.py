@@ -22,7 +22,6 @@ from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoin
 from windtunnel.config import RunConfig, validate
 from windtunnel.errors import CheckpointError
 from windtunnel.models.base import ModelSize
-from windtunnel.models.baselines import is_baseline
 from windtunnel.resolve import resolve_config
 from windtunnel.resume import open_run_dir
 from windtunnel.rundir import CONFIG, EVAL, check_run_dir, read_config, read_json_object, read_metrics
@@ -54,7 +53,7 @@ def build_model(
     reserved = {"reserved_positions": cfg.model.reserved_positions} if cfg.model.reserved_positions else {}
     size = factory.Size.of({"max_len": cfg.model.max_len, **reserved, **cfg.model.size}, where="model.size.")
     torch.manual_seed(cfg.seed)
-    model = factory(spec, size, task=task) if is_baseline(factory) else factory(spec, size)
+    model = factory(spec, size, task=task) if models.is_baseline(factory) else factory(spec, size)
     return models.check_causal(model, spec, name=f"model.arch: {cfg.model.arch!r}") if check else model
 
 
@@ -94,7 +93,7 @@ class Run:
                 trust_code=self.trust_code,
                 exclude=(self.path, self.path.parent),
             )
-            if not is_baseline(m):
+            if not models.is_baseline(m):
                 raise CheckpointError(f"{self.path}: the run has no checkpoint yet")
             return m.eval()
         return self.load_checkpoint(step)
@@ -110,7 +109,7 @@ class Run:
             exclude=(self.path, self.path.parent),
             check=False,  # checked below, with the weights it is evaluated with
         )
-        if not is_baseline(m):
+        if not models.is_baseline(m):
             load_checkpoint(self.path, step, m)
             if not check:
                 return m.eval()
@@ -185,7 +184,7 @@ def save_run(
     rundir.check_writable(out, "out")
     rundir.refuse_existing(out, resume=False, overwrite=overwrite)  # before any work: open_run_dir checks again
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd model: the module it wraps
-    if not isinstance(model, nn.Module) or is_baseline(model):
+    if not isinstance(model, nn.Module) or models.is_baseline(model):
         raise ValueError(
             f"model: expected a trained torch.nn.Module (got {type(model).__name__}); a baseline needs no export: "
             "windtunnel train --arch oracle|uniform evaluates it"

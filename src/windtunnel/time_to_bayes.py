@@ -33,13 +33,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from windtunnel import manifest, rundir
-from windtunnel.config import RunConfig, apply_overrides, parse_value
+from windtunnel.config import RunConfig, apply_overrides, parse_value, warmup_for
 from windtunnel.errors import CheckpointError, error_message
 from windtunnel.executors import ExecutorOptions, Job, Launch, holding, launch
 from windtunnel.marks import crossings, summarize_marks, verdict_crossings
+from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.recipes import RECIPES, get_recipe
 from windtunnel.report.collect import read_history, read_test_metrics, validation_evals
-from windtunnel.report.tables import headline_metric
 from windtunnel.report.time_to_bayes import MACHINE_KEYS, markdown, plot
 from windtunnel.resolve import resolve_config
 from windtunnel.suites.paper import MAX_SEEDS, TASKS, run_config
@@ -92,7 +92,7 @@ def cell_config(cell: Cell, seed: int) -> dict[str, Any]:
     recipe = get_recipe(cell.recipe)
     recipe.check_training_only(cell.task, cell.steps, f"--cell recipe {cell.recipe!r}")  # before apply reads it
     cfg = run_config(cell.task, cell.arch, cell.tier, seed)
-    warmup = cell.warmup_steps if cell.warmup_steps is not None else max(1, cell.steps // 20)
+    warmup = cell.warmup_steps if cell.warmup_steps is not None else warmup_for(cell.steps)
     cfg = apply_overrides(
         cfg,
         {
@@ -205,7 +205,7 @@ def summarize_cell(cell: Cell, runs: list[SeedRun], seeds: list[dict[str, Any]],
         "label": cell_label(cell, runs[0].resolved),
         "metric": metric,
         "marks": summarize_marks([s["crossings"] for s in seeds]),
-        "test": {"mean": statistics.fmean(test), "min": min(test), "max": max(test)} if test else None,
+        "test": {"mean": pool_seeds(test)["mean"], "min": min(test), "max": max(test)} if test else None,
         "recipe": get_recipe(cell.recipe).model_dump(mode="json"),
         "machine": machine,
         "seeds": seeds,

@@ -35,9 +35,7 @@ from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
 from windtunnel.errors import TrainingDiverged, TrainingInterrupted
 from windtunnel.evaluate import evaluate, evaluate_model
-from windtunnel.models import baselines
 from windtunnel.models.base import predictive
-from windtunnel.models.baselines import BASELINES
 from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import describe, lr_at, make_optimizer
 from windtunnel.progress import StepLines
@@ -166,7 +164,7 @@ def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: in
     schedule, seed, device (and the step a resume continues from)."""
     params = ", ".join(f"{k}={v}" for k, v in cfg.task.params.items())
     task = f"{cfg.task.name} ({params})" if params else cfg.task.name
-    if cfg.model.arch in BASELINES or baselines.is_baseline(model):
+    if models.is_baseline(cfg.model.arch) or models.is_baseline(model):
         return f"evaluate: {task} · {cfg.model.arch} baseline, not trained · {device}"
     n = sum(p.numel() for p in model.parameters())
     preset = f"{cfg.model.preset}: " if cfg.model.preset else ""
@@ -285,7 +283,7 @@ def train(
     task = runs.build_task(cfg)
     device = resolve_device(cfg.train.device)
     model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
-    if resolve_loss(cfg, task) == "ce_vocab" and not baselines.is_baseline(model):
+    if resolve_loss(cfg, task) == "ce_vocab" and not models.is_baseline(model):
         _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
     # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
     check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
@@ -293,7 +291,7 @@ def train(
     tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
     # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
-    optimizer = None if baselines.is_baseline(model) else describe(model, cfg)
+    optimizer = None if models.is_baseline(model) else describe(model, cfg)
     lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite, optimizer)
     try:
         if echo is not None:
@@ -323,8 +321,8 @@ def _train_locked(
     handle_signals: bool = False,
 ) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds."""
-    if baselines.is_baseline(model) or cfg.train.steps == 0:
-        if not baselines.is_baseline(model) and start == 0:
+    if models.is_baseline(model) or cfg.train.steps == 0:
+        if not models.is_baseline(model) and start == 0:
             checkpoints.save_checkpoint(run_dir, 0, model)
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 

@@ -17,77 +17,21 @@ def _fmt(x: Any) -> str:
     return number(x, ".4g") if isinstance(x, float) else str(x)
 
 
-def _within(m: dict[str, Any]) -> str:
-    """The manifold's entropy R^2 within position (position cannot fake it), or that the task leaves none to measure."""
-    w = m.get("within_position") or {}
-    if "entropy_r2" not in w:
-        return "within position not measurable on this task" if "not_measurable" in w else "within position n/a"
-    return f"within position {_fmt(w['entropy_r2'])}"
-
-
-def _dynamics(p: dict[str, Any]) -> str:
-    """When the frame and the precision settled, or that they had not by the last checkpoint probed."""
-    last = p["checkpoints"][-1]["step"] if p.get("checkpoints") else None
-
-    def when(what: str, step: Any) -> str:
-        if step is not None:
-            return f"{what} at step {step}"
-        return f"{what} not reached by the last checkpoint" + (f" (step {last})" if last is not None else "")
-
-    frame = p.get("frame")
-    if isinstance(frame, dict) and "not_applicable" in frame:
-        head = f"frame n/a ({frame['not_applicable']})"
-    else:
-        head = when("frame 90%", p.get("frame_step_90"))
-    return f"{head}, {when('error within 2x', p.get('precision_step_2x'))}"
-
-
-def _memory(p: dict[str, Any]) -> str:
-    """`lag 1 model 0.081 / exact 0.085 bits; ...` at lags 1, 2, 4, 8, ... and the last: the belief's move when one
-    earlier observation is resampled, beside the exact filter's (no verdict)."""
-    lags = p["lags"]
-    shown = sorted({j for j in lags if j & (j - 1) == 0} | {lags[-1]})
-    moves = "; ".join(f"lag {j} model {_fmt(p['model'][j - 1])} / exact {_fmt(p['exact'][j - 1])}" for j in shown)
-    return f"{moves} bits"
-
-
 def _summary(r: dict[str, Any]) -> list[str]:
-    """A few headline numbers per probe, for the terminal."""
+    """A few headline numbers per probe, for the terminal: each registered probe's `terminal` line."""
+    from windtunnel.geometry.registry import probes
+
     lines = [f"{r['arch']} on {r['task']}, step {r['step']}: entropy error {_fmt(r['entropy_error_bits'])} bits"]
-    picks = {
-        "keys": lambda p: (
-            f"layer-0 mean |cos| {_fmt(p['mean_abs_cos_per_layer'][0])} (gaussian {_fmt(p['gaussian_baseline'])})"
-        ),
-        "attention": lambda p: f"entropy drop first->last layer {_fmt(p['drop_first_to_last_pct'])}%",
-        "manifold": lambda p: (
-            f"final PC1 {_fmt(p['final']['pc1_var'])}, entropy R^2 {_fmt(p['final']['entropy_r2'])} pooled "
-            f"(position alone can give it), {_within(p['final'])}"
-        ),
-        "clusters": lambda p: (
-            f"ARI {_fmt(p['ari'])}, silhouette {_fmt(p.get('silhouette'))}, entropy R^2 {_fmt(p['entropy_r2'])}"
-        ),
-        "lens": lambda p: "KL per layer " + " ".join(_fmt(k) for k in p["kl_bits_per_layer"]),
-        "ablation": lambda p: (
-            f"baseline {_fmt(p['baseline_entropy_error_bits'])} bits"
-            + (
-                f", frame head L0H{p['frame_head']['head']} {number(p['frame_head']['delta_bits'], '+.4g')} bits"
-                if "frame_head" in p
-                else ""
-            )
-        ),
-        "dynamics": _dynamics,
-        "memory": _memory,
-    }
-    for name, pick in picks.items():
-        p = r.get(name)
-        if p is None:  # not probed (a probe subset, or a result from before the probe existed)
+    for probe in probes():
+        p = r.get(probe.name)
+        if p is None or probe.terminal is None:  # not probed (a probe subset, or a result from before it existed)
             continue
         if "not_applicable" in p:
-            lines.append(f"  {name}: n/a ({p['not_applicable']})")
+            lines.append(f"  {probe.name}: n/a ({p['not_applicable']})")
         elif "error" in p:
-            lines.append(f"  {name}: error ({p['error']})")
+            lines.append(f"  {probe.name}: error ({p['error']})")
         else:
-            lines.append(f"  {name}: {pick(p)}")
+            lines.append(f"  {probe.name}: {probe.terminal(p)}")
     return lines
 
 

@@ -72,10 +72,10 @@ def sweep(
 def _best(setting: dict, metric: str) -> str:
     """`lr=0.001 (2 seeds, validation entropy error (bits) 0.012)`: a ★ setting for the closing line, and whether it is
     separated from the runner-up (`sweep_table.pick`) where there is one."""
-    from windtunnel.report.sweep_table import METRIC_TITLES
-    from windtunnel.report.tables import fmt
+    from windtunnel.metric_specs import METRICS
 
     n = setting["n_seeds"]
-    score = fmt(setting["validation"][metric]["mean"], metric)
+    score = METRICS[metric].fmt(setting["validation"][metric]["mean"])
     pick = f"; {setting['pick']['text']}" if setting.get("pick") else ""
-    return f"{setting['setting']} ({n} seed{'s' if n != 1 else ''}, validation {METRIC_TITLES[metric]} {score}{pick})"
+    title = METRICS[metric].short_title
+    return f"{setting['setting']} ({n} seed{'s' if n != 1 else ''}, validation {title} {score}{pick})"

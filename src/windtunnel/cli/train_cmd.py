@@ -12,7 +12,7 @@ import typer
 from windtunnel.cli.common import cli_device, device_option, fail, guarded, import_modules, import_option, parse_kv
 from windtunnel.cli.root import app
 from windtunnel.config import RunConfig, build_config
-from windtunnel.models.baselines import BASELINES
+from windtunnel.models import is_baseline
 from windtunnel.text import number
 
 TRUST_HELP = (
@@ -161,7 +161,7 @@ def train_command(
     target = _run_dir(run, out, resume)
     stored = resume and (target / CONFIG).is_file()  # a run to continue: its config.json is the base
     cfg = resume_config(target, overrides) if stored and config is None else build_config(config, overrides)
-    default_size = not stored and cfg.model.preset is None and not cfg.model.size and cfg.model.arch not in BASELINES
+    default_size = not stored and cfg.model.preset is None and not cfg.model.size and not is_baseline(cfg.model.arch)
 
     def start(line: str) -> None:  # train() calls it once everything is checked, just before the first step
         if default_size:

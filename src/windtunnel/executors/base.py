@@ -27,7 +27,7 @@ from windtunnel.devices import resolve_device
 from windtunnel.errors import StorageError
 from windtunnel.geometry.run import probe_run
 from windtunnel.manifest import check_same_run, is_finished
-from windtunnel.models.baselines import BASELINES
+from windtunnel.models import is_baseline
 from windtunnel.plugins import import_plugins
 from windtunnel.report.collect import read_done
 from windtunnel.resolve import resolve_config
@@ -108,7 +108,7 @@ def run_job(job: Job) -> dict[str, Any]:
     check_same_run(run_dir, config)
     if is_finished(run_dir):
         done = read_done(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
-        if job.probe and config.model.arch not in BASELINES and not (run_dir / GEOMETRY).exists():
+        if job.probe and not is_baseline(config.model.arch) and not (run_dir / GEOMETRY).exists():
             # finished without its probe (reproduce once probed only each cell's first seed): probe it now
             torch.set_num_threads(max(1, job.threads))
             probe_run(run_dir, device=resolve_device(config.train.device))
@@ -119,7 +119,7 @@ def run_job(job: Job) -> dict[str, Any]:
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
     training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
     device = resolve_device(config.train.device)
-    probed = job.probe and config.model.arch not in BASELINES
+    probed = job.probe and not is_baseline(config.model.arch)
     if probed:
         probe_run(run_dir, device=device)
     info = {

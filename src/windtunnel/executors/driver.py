@@ -14,10 +14,10 @@ from typing import Any, TextIO
 
 from windtunnel import tasks
 from windtunnel.executors.base import Executor, Job
-from windtunnel.models.baselines import BASELINES
+from windtunnel.metric_specs import headline_metric
 from windtunnel.models.common import count_params
 from windtunnel.models.presets import preset
-from windtunnel.models.registry import info, resolve
+from windtunnel.models.registry import info, is_baseline, resolve
 from windtunnel.progress import Progress, Tracked
 
 
@@ -34,7 +34,7 @@ def _cost(key: str) -> float:
     cfg = json.loads(key)
     model, train = cfg.get("model", {}), cfg.get("train", {})
     arch = model.get("arch", "transformer")
-    if arch in BASELINES or not train.get("steps"):
+    if is_baseline(arch) or not train.get("steps"):
         return 0.0
     task = cfg.get("task", {})
     spec = tasks.make(task.get("name", "bijection"), **task.get("params", {})).spec
@@ -44,8 +44,8 @@ def _cost(key: str) -> float:
 
 
 def headline(cfg: dict[str, Any]) -> str:
-    """The validation number progress shows for a run: its task's headline metric."""
-    return tasks.info(cfg.get("task", {}).get("name", "bijection")).headline_metric
+    """The validation number progress shows for a run: its task's headline metric (`metric_specs.headline_metric`)."""
+    return headline_metric(cfg.get("task", {}).get("name", "bijection"))
 
 
 def finished_line(result: dict[str, Any]) -> str:

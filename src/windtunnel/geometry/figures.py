@@ -1,4 +1,5 @@
-"""Figures of the probes (PNG, windtunnel.plotting): one function per figure, `write_figures` draws all that apply."""
+"""Figures of the probes (PNG, windtunnel.plotting): one function per figure; `write_figures` draws those of every
+registered probe that applied (`Probe.figures`, geometry/registry.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from windtunnel.geometry.clusters import map_labels
 from windtunnel.geometry.data import ProbeData
 from windtunnel.geometry.keys import key_cosines
 from windtunnel.geometry.manifold import point_positions, scored_points, value_vectors
+from windtunnel.geometry.registry import ProbeContext, probes
 from windtunnel.geometry.stats import MIN_WITHIN_POINTS, pca, varying_groups, within_group_correlations
 from windtunnel.plotting import save, subplots
 
@@ -312,23 +314,18 @@ def write_figures(
     fig_dir: str | Path,
     init_model: nn.Module | None = None,
 ) -> list[str]:
-    """Draw every figure whose probe applied; returns the written paths. `init_model`: the same architecture at
-    init, drawn beside the trained model's layer-0 keys."""
+    """Draw every figure (`Probe.figures`) of every registered probe that applied; returns the written paths.
+    `init_model`: the same architecture at init, drawn beside the trained model's layer-0 keys."""
     d = Path(fig_dir)
     d.mkdir(parents=True, exist_ok=True)
-    todo = [
-        ("keys", lambda: key_heatmaps(model, d / "key_cosines.png")),
-        ("keys", lambda: key_layer0_vs_init(model, init_model, d / "key_cosines_layer0.png")),
-        ("attention", lambda: attention_entropy(results["attention"], d / "attention_entropy.png")),
-        ("manifold", lambda: manifold_scatter(data, d / "value_manifold.png")),
-        ("manifold", lambda: manifold_within_position(data, d / "value_manifold_within_position.png")),
-        ("clusters", lambda: cluster_scatter(data, d / "state_clusters.png")),
-        ("lens", lambda: lens_kl(results["lens"], d / "lens_kl.png")),
-        ("ablation", lambda: ablation_bars(results["ablation"], d / "ablation.png")),
-        ("dynamics", lambda: frame_precision_curves(results["dynamics"], d / "frame_precision.png")),
-        ("memory", lambda: memory_profile(results["memory"], d / "memory_profile.png")),
+    context = ProbeContext(model, data=data, init_model=init_model)
+    return [
+        str(p)
+        for probe in probes()
+        for figure in probe.figures
+        if _ok(results.get(probe.name))
+        and (p := figure.draw(context, results[probe.name], d / figure.filename)) is not None
     ]
-    return [str(p) for key, draw in todo if _ok(results.get(key)) and (p := draw()) is not None]
 
 
 def arms_across_seeds(rows: list[tuple[str, dict[str, dict[str, Any]], Any]], path: Path) -> Path:

@@ -1,4 +1,5 @@
-"""`probe_run(run_dir)`: every geometry probe on a run directory's checkpoint -> geometry.json + figures."""
+"""`probe_run(run_dir)`: every registered geometry probe (geometry/registry.py) on a run directory's checkpoint ->
+geometry.json + figures."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ import torch
 from torch import nn
 
 from windtunnel.devices import resolve_device
-from windtunnel.geometry.data import not_applicable
-from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.figures import write_figures
 from windtunnel.geometry.probes import probe_model
-from windtunnel.models.baselines import is_baseline
+from windtunnel.geometry.registry import ProbeContext, probes, run_probe
+from windtunnel.models import is_baseline
 from windtunnel.rundir import GEOMETRY, check_writable, write_json
 from windtunnel.runs import build_model, load_run
 
@@ -80,12 +80,20 @@ def probe_run(
         return run.load_checkpoint(s).to(dev)
 
     results, data = probe_model(model, task, n=n, init_model=init_model, seed=run.config.seed)
-    earlier = [s for s in steps if s <= step]
-    results["dynamics"] = (
-        frame_precision(load_on_device, earlier, task, n=dynamics_n)
-        if len(earlier) >= 2
-        else not_applicable("needs at least two checkpoints (train with a dense checkpoint_schedule)")
+    history = ProbeContext(  # the probes that read the checkpoints up to this one (`Probe.history`: the dynamics)
+        model,
+        task,
+        data,
+        init_model=init_model,
+        seed=run.config.seed,
+        n=n,
+        steps=[s for s in steps if s <= step],
+        load=load_on_device,
+        dynamics_n=dynamics_n,
     )
+    for probe in probes():
+        if probe.history:
+            results[probe.name] = run_probe(probe, history)
     results = {
         "run_dir": os.path.relpath(run_dir, out_dir),  # the run probed, relative to this file: valid when moved
         "arch": run.config.model.arch,

@@ -19,19 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from windtunnel.geometry.registry import KeyPath, dig, seed_quantities
 from windtunnel.metrics import seed_interval
-
-KeyPath = tuple[Any, ...]  # a path into geometry.json, e.g. ("keys", "by_token_set", "key_tokens")
-
-
-def dig(d: Any, *path: Any) -> Any:
-    """d[path0][path1]... or None where any step is missing (probes that do not apply have no numbers)."""
-    for p in path:
-        try:
-            d = d[p]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return d
 
 
 @dataclass(frozen=True)
@@ -78,98 +67,19 @@ PARTICIPATION = Scale("log(PR - 1)", 1.0, None)  # a participation ratio, >= 1
 POSITIVE = Scale("log", 0.0, None)  # an entropy in bits
 R2 = Scale("-log(1 - R^2)", None, 1.0)  # a held-out R^2: at most 1, may be negative
 
-# (quantity, trained path, init path (() = none), (baseline label, baseline path), scale) into geometry.json
+# (quantity, trained path, init path (() = none), (baseline label, baseline path), scale) into geometry.json: each
+# probe declares its own (`Probe.seed_quantities`, geometry/builtin/); `seed_quantities()` lists every registered one.
 Quantity = tuple[str, KeyPath, KeyPath, tuple[str, KeyPath], Scale]
-
-
-def _keys(token_set: str) -> list[Quantity]:
-    base: KeyPath = ("keys", "by_token_set", token_set)
-    return [
-        (
-            f"L0 key mean |cos|, {token_set.replace('_', ' ')}",
-            (*base, "mean_abs_cos_per_layer", 0),
-            (*base, "init_mean_abs_cos_per_layer", 0),
-            ("Gaussian keys", (*base, "gaussian_baseline")),
-            FRACTION,
-        ),
-        (
-            f"authors' L0 signed key cos, {token_set.replace('_', ' ')}",
-            (*base, "authors_signed_mean_cos_per_layer", 0),
-            (*base, "init_authors_signed_mean_cos_per_layer", 0),
-            ("Gaussian keys", (*base, "authors_gaussian_baseline", "mean")),
-            CORRELATION,
-        ),
-    ]
-
 
 BLIND = "position + own input (context-blind)"
 
 
-def _manifold(positions: str, rep: str) -> list[Quantity]:
-    base: KeyPath = ("manifold", "by_position_set", positions, rep)
-    where = f"{rep} at {positions.replace('_', ' ')}"
-    gaussian = [
-        ("PC1 var", ("pc1_var",), FRACTION),
-        ("PC1+2 var", ("pc12_var",), FRACTION),
-        ("participation ratio", ("participation_ratio",), PARTICIPATION),
-    ]
-    # entropy statistics: beside the context-blind reference, which position (and the own input) can fake them to
-    blind = [
-        ("|Spearman(PC1, H)|", ("pc1_spearman",), PC_CORRELATION),
-        ("entropy R²", ("entropy_r2",), R2),
-        ("|Spearman(PC1, H)| within position", ("within_position", "pc1_spearman"), PC_CORRELATION),
-        ("entropy R² within position", ("within_position", "entropy_r2"), R2),
-    ]
-    return [
-        (f"{label}, {where}", (*base, *key), (*base, "init", *key), (ref, (*base, part, *key)), scale)
-        for group, ref, part in ((gaussian, "Gaussian points", "gaussian"), (blind, BLIND, "context_blind"))
-        for label, key, scale in group
-    ]
-
-
-def _attention(layer: int, which: str) -> list[Quantity]:
-    base: KeyPath = ("attention", "unseen_value_evidence")
-    return [
-        (
-            f"mass on revealed values, {which} layer (unrevealed keys)",
-            (*base, "mass_per_layer", layer),
-            (*base, "init_mass_per_layer", layer),
-            ("uniform attention (exact eliminator: 1)", (*base, "uniform_mass")),
-            FRACTION,
-        ),
-        (
-            f"entropy inside revealed values, {which} layer (bits)",
-            (*base, "spread_bits_per_layer", layer),
-            (),
-            ("even over revealed values (Bayes-implied)", (*base, "bayes_entropy_bits")),
-            POSITIVE,
-        ),
-    ]
-
-
-def _memory(lag: int, which: str) -> list[Quantity]:
-    """The belief's move at the first or last lag of the memory probe, at init and beside the exact filter's."""
-    return [
-        (
-            f"memory: belief move, {which} lag (bits)",
-            ("memory", "model", lag),
-            ("memory", "init", lag),
-            ("exact filter, same edits", ("memory", "exact", lag)),
-            POSITIVE,
-        )
-    ]
-
-
-SEED_QUANTITIES: list[Quantity] = [
-    *_keys("key_tokens"),
-    *_keys("value_tokens"),
-    *_keys("all_tokens"),
-    *(q for pos in ("value_positions", "scored_positions") for rep in ("values", "final") for q in _manifold(pos, rep)),
-    *_attention(0, "first"),
-    *_attention(-1, "last"),
-    *_memory(0, "first"),
-    *_memory(-1, "last"),
-]
+def __getattr__(name: str) -> Any:
+    """SEED_QUANTITIES: every registered probe's quantities (`registry.seed_quantities`), read when asked for, so a
+    probe registered later is in it."""
+    if name == "SEED_QUANTITIES":
+        return seed_quantities()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _number(v: Any) -> bool:
@@ -222,7 +132,7 @@ def across_seeds(geometries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     quantity's `Scale` (None where none has; {"not_measurable": reason} where the probe of every seed said it is
     not measurable on this task), and "baseline_label"; quantities no seed has are left out."""
     out: dict[str, dict[str, Any]] = {}
-    for name, trained, init, (label, baseline), scale in SEED_QUANTITIES:
+    for name, trained, init, (label, baseline), scale in seed_quantities():
         row: dict[str, Any] = {}
         for part, path in (("trained", trained), ("init", init), ("baseline", baseline)):
             vals = [float(v) for g in geometries if path and _number(v := dig(g, *path))]

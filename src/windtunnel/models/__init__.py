@@ -10,7 +10,8 @@ Glossary:
     preset, tier   `presets.preset(task, arch, tier)`: a built-in's Size for a task at a size tier (smoke, quick,
                    paper); an architecture of one's own gets the tier's generic sizes (`presets.user_preset`).
     baseline       a never-trained predictor of whole batches (`oracle`: the exact posterior; `uniform`: the
-                   context-blind floor), registered as an architecture (`models.baselines`, `info(arch).baseline`).
+                   context-blind floor), registered as an architecture (`models.baselines`); asked in one way
+                   everywhere, `is_baseline(arch)` (a name, class or model; `info(arch).baseline`), a user's own too.
     control        an architecture that `follows` another (`info(arch).follows`): the two MLPs take the
                    transformer's size (matched to its parameter count), budget and recipe; they have no attention
                    and no recurrence.
@@ -36,6 +37,7 @@ from windtunnel.models.registry import (
     built_ins,
     check,
     info,
+    is_baseline,
     is_import_string,
     make,
     names,
@@ -55,6 +57,7 @@ __all__ = [
     "check",
     "check_causal",
     "info",
+    "is_baseline",
     "is_import_string",
     "make",
     "names",

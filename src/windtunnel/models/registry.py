@@ -1,5 +1,6 @@
 """Architecture registry: `make(arch, spec, size)`, `names()`, `register(name, Arch)`, `size_class(arch)`, and
-`info(arch)`, the metadata an architecture declares on its class (row, follows, context_blind, baseline, cost, color).
+`info(arch)`, the metadata an architecture declares on its class (row, follows, context_blind, baseline, cost, color);
+`is_baseline(arch)` asks the one question every stage asks of it (trained or not) of a name, a class or a model.
 The built-ins are registered by import string (`BUILT_IN`): each module is imported the first time its name is looked
 up, so importing `windtunnel.models` imports no architecture.
 
@@ -166,18 +167,23 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _declared(name: str, obj: Any, key: str) -> Any:
+    """Metadata `key` as `obj` (an architecture's class, or a model built from one) declares it, else `SequenceModel`'s
+    default; ValueError naming `name.key` for a value of the wrong type."""
+    types = _INFO_TYPES[key]
+    value = getattr(obj, key, getattr(SequenceModel, key))
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        kinds = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+        raise ValueError(f"{name}.{key}: must be {kinds} (got {value!r})")
+    return value
+
+
 def info(arch: str) -> ArchInfo:
     """The metadata of architecture `arch`, read from its class (a built-in's module is imported now; an import string
     only if its module already is): `SequenceModel`'s defaults for what the class does not set, and for a name not
     found (e.g. an old run directory's). ValueError for a value of the wrong type."""
     factory = peek(arch)
-    values: dict[str, Any] = {}
-    for key, types in _INFO_TYPES.items():
-        value = getattr(factory, key, getattr(SequenceModel, key))
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            kinds = " or ".join("None" if t is type(None) else t.__name__ for t in types)
-            raise ValueError(f"{arch}.{key}: must be {kinds} (got {value!r})")
-        values[key] = value
+    values = {key: _declared(arch, factory, key) for key in _INFO_TYPES}
     if not values["cost"] > 0:
         raise ValueError(f"{arch}.cost: must be > 0 (got {values['cost']!r})")
     return ArchInfo(name=arch, **{**values, "cost": float(values["cost"])})
@@ -187,4 +193,16 @@ def built_ins(*, baseline: bool | None = None) -> list[str]:
     """The built-in architectures in report-row order: all of them, only the baselines (`baseline=True`) or only
     those that are trained (`baseline=False`). Imports every built-in's module."""
     rows = sorted(BUILT_IN, key=lambda a: info(a).row)
-    return [a for a in rows if baseline is None or info(a).baseline == baseline]
+    return [a for a in rows if baseline is None or is_baseline(a) == baseline]
+
+
+def is_baseline(arch: Any) -> bool:
+    """Whether `arch` is a baseline: a never-trained predictor of whole batches (`predict(batch)` in place of a forward
+    pass), evaluated like any run but never trained, probed or sized. The one place this is asked: `arch` is an
+    architecture's name (`info(arch).baseline`: a built-in, a registered one of one's own, or an import string whose
+    module is already imported), its class (factory), or a model built from it; each reads the `baseline` its class
+    declares (`SequenceModel`'s False when it declares none). ValueError for a value that is not a bool."""
+    if isinstance(arch, str):
+        return bool(_declared(arch, peek(arch), "baseline"))
+    name = arch.__name__ if isinstance(arch, type) else type(arch).__name__
+    return bool(_declared(name, arch, "baseline"))

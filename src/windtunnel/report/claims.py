@@ -25,6 +25,7 @@ from typing import Any
 
 from windtunnel import marks, models
 from windtunnel.geometry.seeds import dig
+from windtunnel.metric_specs import METRICS
 from windtunnel.report import tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.text import number
@@ -118,8 +119,7 @@ class Evidence:
 
 
 def _trained(arch: str) -> bool:
-    info = models.info(arch)
-    return not (info.baseline or info.context_blind)
+    return not (models.is_baseline(arch) or models.info(arch).context_blind)
 
 
 def _missing(ev: Evidence, arch: str, task: str) -> Finding | None:
@@ -150,7 +150,7 @@ def still_falling(r: RunRecord, metric: str) -> bool | None:
     tail = r.curve(metric)[-2:]
     if len(tail) < 2:
         return None
-    before, last = ((1.0 - v) if metric == "accuracy" else v for _, v in tail)
+    before, last = (METRICS[metric].error(v) for _, v in tail)
     return last < (1.0 - STILL_FALLING) * before
 
 
@@ -166,7 +166,8 @@ def _floors(ev: Evidence, task: str) -> list[float]:
 def _at_floor(closest: Any, m: dict[str, float], metric: str, floors: list[float]) -> bool:
     if closest == marks.CONTEXT_BLIND:
         return True
-    return not m["lo"] > max(floors) if metric == "accuracy" else not m["hi"] < min(floors)
+    spec = METRICS[metric]  # not measurably better than the best floor
+    return not spec.better(spec.worst_end(m), spec.best(floors))
 
 
 def on_floor(ev: Evidence, cell: Cell) -> bool | None:
@@ -346,11 +347,10 @@ def weaker(arch: str, than: str, task: str, ev: Evidence) -> Finding:
         if reasons := _budget_reasons(a):
             return Finding(UNDECIDED, evidence, "; ".join(reasons))
         return Finding(REPRODUCED, evidence)
-    higher = a.data["metric"] == "accuracy"  # both ◐: separated intervals decide
-    lo_a, hi_a, lo_b, hi_b = a.data["lo"], a.data["hi"], b.data["lo"], b.data["hi"]
-    if (hi_a < lo_b) if higher else (lo_a > hi_b):
+    spec = METRICS[a.data["metric"]]  # both ◐: separated intervals decide
+    if spec.better(spec.worst_end(b.data), spec.best_end(a.data)):
         return Finding(REPRODUCED, evidence, "both ◐, its interval entirely worse")
-    if (lo_a > hi_b) if higher else (hi_a < lo_b):
+    if spec.better(spec.worst_end(a.data), spec.best_end(b.data)):
         return Finding(REFUTED, evidence, "both ◐, its interval entirely better")
     few = next((c.data for c in (a, b) if marks.too_few_seeds(c.data["seeds"], c.data.get("interval"))), None)
     if few is not None:

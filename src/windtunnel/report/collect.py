@@ -178,7 +178,7 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
 TASK_PARAMS = {"N": "positive", "score_at": "text"}
 # metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
-# tables.headline_metric; a periodic evaluation's verdict, time to verdict).
+# metric_specs.headline_metric; a periodic evaluation's verdict, time to verdict).
 HISTORY_FIELDS = {
     "elapsed_s": "number",
     "train_s": "number",

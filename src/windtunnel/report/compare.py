@@ -26,12 +26,12 @@ import torch
 
 from windtunnel import marks, metrics, rundir
 from windtunnel.manifest import change_line, config_changes
+from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import MISSING, RunRecord, find_runs, read_run, validation_evals
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
-from windtunnel.report.tables import arch_row, cell_value, configurations, fmt, headline_metric, status_tag, task_order
+from windtunnel.report.tables import arch_row, cell_value, configurations, fmt, status_tag, task_order
 
-TITLES = {"entropy_mae_bits": "entropy error (bits)", "kl_bits": "KL(exact ‖ model) (bits)", "accuracy": "accuracy"}
 RECHECK_BITS = 1e-6  # a re-scored mean further than this from eval.json's: the weights or the code changed since
 
 
@@ -235,7 +235,7 @@ def paired_difference(
     ivs = metrics.ratio_intervals(other - reference, counts, n_boot, seed)
     out = []
     for name, iv in zip(names, ivs, strict=True):
-        tol = 0.0 if name == "accuracy" else marks.NUMERICAL_BITS
+        tol = marks.NUMERICAL_BITS if METRICS[name].unit == "bits" else 0.0
         out.append(Difference(name, iv["mean"], iv["lo"], iv["hi"], iv["lo"] > tol or iv["hi"] < -tol))
     return out
 
@@ -302,7 +302,7 @@ def _rescored(
             stored, again = r.metric(name), float(sums[:, j].sum() / counts.sum().clamp_min(1.0))
             if stored is not None and abs(stored["mean"] - again) > RECHECK_BITS * max(1.0, abs(again)):
                 notes.append(
-                    f"{r.path}: re-scored {TITLES[name]} {fmt(again, name)} is not eval.json's "
+                    f"{r.path}: re-scored {METRICS[name].title} {fmt(again, name)} is not eval.json's "
                     f"{fmt(stored['mean'], name)} (weights or code changed since it was evaluated)"
                 )
     counts = parts[0][1]
@@ -408,7 +408,7 @@ def plot_curves(inputs: Sequence[Input], metric: str, path: str | Path) -> Path 
     if metric != "accuracy" and min(values) > 0 and max(values) > 10 * min(values):  # log where it spans decades
         ax.set_yscale("log")
     ax.set_xlabel("step")
-    ax.set_ylabel(f"validation {TITLES[metric]}")
+    ax.set_ylabel(f"validation {METRICS[metric].title}")
     ax.legend(fontsize=7)
     return save(fig, path, bbox_inches="tight")
 
@@ -486,7 +486,7 @@ def document(c: Comparison) -> Document:
     doc = Document(f"Comparison of {len(c.inputs)} inputs (reference {ref})")
     doc.add(Bullets([f"{letter(i)}: {inp.name}" for i, inp in enumerate(c.inputs)]))
     headlines = {inp.metric for inp in c.inputs}
-    header = ["Input", "Verdict", *(TITLES[m] + (" (headline)" if m in headlines else "") for m in c.metrics)]
+    header = ["Input", "Verdict", *(METRICS[m].title + (" (headline)" if m in headlines else "") for m in c.metrics)]
     rows = [
         [
             letter(i),
@@ -525,7 +525,7 @@ def document(c: Comparison) -> Document:
             diff_rows.append(
                 [
                     f"{who} − {ref}",
-                    TITLES[d.metric],
+                    METRICS[d.metric].title,
                     _signed(d.mean, d.metric),
                     iv,
                     _result(d, p.paired, who, (c.inputs[0], c.inputs[p.other])),
@@ -539,7 +539,7 @@ def document(c: Comparison) -> Document:
     else:
         doc.add(Paragraph("none: the inputs are of one configuration (train.loggers aside)"))
     if c.plot is not None:
-        doc.add(Figure(c.plot.resolve(), f"validation {TITLES[c.inputs[0].metric]} against the step"))
+        doc.add(Figure(c.plot.resolve(), f"validation {METRICS[c.inputs[0].metric].title} against the step"))
     return doc
 
 

@@ -17,17 +17,17 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from windtunnel import models, rundir
-from windtunnel.geometry import figures as geometry_figures
+from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import dig
+from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
 from windtunnel.report import tables
 from windtunnel.report.collect import RunRecord
-from windtunnel.report.tables import headline_metric
 
 # Colours of the architectures that declare none (`models.info(arch).color`: a user's own), none of them a built-in's:
 # each name gets one by a hash of the name, so it has the same colour in every figure and every report.
@@ -256,9 +256,8 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
                 color=arch_color(cell.arch),
                 label=label,
             )
-        accuracy = metric == "accuracy"
         lo, hi = span[cell.task]
-        if accuracy:
+        if METRICS[metric].unit == "fraction":  # a linear axis; bits on a log one
             pad = max(0.02, 0.05 * (hi - lo))
             ax.set_ylim(lo - pad, hi + pad)
         else:
@@ -267,7 +266,7 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
         ax.set_title(_label(cell.caption), fontsize=8)
         ax.set_xlabel("step", fontsize=8)
         if where[i][1] == 0:
-            ax.set_ylabel("accuracy" if accuracy else "entropy error (bits)", fontsize=8)
+            ax.set_ylabel(METRICS[metric].title, fontsize=8)
         ax.tick_params(which="both", labelsize=7)
         ax.legend(fontsize=6)
     fig.tight_layout()
@@ -275,7 +274,7 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
 
 
 def _y(v: float, metric: str) -> float:
-    return v if metric == "accuracy" else max(v, CURVE_FLOOR)
+    return v if METRICS[metric].unit == "fraction" else max(v, CURVE_FLOOR)
 
 
 # --- the probes' figures -------------------------------------------------------------------------------------------
@@ -285,102 +284,27 @@ MAX_PNG_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ProbeFigure:
-    """One kind of probe figure: the PNG the probe draws into a run's figures/ (`source`) where its probe
-    (geometry.json key `probe`) applied, under the heading `title` and the paragraph `text` in the report; `what`: what
-    one figure shows, in its caption, from the run's geometry.json; `archs`: the architectures it is drawn for (None:
-    every one its probe applied to); `draw`: draws it from geometry.json's numbers (the probe's result, path) where
-    the run has no such PNG (probed before the probe drew it), or None."""
+class ProbeFigure(geometry_registry.ReportFigure):
+    """A registered probe's report figure (`geometry.registry.ReportFigure`: the PNG `source` the probe draws into a
+    run's figures/, its heading, paragraph, caption, architectures and fallback `draw`) with `probe`, the geometry.json
+    key of the probe that draws it (the figure is shown only where that probe applied)."""
 
-    kind: str
-    source: str
-    probe: str
-    title: str
-    text: str
-    what: Callable[[dict[str, Any]], str]
-    archs: tuple[str, ...] | None = None
-    draw: Callable[[Any, Path], Path | None] | None = None
+    probe: str = ""
 
 
-def _keys_what(g: dict[str, Any]) -> str:
-    tokens = {"value_tokens": "value tokens", "all_tokens": "input tokens"}.get(
-        str(dig(g, "keys", "token_set")), "probe tokens"
-    )
-    return f"layer-0 key |cos| of the {tokens}, trained (left) and at init (right)"
+def probe_figure_kinds() -> list[ProbeFigure]:
+    """Every registered probe's report figures (`Probe.report_figures`, geometry/registry.py), in their order."""
+    return [
+        ProbeFigure(**{k.name: getattr(f, k.name) for k in fields(f)}, probe=probe.name)
+        for probe, f in geometry_registry.report_figures()
+    ]
 
 
-def _manifold_what(g: dict[str, Any]) -> str:
-    values = dig(g, "manifold", "values")
-    applies = isinstance(values, dict) and "not_applicable" not in values
-    rep = "last layer's value vectors" if applies else "final representation"
-    return f"PC1/PC2 of the {rep} coloured by posterior entropy, pooled (left) and within position (right)"
-
-
-PROBE_FIGURES = (
-    ProbeFigure(
-        "key_cosines_layer0",
-        "key_cosines_layer0.png",
-        "keys",
-        "Layer-0 key cosines, trained and at init",
-        "|cosine| between the layer-0 keys of the tokens of the per-run Geometry table (the value tokens where "
-        "answers are input tokens, else every input token; RMSNorm(E)·W_K, mean of |cos| over heads): the trained "
-        "model beside the same architecture at init, each panel titled with its mean off-diagonal |cos| (0 = "
-        "orthogonal keys).",
-        _keys_what,
-    ),
-    ProbeFigure(
-        "attention_entropy",
-        "attention_entropy.png",
-        "attention",
-        "Attention entropy per layer",
-        "Attention entropy in bits at the scored positions, per layer: each head a dot, the mean over heads a line, "
-        "uniform causal attention dashed; the title gives the drop from the first layer to the last.",
-        lambda g: "attention entropy per layer",
-    ),
-    ProbeFigure(
-        "value_manifold",
-        "value_manifold_within_position.png",
-        "manifold",
-        "Value manifold",
-        "PCA of the last layer's attention value vectors (the final-layer representation for an architecture "
-        "without attention) at the scored positions, coloured by the exact posterior entropy: pooled over positions "
-        "(left), and within position (right: PC scores and entropies each minus their position's mean, at the "
-        "positions where the entropy varies), the part position cannot fake; 'not measurable' where the entropy is a "
-        "function of position alone.",
-        _manifold_what,
-    ),
-    ProbeFigure(
-        "frame_precision",
-        "frame_precision.png",
-        "dynamics",
-        "Frame–precision dissociation over training",
-        "At each checkpoint of training: the entropy error (red, log axis) and the cosine between its layer-0 "
-        "attention and the final checkpoint's (blue): the frame settling early while precision improves late is "
-        "the dissociation.",
-        lambda g: "entropy error and layer-0 attention frame against step",
-    ),
-    ProbeFigure(
-        "state_clusters",
-        "state_clusters.png",
-        "clusters",
-        "Mamba state clusters",
-        "PC1/PC2 of Mamba's final-layer representation at the scored positions, each point coloured by the "
-        "exact posterior's most probable state (MAP): clusters by state are the paper's Mamba figure.",
-        lambda g: "final representation coloured by MAP state",
-        archs=("mamba",),
-    ),
-    ProbeFigure(
-        "memory_profile",
-        "memory_profile.png",
-        "memory",
-        "Memory profile",
-        "Per lag j: how far the belief moves (KL in bits, log axis; a move of 0 drawn at the axis floor) when the "
-        "observation j steps back alone is resampled, for the model beside the exact filter (dashed) and the same "
-        "model at init (dotted), with paired bootstrap intervals over sequences (docs/geometry.md).",
-        lambda g: "belief move per lag, model beside the exact filter and init",
-        draw=geometry_figures.memory_profile,
-    ),
-)
+def __getattr__(name: str) -> Any:
+    """PROBE_FIGURES: `probe_figure_kinds()`, read when asked for, so a probe registered later is in it."""
+    if name == "PROBE_FIGURES":
+        return tuple(probe_figure_kinds())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _applies(g: dict[str, Any] | None, probe: str) -> bool:
@@ -407,11 +331,11 @@ def run_png(r: RunRecord, name: str) -> bytes | None:
 
 
 def probe_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, list[tuple[Path, str]]]]:
-    """Per kind of PROBE_FIGURES (its heading and paragraph; a kind with no figure left out): one figure per cell
+    """Per kind of `probe_figure_kinds` (its heading and paragraph; a kind with no figure left out): one figure per cell
     whose probe applied, from its lowest probed seed that has the figure, captioned with the cell, the seed and what
     it shows."""
     sections = []
-    for kind in PROBE_FIGURES:
+    for kind in probe_figure_kinds():
         drawn = []
         for cell in cells(records):
             if kind.archs is not None and cell.arch not in kind.archs:

@@ -29,21 +29,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean, median
+from statistics import median
 from typing import Any
 
 from windtunnel import manifest, marks
 from windtunnel.config import RunConfig
-from windtunnel.metrics import seed_interval
+from windtunnel.metric_specs import METRICS as SPECS
+from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.report.collect import read_done, read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
-from windtunnel.report.tables import fmt, headline_metric
+from windtunnel.report.tables import fmt
 from windtunnel.resume import EARLY_STOP
 from windtunnel.rundir import atomic_write, read_metrics, write_json
 
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
-METRIC_TITLES = {"entropy_mae_bits": "entropy error (bits)", "kl_bits": "KL (bits)", "accuracy": "accuracy"}
+METRIC_TITLES = {m: SPECS[m].short_title for m in METRICS}  # the narrow titles (`MetricSpec.short_title`)
 BEST = "★"
 SEED = "seed"  # the grid key whose values repeat one setting: rows that differ only in it are one setting
 
@@ -168,11 +169,11 @@ def _unranked(item: dict[str, Any], metric: str) -> str | None:
             return NO_VALIDATION
         v = item["validation"].get(metric)
         v = v["mean"] if isinstance(v, dict) else v
-        what = f"validation {METRIC_TITLES[metric]}"
+        what = f"validation {SPECS[metric].short_title}"
         return f"no {what} at the final step" if v is None else f"{what} is {v}"
     test = (item.get("metrics") or {}).get(metric)
     if test is not None and not math.isfinite(test["mean"]):
-        return f"test {METRIC_TITLES[metric]} is {test['mean']}"
+        return f"test {SPECS[metric].short_title} is {test['mean']}"
     return None
 
 
@@ -191,7 +192,7 @@ def rank(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         v = _score(item, metric)
         if v is None or item["unranked"] is not None:
             return tasks_seen.index(item["task"]), 1, 0.0
-        return tasks_seen.index(item["task"]), 0, -v if metric == "accuracy" else v
+        return tasks_seen.index(item["task"]), 0, SPECS[metric].sort_key(v)
 
     ranked = sorted(items, key=key)
     for i, item in enumerate(ranked):
@@ -200,16 +201,13 @@ def rank(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ranked
 
 
-def _mean(values: list[float]) -> float:
-    return mean(values) if all(math.isfinite(v) for v in values) else sum(values) / len(values)  # NaN/inf spread
-
-
-def _over_seeds(values: list[float]) -> tuple[float | None, float | None]:
-    """The 95% Student-t interval over >= 2 seed values, never clipped to the metric's range (an error's lower end
-    below 0, an accuracy's upper end past 1: the interval the seeds give); (None, None) if a value is not finite."""
+def _over_seeds(values: list[float]) -> dict[str, Any]:
+    """The mean over seeds with its 95% Student-t interval (`metric_specs.pool_seeds`: never clipped to the metric's
+    range), no interval (None ends) under two seeds or where a value is not finite (the mean then spreads NaN/inf)."""
+    pooled: dict[str, Any] = dict(pool_seeds(values))
     if not all(math.isfinite(v) for v in values):
-        return None, None
-    return seed_interval(values)
+        pooled.update(lo=None, hi=None)
+    return pooled
 
 
 def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None] | None:
@@ -223,8 +221,7 @@ def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] 
         if any(v is None for v in values):
             out[m] = None
             continue
-        lo, hi = _over_seeds(values) if len(values) >= 2 else (None, None)
-        out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds" if len(values) >= 2 else None}
+        out[m] = {**_over_seeds(values), "interval": "seeds" if len(values) >= 2 else None}
     return out
 
 
@@ -240,8 +237,7 @@ def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None
             out[m] = {**cells[0], "interval": "bootstrap"}
         else:
             values = [c["mean"] for c in cells]
-            lo, hi = _over_seeds(values)
-            out[m] = {"mean": _mean(values), "lo": lo, "hi": hi, "interval": "seeds"}
+            out[m] = {**_over_seeds(values), "interval": "seeds"}
     return out
 
 
@@ -263,8 +259,8 @@ def pick(best: dict[str, Any], runner_up: dict[str, Any], metric: str) -> dict[s
     elif any(v is None for v in ends):
         text = f"{BEST} not separated from {who} ({scores}: no interval over seeds)"
     else:
-        lo_a, hi_a, lo_b, hi_b = (float(v) for v in ends if v is not None)
-        separated = lo_a > hi_b if metric == "accuracy" else hi_a < lo_b
+        spec = SPECS[metric]  # disjoint, the best on the better side
+        separated = spec.better(float(spec.worst_end(a)), float(spec.best_end(b)))
         if separated:
             text = f"{BEST} separated from {who} ({scores}: intervals over seeds disjoint)"
         else:
@@ -395,9 +391,9 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
     doc.add(Paragraph(f"Command: `{data['command']}`"))
     if data.get("command_note"):
         doc.add(Paragraph(data["command_note"]))
-    headline = ", ".join(f"{t}: {METRIC_TITLES[m]}" for t, m in data["headline"].items())
+    headline = ", ".join(f"{t}: {SPECS[m].short_title}" for t, m in data["headline"].items())
     metrics = set(data["headline"].values())
-    val_title = f"validation {METRIC_TITLES[next(iter(metrics))]}" if len(metrics) == 1 else "validation headline"
+    val_title = f"validation {SPECS[next(iter(metrics))].short_title}" if len(metrics) == 1 else "validation headline"
     doc.add(
         Paragraph(
             f"{len(data['settings'])} settings ({', '.join(setting_keys) or 'the base config'}), "
@@ -427,7 +423,7 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
     def head(item: dict[str, Any]) -> str:
         return data["headline"][item["task"]]
 
-    test = [f"test {METRIC_TITLES[m]} [95% CI]" for m in METRICS]
+    test = [f"test {SPECS[m].short_title} [95% CI]" for m in METRICS]
     header = ["", *setting_keys, "seeds", f"{val_title} [95% CI]", *test, "runs", "not ranked"]
     rows = [
         [

@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from windtunnel import marks, models, tasks
+from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord, validation_evals
 from windtunnel.resume import STATUSES
 from windtunnel.suites.settings import paper_result, paper_setting, values
-from windtunnel.text import number
 
-METRIC_WORDS = {"entropy_mae_bits": "entropy error (bits)", "accuracy": "accuracy"}
 STATUS_MARK = "†"  # beside a cell or run whose weights are not (only) the finished run of its config
 
 
@@ -49,11 +48,6 @@ def marked_runs(records: list[RunRecord]) -> list[str]:
     return out
 
 
-def headline_metric(task: str) -> str:
-    """The metric a task's column reports: the tunnel's own `headline_metric` (tasks.info)."""
-    return tasks.info(task).headline_metric
-
-
 def arch_row(arch: str) -> int:
     """Where an architecture's rows go in every table: `models.info(arch).row` (an architecture the registry does not
     know comes after the built-ins)."""
@@ -70,8 +64,8 @@ def columns(records: list[RunRecord]) -> list[tuple[str, str, str]]:
     """Table 1's columns, one per task in `records`: (task, headline metric, column title)."""
     out = []
     for task in task_order({r.task for r in records}):
-        meta = tasks.info(task)
-        out.append((task, meta.headline_metric, f"{meta.title} {METRIC_WORDS[meta.headline_metric]}"))
+        metric = headline_metric(task)
+        out.append((task, metric, f"{tasks.info(task).title} {METRICS[metric].title}"))
     return out
 
 
@@ -292,14 +286,9 @@ def untimed_note(data: dict[str, dict[str, Any]]) -> str:
 
 
 def fmt(value: float, metric: str) -> str:
-    """A metric value as printed in tables: percent for accuracy, bits to 3 decimals (or 1e-4 style) otherwise."""
-    if not math.isfinite(value):
-        return "nan"
-    if metric == "accuracy":
-        return f"{number(100 * value, '.1f')}%"
-    if value != 0 and abs(value) < 1e-3:
-        return f"{value:.1e}"
-    return number(value, ".3f")  # never "-0.000"
+    """A metric value as printed in tables (`MetricSpec.fmt`): percent for accuracy, bits to 3 decimals (or 1e-4
+    style) otherwise."""
+    return METRICS[metric].fmt(value)
 
 
 def _interval(m: dict[str, float] | None, metric: str) -> str:
@@ -440,9 +429,8 @@ def below_floor(data: dict[str, Any], records: list[RunRecord]) -> list[str]:
                 c = cells.get(task)
                 if c is None or models.info(arch).context_blind:
                     continue
-                worse = c["mean"] < ref.value if metric == "accuracy" else c["mean"] > ref.value
-                if worse:
-                    sign = "<" if metric == "accuracy" else ">"
+                if METRICS[metric].better(ref.value, c["mean"]):
+                    sign = "<" if METRICS[metric].higher_is_better else ">"
                     out.append(
                         f"{task} / {arch} ({fmt(c['mean'], metric)} {sign} {ref.label} {fmt(ref.value, metric)})"
                     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, format_mark, mark_header
+from windtunnel.metric_specs import METRICS
 from windtunnel.plotting import save, subplots
 
 # What must match for training seconds to compare across cells of one table (merge and accumulation).
@@ -81,7 +82,7 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
         for i, c in enumerate(cells):
             for j, s in enumerate(c["seeds"]):
                 pts = [
-                    (e["train_s"], (1 - e[metric]) if metric == "accuracy" else e[metric])
+                    (e["train_s"], METRICS[metric].error(e[metric]))
                     for e in s["curve"]
                     if e.get(metric) is not None and e["train_s"] > 0
                 ]
@@ -91,13 +92,13 @@ def plot(data: dict[str, Any], path: str | Path) -> None:
                         *zip(*pts, strict=True), color=f"C{i}", lw=1.2, alpha=0.9, label=c["label"] if j == 0 else None
                     )
         for mark in PRECISION_MARKS[metric]:
-            y = (1 - mark) if metric == "accuracy" else mark
+            y = METRICS[metric].error(mark)
             if y > 0:
                 ax.axhline(y, color="grey", ls=":", lw=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("training seconds")
-        ax.set_ylabel("1 - accuracy" if metric == "accuracy" else f"{metric} (validation)")
+        ax.set_ylabel(f"1 - {metric}" if METRICS[metric].higher_is_better else f"{metric} (validation)")
         ax.set_title(task)
         ax.legend(fontsize=6)
     fig.tight_layout()

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
-from windtunnel.config import EvalConfig, TrainConfig
-from windtunnel.models import built_ins, size_class
-from windtunnel.models.baselines import BASELINES
+from windtunnel.config import EvalConfig, TrainConfig, warmup_for
+from windtunnel.models import built_ins, is_baseline, size_class
 from windtunnel.models.presets import preset
 from windtunnel.recipes import get_recipe
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
@@ -33,6 +32,7 @@ TIERS = ("smoke", "quick", "standard", "paper")
 # transport demand is long (14 observations at K = 20, against 3 for the paper's HMM: `HMM.transport_demand`).
 TASKS = ("bijection", "hmm", "hmm-sticky", "recall", "regression")
 ARCHS = tuple(built_ins(baseline=False))  # the trained architectures, in report-row order (models.info)
+BASELINE_ARCHS = tuple(built_ins(baseline=True))  # the built-in baselines, once per task (models.is_baseline)
 
 # The most training seeds a cell may have (reproduce --seeds, a time-to-bayes cell's seeds), checked before anything is
 # built: an interval over 100 seeds is already ~6x narrower than over 3 (1/sqrt(n)), and a quick-tier table at 100
@@ -291,7 +291,7 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
             "steps": steps,
             "batch_size": batch,
             "lr": picked_lr(task, arch, tier),
-            "warmup_steps": max(1, steps // 20),
+            "warmup_steps": warmup_for(steps),
             "eval_every": max(1, steps // (20 if standard else 5)),
             "checkpoint_every": max(1, steps // 5) if standard else 0,
             "weight_decay": 0.01,
@@ -307,7 +307,7 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
             "steps": steps,
             "batch_size": batch,
             "lr": lr,
-            "warmup_steps": max(1, steps // 20),
+            "warmup_steps": warmup_for(steps),
             "eval_every": max(1, steps // 5),
             "checkpoint_every": 0,
             "weight_decay": 0.01,
@@ -322,7 +322,7 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
     """The config of one cell of the table, as a plain dict ready for `RunConfig.model_validate`."""
     if tier not in TIERS:
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
-    trained = arch not in BASELINES
+    trained = not is_baseline(arch)
     train = _train_settings(task, arch, tier) if trained else {"steps": 0}
     model: dict[str, Any] = {"arch": arch, "preset": preset_tier(tier) if trained else None}
     if tier == "paper" and trained:  # the authors' model form (variant, init, positions, dropout) over the preset
@@ -343,7 +343,7 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
 
 def seeds_for(arch: str, tier: str, seeds: int | None = None) -> int:
     """Training seeds of a cell: `seeds` when given (baselines: always 1), else the tier's default."""
-    if arch in BASELINES:
+    if is_baseline(arch):
         return 1
     return seeds if seeds is not None else SEEDS[tier].get(arch, 1)
 
@@ -354,7 +354,7 @@ def _check_only(only: dict[str, Any]) -> None:
     unknown = set(only) - {"task", "arch"}
     if unknown:
         raise ValueError(f"only: filter keys must be task or arch (got {', '.join(sorted(unknown))})")
-    known = {"task": TASKS, "arch": (*ARCHS, *BASELINES)}
+    known = {"task": TASKS, "arch": (*ARCHS, *BASELINE_ARCHS)}
     for key, value in only.items():
         names = value.split(",") if isinstance(value, str) else []
         if not names or not all(n.strip() for n in names):
@@ -389,7 +389,7 @@ def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = Non
         _check_only(only)
     runs = []
     for task in TASKS:
-        for arch in (*ARCHS, *BASELINES):
+        for arch in (*ARCHS, *BASELINE_ARCHS):
             if not _matches(task, arch, only):
                 continue
             k = seeds_for(arch, tier, seeds)
