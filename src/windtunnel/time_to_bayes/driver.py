@@ -1,0 +1,90 @@
+"""The time-to-Bayes driver: every seed of every cell planned and checked before anything is made, trained on the
+executor under --out's lock (a finished seed read back), and the results accumulated and written (`run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from windtunnel import manifest, rundir
+from windtunnel.executors import ExecutorOptions, Job, Launch, launch
+from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_runs
+from windtunnel.time_to_bayes.results import (
+    KIND,
+    RESULTS,
+    _accumulate,
+    _check_machines,
+    _write,
+    read_results,
+    read_seed,
+    summarize_cell,
+)
+
+
+def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
+    """Every cell's seeds, validated before anything is created; two cells that are one setting are refused."""
+    planned = [(c, cell_runs(c)) for c in cells]
+    seen: dict[str, int] = {}
+    for i, (_, runs) in enumerate(planned, 1):
+        first = seen.setdefault(runs[0].name, i)
+        if first != i:
+            raise ValueError(f"--cell: cells {first} and {i} are the same runs (their resolved configs are equal)")
+    return planned
+
+
+def run(
+    cells: list[Cell],
+    out: str | Path,
+    options: ExecutorOptions = ExecutorOptions(),
+    echo: Any = print,
+    *,
+    fresh: bool = False,
+    allow_mixed: bool = False,
+    probe: bool = False,
+) -> dict[str, Any]:
+    """Run every seed of every cell on the executor of `options` (`executors.launch`: threads per run, local jobs or
+    a Ray cluster, progress), holding `out`'s lock; add the cells to the results already in `out` (refused where
+    machine, torch, threads or jobs differ, unless `allow_mixed`) and write JSON, Markdown and the plot; returns the
+    results dict. A finished seed (its `done.json`) is read back, not trained again; a run directory of another
+    config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also gets the
+    geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
+    out = Path(out)
+    launcher = launch(out, options)
+    planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
+    threads, runner = launcher.threads, launcher.executor
+    machine = {**launcher.machine(), "threads_per_run": threads, "jobs": options.jobs, "executor": runner.name}
+    with launcher:  # one driver per --out
+        manifest.refuse_other_kind(out, KIND)
+        previous = read_results(out / RESULTS) if (out / RESULTS).exists() else None
+        if previous is not None:
+            _check_machines(
+                [(f"the results already in {out}", previous["machine"]), ("this call", machine)], allow_mixed, "--out"
+            )
+        wanted = {r.name: r.resolved for _, runs in planned for r in runs}
+        for moved in manifest.claim_runs(out, wanted, fresh):
+            echo(f"  set aside (not the run asked for) -> {moved}")
+        manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), {}))  # claimed now
+        return _run_locked(planned, launcher, machine, previous, echo, probe)
+
+
+def _run_locked(
+    planned: list[tuple[Cell, list[SeedRun]]],
+    launcher: Launch,
+    machine: dict[str, Any],
+    previous: dict[str, Any] | None,
+    echo: Any,
+    probe: bool = False,
+) -> dict[str, Any]:
+    out = launcher.out
+    runs_dir = out / manifest.RUNS
+    work = [Job(r.name, r.config, str(runs_dir), probe=probe) for _, rs in planned for r in rs]
+    todo = [
+        j for j in work if not manifest.is_finished(j.run_dir) or (probe and not (j.run_dir / rundir.GEOMETRY).exists())
+    ]
+    launcher.execute(todo, f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s)", echo)
+    cells = [summarize_cell(c, rs, [read_seed(r, out, launcher.threads) for r in rs], machine) for c, rs in planned]
+    data = _accumulate(previous, cells, machine, launcher.wall_s())
+    finished = manifest.finished_runs(out, [j.name for j in work])
+    manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), finished))
+    echo(_write(data, out))
+    return data
