@@ -228,3 +228,20 @@ def test_a_cell_of_unfinished_runs_only_says_so_and_an_absent_sticky_column_prin
     assert hmm["why"] == "no finished transformer run of hmm: unfinished at step 2,720 of 7,850 (3 runs)"
     sticky = next(c for name, c in v.items() if "sticky HMM" in name)
     assert sticky["verdict"] == "undecided" and sticky["evidence"].strip("; ") == sticky["evidence"]
+
+
+def test_a_claim_over_several_cells_gives_each_reason_once():
+    """Two cells whose reasons share a part (both on the floor, one also still falling) name the shared part once:
+    the sticky-HMM claim of the standard tier printed "on the context-blind floor ..." twice."""
+    floor = "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
+    falling = "validation error still falling at the last evaluation (1/3 seeds)"
+    found = claims._combine(
+        [
+            claims.Finding(claims.UNDECIDED, "transformer/hmm-sticky ✗ 0.891", f"{floor}; {falling}"),
+            claims.Finding(claims.UNDECIDED, "mamba/hmm-sticky ✗ 0.839", floor),
+            claims.Finding(claims.UNDECIDED, "lstm/hmm-sticky ✗ 0.891", floor),
+        ],
+        claims.REPRODUCED,
+    )
+    assert found.why == f"{floor}; {falling}"
+    assert found.evidence == "transformer/hmm-sticky ✗ 0.891; mamba/hmm-sticky ✗ 0.839; lstm/hmm-sticky ✗ 0.891"

@@ -196,9 +196,11 @@ def test_rerun_skips_finished_runs(smoke):
     out, _ = smoke
     meta = reproduce("smoke", out, probe=False)
     assert all(v is not None for v in meta["run_wall_s"].values())
+    assert meta["runs_reused"] == len(meta["run_wall_s"])  # every run was finished: this call's wall is not the tier's
     before = (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text()
     reproduce("smoke", out, probe=False, only={"task": "bijection"})
     assert (out / "runs" / "bijection-transformer" / "metrics.jsonl").read_text() == before
+    assert "- runs_reused: " in (out / "report.md").read_text()
 
 
 def test_report_cli_rebuilds_from_run_dirs(smoke, tmp_path):

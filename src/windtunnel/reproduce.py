@@ -163,6 +163,9 @@ def _reproduce_locked(
         **where_runs_ran(results),
         "threads": threads,
         "total_wall_s": launcher.wall_s(),
+        # runs this call found finished and did not run again: total_wall_s is this call's alone, and where every run
+        # was reused (a report rebuilt from finished runs) it says nothing of the tier's cost; run_wall_s does
+        "runs_reused": sum(1 for r in results if r.get("skipped")),
         "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
         "command": f"windtunnel reproduce --tier {tier} --out {out} --executor {runner.name}"
         + (f" --jobs {jobs}" if runner.name == "local" else "")

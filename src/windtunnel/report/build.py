@@ -310,6 +310,7 @@ _META_KEYS = (
     "jobs",
     "threads",
     "total_wall_s",
+    "runs_reused",
     "sum_run_wall_s",
     "command",
 )

@@ -278,10 +278,16 @@ def _combine(findings: list[Finding], wins: str | None) -> Finding:
         verdict = (decided or verdicts).pop()
     else:
         verdict = UNDECIDED
-    why = list(dict.fromkeys(f.why for f in findings if f.verdict == verdict and f.why))
-    if verdict == UNDECIDED and len(decided) == 2:
-        why = ["the cells disagree"]
-    return Finding(verdict, "; ".join(f.evidence for f in findings if f.evidence), "; ".join(why))
+    why = "the cells disagree" if verdict == UNDECIDED and len(decided) == 2 else _reasons(findings, verdict)
+    return Finding(verdict, "; ".join(f.evidence for f in findings if f.evidence), why)
+
+
+def _reasons(findings: list[Finding], verdict: str | None = None) -> str:
+    """The reasons of the findings (of those with `verdict`, where given), each once, also where two cells' reasons
+    share a part ("on the floor; still falling" and "on the floor")."""
+    return "; ".join(
+        dict.fromkeys(p for f in findings if f.why and verdict in (None, f.verdict) for p in f.why.split("; "))
+    )
 
 
 def exact(arch: str, task: str, ev: Evidence) -> Finding:
@@ -307,8 +313,7 @@ def mlps_none(ev: Evidence) -> Finding:
         return Finding(UNDECIDED, evidence, "; ".join(between))
     if decisive := [f.why for f in findings if f.verdict == REPRODUCED]:
         return Finding(REPRODUCED, evidence, "no MLP cell ◐ or ✓; " + decisive[0])
-    reasons = dict.fromkeys(r for f in findings for r in f.why.split("; "))  # each reason once
-    return Finding(UNDECIDED, evidence, "no MLP failure is decisive: " + "; ".join(reasons))
+    return Finding(UNDECIDED, evidence, "no MLP failure is decisive: " + _reasons(findings))
 
 
 def all_exact(archs: tuple[str, ...], task: str, ev: Evidence) -> Finding:
@@ -319,9 +324,7 @@ def all_exact(archs: tuple[str, ...], task: str, ev: Evidence) -> Finding:
     verdict = REFUTED if REFUTED in verdicts else REPRODUCED if verdicts == {REPRODUCED} else UNDECIDED
     shown = sorted(ev.column(task), key=lambda c: tables.arch_row(c.arch))
     evidence = "; ".join(c.text(horizon=True) for c in shown) or "; ".join(f.evidence for f in findings if f.evidence)
-    return Finding(
-        verdict, evidence, "; ".join(dict.fromkeys(f.why for f in findings if f.verdict == verdict and f.why))
-    )
+    return Finding(verdict, evidence, _reasons(findings, verdict))
 
 
 def weaker(arch: str, than: str, task: str, ev: Evidence) -> Finding:
