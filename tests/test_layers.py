@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 # Lowest first. A module may import its own layer and the layers below it. Units are top-level modules and packages
 # of windtunnel (a package counts as one unit: its own modules import each other freely, but not in a cycle).
 LAYERS: list[set[str]] = [
-    {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "devices", "plotting"},
+    {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "devices", "plotting", "malloc"},
     {"config"},  # the schema: a leaf over errors, plugins and tiers (no task, no model, no torch)
     {"tasks"},
     {"models"},

@@ -26,6 +26,7 @@ from windtunnel import train as training
 from windtunnel.devices import resolve_device
 from windtunnel.errors import StorageError
 from windtunnel.geometry.run import probe_run
+from windtunnel.malloc import tune_malloc
 from windtunnel.manifest import check_same_run, is_finished
 from windtunnel.models import is_baseline
 from windtunnel.plugins import import_plugins
@@ -99,6 +100,7 @@ def run_job(job: Job) -> dict[str, Any]:
     device; mark it done. A finished run is skipped; a run directory of another config is a RunMismatchError (never
     skipped, never resumed); one marked done without its eval.json is evaluated again. Returns {"name", "skipped",
     "wall_s", ...} (done.json's fields)."""
+    tune_malloc()  # a worker process or Ray node keeps freed tensor memory for reuse, as the console entry does
     check_storage(job.storage)
     run_dir = job.run_dir
     # the config's own modules (`imports`): the driver imported them (--import) before it made the job, so a worker
