@@ -295,3 +295,33 @@ def test_attention_sink_lets_a_head_sum_instead_of_average():
     ys[0, -1] = (ys[0, -1] + 1) % causal_ok.spec.vocab_size
     with torch.no_grad():
         torch.testing.assert_close(causal_ok(xs)[:, :-1], causal_ok(ys)[:, :-1])  # still causal
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_forward_from_a_cached_stream_equals_the_whole_pass(arch):
+    """`forward_from(l, resid_pre of l)` is the rest of `forward`, under ablations of layer l or later too: the
+    ablation probe's shortcut (geometry/ablation.py) gives the numbers of a whole ablated pass, bit for bit."""
+    model = build(arch, "hmm")
+    x = random_inputs(model.spec, 3, 9)
+    names = [f"blocks.{l}.resid_pre" for l in range(model.n_layers)]
+    with torch.no_grad():
+        out, cache = model.run_with_cache(x, names=names)
+        for l in range(model.n_layers):
+            assert torch.equal(model.forward_from(l, cache[names[l]]), out)
+            with model.ablate(layers={l}, parts="mlp" if arch == "transformer" else "block"):
+                assert torch.equal(model.forward_from(l, cache[names[l]]), model(x))
+        if arch == "transformer":
+            with model.ablate(heads={(1, 0)}):
+                assert torch.equal(model.forward_from(1, cache[names[1]]), model(x))
+
+
+def test_ablation_probe_takes_the_shortcut_with_the_same_numbers():
+    """geometry.ablation.ablations with and without `forward_from`: the same dictionary, number for number."""
+    from windtunnel.geometry.ablation import ablations
+    from windtunnel.geometry.data import heldout_batch
+
+    task = tasks.make("hmm")
+    model = build("transformer", "hmm")
+    batch = heldout_batch(task, 8)
+    fast, slow = ablations(model, batch), ablations(model, batch, shortcut=False)
+    assert fast == slow and len(fast["heads"]) == model.n_layers

@@ -99,6 +99,11 @@ def entropy_error_bits(model: torch.nn.Module, batch: Batch) -> float:
     """Mean |H_model - H_posterior| (bits) over the scored positions of `batch` (used by ablations, dynamics)."""
     with torch.no_grad():
         out = model(batch.inputs)
+    return entropy_error_of(model, out, batch)
+
+
+def entropy_error_of(model: torch.nn.Module, out: torch.Tensor, batch: Batch) -> float:
+    """`entropy_error_bits` of `model`'s head output `out` on `batch`, already computed."""
     return entropy_mae_bits(predictive(model_spec(model), out), batch)
 
 

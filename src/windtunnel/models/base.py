@@ -183,8 +183,13 @@ class ResidualModel(HookedModel, SequenceModel):
         raise NotImplementedError
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        h = self.hook("embed", self.embed(inputs))  # (B,T,d)
-        for l in range(self.n_layers):
+        return self.forward_from(0, self.hook("embed", self.embed(inputs)))  # (B,T,K) or (B,T,2)
+
+    def forward_from(self, first: int, h: torch.Tensor) -> torch.Tensor:
+        """The pass from layer `first`'s input `h` (B,T,d), the `blocks.{first}.resid_pre` stream, to the head's
+        output: what `forward` computes after layer first-1, so an ablation of layer `first` or later can start from
+        a cached stream instead of recomputing the layers before it (geometry/ablation.py)."""
+        for l in range(first, self.n_layers):
             h = self.hook(f"blocks.{l}.resid_pre", h)
             h = self.hook(f"blocks.{l}.resid_post", self.layer(l, h))  # (B,T,d)
         return self.head(self.hook("final", self.norm(h)))  # (B,T,K) or (B,T,2)
