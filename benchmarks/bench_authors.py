@@ -1,7 +1,7 @@
 """The authors' models timed beside ours at the paper presets, one training step each (measured, not asserted).
 
     python benchmarks/bench_authors.py --authors-repo DIR [--steps 8] [--dtype float32 bf16]
-        [--tasks bijection hmm] [--authors-steps N] [--peak-n 2048] [--json PATH]
+        [--tasks bijection hmm] [--authors-steps N] [--compile ours theirs] [--peak-n 2048] [--json PATH]
 
 Without `--authors-repo` it says so and exits 0 (so `make bench` runs it anywhere). Measured numbers: README.md
 ("Speed") and docs/results/time-to-bayes.md ("Training throughput against the authors' code").
@@ -141,15 +141,16 @@ def authors_setup(repo: Path, task: str, batch: int) -> tuple[torch.nn.Module, t
     return model, x, loss_fn, 0.01
 
 
-def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str) -> dict:
+def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str, compile: bool = False) -> dict:
     model, x, loss_fn, wd = authors_setup(repo, task, batch)
     model.train()
+    forward = torch.compile(model) if compile else model  # compiled in the first (untimed) warm-up step
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=wd)
     times = []
     for i in range(AUTHORS_WARMUP + steps):
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            loss = loss_fn(model, x)
+            loss = loss_fn(forward, x)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -173,6 +174,7 @@ def bench_authors(repo: Path, task: str, batch: int, steps: int, dtype: str) -> 
         "flops_per_step": flops,
         "gflops": flops / s_per_step / 1e9,
         "effective_dtype": dtype,
+        "compiled": compile,
         "loss_last": float(loss.detach()),
     }
 
@@ -205,6 +207,13 @@ def main() -> None:
         default=None,
         help="timed steps of the authors' model, after 2 warm-up steps (default: as many as ours)",
     )
+    ap.add_argument(
+        "--compile",
+        nargs="+",
+        choices=["ours", "theirs"],
+        default=[],
+        help="torch.compile our model (train.compile) and/or theirs; compilation falls in the warm-up steps",
+    )
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the peak FLOP/s (0 skips)")
     ap.add_argument("--json", type=Path, default=None, help="write every number to this JSON file")
     args = ap.parse_args()
@@ -219,7 +228,10 @@ def main() -> None:
     cases = []
     for task in args.tasks:
         for dtype in args.dtype:
-            ours = bench_train(task, CASES[task]["batch"], args.steps, dtype, TIER, device=DEVICE)
+            ours = bench_train(
+                task, CASES[task]["batch"], args.steps, dtype, TIER, device=DEVICE, compile="ours" in args.compile
+            )
+            ours["compiled"] = "ours" in args.compile
             batch = ours["batch"]
             ours["pct_peak"] = pct_of_peak(ours["gflops"], peaks, ours["effective_dtype"])
             fallback = " (ran float32: no native bf16)" if ours["effective_dtype"] != dtype else ""
@@ -228,7 +240,7 @@ def main() -> None:
             if dtype == "bf16" and not native_bf16:
                 print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs skipped: no native bf16 on this CPU")
             else:
-                theirs = bench_authors(repo, task, batch, authors_steps, dtype)
+                theirs = bench_authors(repo, task, batch, authors_steps, dtype, compile="theirs" in args.compile)
                 theirs["pct_peak"] = pct_of_peak(theirs["gflops"], peaks, theirs["effective_dtype"])
                 ratio = ours["tokens_per_s"] / theirs["tokens_per_s"]
                 print(f"train {task:<9} batch {batch:>3} {dtype:<7} theirs {fmt_result(theirs, peaks)}")
@@ -250,6 +262,7 @@ def main() -> None:
             "authors_steps": authors_steps,
             "authors_repo": AUTHORS_REPO,
             "authors_commit": work_tree_commit(repo),
+            "compile": args.compile,
         }
         write_record(args.json, {**head, **own}, args.peak_n, peaks, cases)
 

@@ -111,6 +111,7 @@ def bench_config(
     device: str = "auto",
     paper_cell: bool = False,
     mamba_scan: str | None = None,
+    compile: bool = False,
 ) -> RunConfig | dict:
     """The config of one benchmark run (see the module docstring): a RunConfig, or the paper cell's plain dict."""
     if paper_cell:
@@ -124,6 +125,7 @@ def bench_config(
             "checkpoint_schedule": None,
             "dtype": dtype,
             "device": device,
+            "compile": compile,
         }
         cfg["eval"] = {"n": 8}
     else:
@@ -144,6 +146,8 @@ def bench_config(
             overrides["train.device"] = device
         if mamba_scan is not None and arch == "mamba":
             overrides["model.size.scan"] = mamba_scan
+        if compile:  # torch.compile of the model (train.compile); its compilation falls in the warm-up steps
+            overrides["train.compile"] = True
         return build_config(overrides=overrides)
     if mamba_scan is not None and arch == "mamba":
         cfg["model"]["size"] = {**cfg["model"].get("size", {}), "scan": mamba_scan}
@@ -160,8 +164,9 @@ def bench_train(
     device: str = "auto",
     paper_cell: bool = False,
     mamba_scan: str | None = None,
+    compile: bool = False,
 ) -> dict:
-    cfg = bench_config(task, arch, batch, steps, dtype, tier, device, paper_cell, mamba_scan)
+    cfg = bench_config(task, arch, batch, steps, dtype, tier, device, paper_cell, mamba_scan, compile)
     dev = resolve_device(device)
     with tempfile.TemporaryDirectory() as d:
         with warnings.catch_warnings():  # the no-native-bf16 fallback warning; reported as effective_dtype instead

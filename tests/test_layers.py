@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"models"},
     {"resolve", "budget"},
-    {"metrics", "metric_specs", "marks", "rundir", "recipes", "curriculum", "optim", "tracking"},
+    {"metrics", "metric_specs", "marks", "rundir", "records", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs", "resume"},
     {"evaluate"},
