@@ -104,10 +104,11 @@ def test_a_garbled_done_json_names_the_field_for_every_driver(tmp_path):
 def test_a_garbled_eval_json_names_the_file_and_field(swept, out):
     path = out / "runs" / POINT / rundir.EVAL
     data = json.loads(path.read_text())
+    clean = json.loads(path.read_text())["default"]
     data["default"]["metrics"]["kl_bits"]["mean"] = "low"
     path.write_text(json.dumps(data))
     assert "default.metrics.kl_bits.mean: expected a number" in _one_error(_sweep(swept[0], out), 1)
-    path.write_text(json.dumps({"K=50": data["default"]}))
+    path.write_text(json.dumps({"K=50": clean}))  # every entry is checked: this one is sound, but there is no default
     assert f"{path}: default: expected a JSON object" in _one_error(_sweep(swept[0], out), 1)
 
 

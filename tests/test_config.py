@@ -123,6 +123,7 @@ def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp
     """Run directories written before `init` existed trained every architecture, the paper Mamba too, with "normal"
     init; today's default for the paper Mamba is "torch", so a stored config without the field is upgraded."""
     from windtunnel import rundir
+    from windtunnel.records.run_dir import read_config
 
     cfg = resolve_config(
         build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.variant": "paper"})
@@ -130,7 +131,7 @@ def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp
     old = cfg.model_dump(mode="json")
     del old["model"]["size"]["init"]
     (tmp_path / rundir.CONFIG).write_text(json.dumps(old))
-    stored = rundir.read_config(tmp_path)
+    stored = read_config(tmp_path)
     assert stored.model.size["init"] == "normal" and cfg.model.size["init"] == "torch"
     assert stored.model_dump()["model"] | {"size": cfg.model.size} == cfg.model_dump()["model"]  # only init differs
     with pytest.raises(ValueError, match=r"model\.size\.init: Input should be 'normal' or 'torch'"):
@@ -142,12 +143,13 @@ def test_stored_transformer_with_the_retired_explicit_alias_reads_as_its_attenti
     """`TransformerSize.explicit` (an alias of attention="explicit") is retired: a new config naming it is refused,
     and a stored config.json that has it reads as the attention it trained with."""
     from windtunnel import rundir
+    from windtunnel.records.run_dir import read_config
 
     cfg = resolve_config(build_config(overrides={"model.preset": "smoke"}))
     old = cfg.model_dump(mode="json")
     old["model"]["size"]["explicit"] = stored
     (tmp_path / rundir.CONFIG).write_text(json.dumps(old))
-    size = rundir.read_config(tmp_path).model.size
+    size = read_config(tmp_path).model.size
     assert "explicit" not in size and size.get("attention", "auto") == attention
     with pytest.raises(ValueError, match=r"model\.size\.explicit"):
         resolve_config(build_config(overrides={"model.preset": "smoke", "model.size.explicit": True}))

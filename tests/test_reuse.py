@@ -18,6 +18,7 @@ from windtunnel.cli import app
 from windtunnel.config import apply_overrides
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.executors import ExecutorOptions, Job, holding, run_job
+from windtunnel.records.run_dir import Versions, code_versions
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.resolve import resolve_config
 from windtunnel.suites import suite
@@ -122,9 +123,9 @@ def test_a_run_trained_by_other_code_is_neither_reused_nor_resumed(tmp_path):
     job = Job(entry.name, entry.config, str(tmp_path), threads=1)
     run_job(job)
     cfg = resolve_config(entry.config)
-    assert rundir.read_versions(job.run_dir) == rundir.code_versions()
+    assert Versions.read(job.run_dir).to_json() == code_versions()
     assert manifest.check_same_run(job.run_dir, cfg)
-    rundir.write_json(job.run_dir / rundir.VERSIONS, {**rundir.code_versions(), "torch": "1.0.0"})
+    rundir.write_json(job.run_dir / rundir.VERSIONS, {**code_versions(), "torch": "1.0.0"})
     with pytest.raises(RunMismatchError, match=r"versions.torch: '1.0.0' → '2\."):
         manifest.check_same_run(job.run_dir, cfg)
     with pytest.raises(RunMismatchError, match="versions.torch"):

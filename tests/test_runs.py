@@ -11,6 +11,7 @@ from torch import nn
 from windtunnel import checkpoints, errors, rundir, runs, seeds
 from windtunnel.config import build_config
 from windtunnel.models import baselines
+from windtunnel.records.run_dir import ConfigFile
 from windtunnel.resolve import resolve_config
 
 
@@ -103,16 +104,16 @@ def test_load_run_of_baseline_and_missing_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         runs.load_run(tmp_path)
     cfg = resolve_config(build_config(overrides={"model.arch": "uniform"}))
-    rundir.write_config(tmp_path, cfg)
+    ConfigFile.write(tmp_path, cfg)
     run = runs.load_run(tmp_path)
-    assert run.config == cfg and run.checkpoints() == [] and run.metrics() == [] and run.eval() == {}
+    assert run.config == cfg and run.checkpoints() == [] and run.metrics() == [] and run.eval().entries == {}
     assert isinstance(run.model, baselines.Uniform)
     assert json.loads((tmp_path / "config.json").read_text())["model"]["arch"] == "uniform"
 
 
 def test_run_without_checkpoint_has_no_model(tmp_path):
     cfg = resolve_config(build_config(overrides={"model.preset": "smoke"}))
-    rundir.write_config(tmp_path, cfg)
+    ConfigFile.write(tmp_path, cfg)
     with pytest.raises(errors.CheckpointError, match="no checkpoint"):
         _ = runs.load_run(tmp_path).model
 

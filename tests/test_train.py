@@ -48,7 +48,7 @@ def test_every_pair_trains_and_writes_a_run(tmp_path, task, arch):
     assert [r["step"] for r in lines if "loss" in r] == [1, 2, 3, 4]
     assert [r["step"] for r in lines if r.get("split") == "eval"] == [2, 4]  # periodic + last step (validation)
     assert all(math.isfinite(r["loss"]) and r["tokens_per_s"] > 0 for r in lines if "loss" in r)
-    assert run.eval()["default"]["metrics"] == m
+    assert run.eval().to_json()["default"]["metrics"] == m
     assert not run.model.training
 
 

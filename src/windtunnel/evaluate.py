@@ -20,11 +20,12 @@ import torch
 from torch import nn
 from torch.distributions import Distribution
 
-from windtunnel import checkpoints, marks, metrics, models, resume, rundir, runs
+from windtunnel import checkpoints, marks, metrics, models, resume, runs
 from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
+from windtunnel.records.run_dir import EvalFile
 from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
 from windtunnel.seeds import stream_seed
 from windtunnel.tasks.base import Batch, check_posterior
@@ -350,7 +351,7 @@ def evaluate(
     evaluate (None: its latest).
     Returns {name: {"task_params", "n", "batch_size", "step", "metrics": {m: {"mean", "lo", "hi"}}, "per_position":
     {...}}}; for a run directory each entry also has "run", what its weights are (`resume.run_record`: an unfinished
-    or extended run says so), and the results are written (write=False to skip) by `rundir.merge_eval`: an entry at
+    or extended run says so), and the results are written (write=False to skip) by `EvalFile.merge`: an entry at
     the run's own settings into eval.json (it reproduces the recorded evaluation), one at any other settings marked
     "extra" with its name (`extra_name`) into evals/NAME.json, leaving eval.json as it was. `model` with a run: the
     predictor to score instead of the run's checkpoint (train passes the model it has just trained); written only if
@@ -411,5 +412,5 @@ def evaluate(
             if extra is not None:
                 results[eval_name(o)]["extra"] = extra
     if run is not None and write:
-        rundir.merge_eval(run.path, results)
+        EvalFile.merge(run.path, results)
     return results

@@ -12,10 +12,15 @@ A run's `config_hash` is the sha256 (first 12 hex digits) of its config.json as 
 directory content it means. Reports read the runs the manifest lists (`run_dirs`), never everything under runs/.
 
 Reuse: before a driver skips a finished run or resumes an interrupted one, `claim_runs` compares the stored resolved
-config (`rundir.read_config`, old stored configs upgraded) with the requested one (`resolve.resolve_config`), and
+config (`records.run_dir.read_config`, old stored configs upgraded) with the requested one (`resolve.resolve_config`),
+and
 the code versions the run recorded (versions.json: windtunnel, torch) with this process's; a mismatch is a
 `RunMismatchError` naming the differing keys, or with `fresh` the old directory is set aside.
 `executors.base.run_job` asks `check_same_run` again on the worker, so no executor can skip or resume another run.
+
+manifest.json itself is read and written by its record (`records.drivers.ManifestRecord`); the launcher claims --out
+with the functions here (`executors.Launch.claim`). Run names: a sweep names its points from their grid values
+(`point_name`), time-to-Bayes its seeds from their config hash (`config_hash`).
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ import os
 import re
 import reprlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from windtunnel.config import RunConfig, config_to_json, run_identity
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.lock import is_locked
+from windtunnel.records.drivers import FORMAT, KINDS, LEGACY_MARKERS, MANIFEST, ManifestEntry, ManifestRecord
+from windtunnel.records.run_dir import read_config, version_diff
 from windtunnel.rundir import (
     CKPT_DIR,
     CONFIG,
@@ -40,19 +48,10 @@ from windtunnel.rundir import (
     EVAL,
     METRICS,
     contents,
-    read_config,
-    read_json_object,
     read_regular,
-    version_diff,
-    write_json,
 )
 
-MANIFEST, SUPERSEDED, RUNS = "manifest.json", "superseded", "runs"
-FORMAT = 1
-KINDS = ("reproduce", "sweep", "time-to-bayes")
-# The file by which an --out written before manifests existed says which driver made it.
-LEGACY_MARKERS = {"sweep-config.json": "sweep", "time_to_bayes.json": "time-to-bayes", "reproduce.json": "reproduce"}
-_SAFE_NAME = re.compile(r"[A-Za-z0-9._+=-]+")  # a run name is one path component (no "/", never "." or "..")
+SUPERSEDED, RUNS = "superseded", "runs"
 _SHOWN_KEYS = 6  # differing keys named in a mismatch message before "and N more"
 
 
@@ -113,7 +112,7 @@ def config_diff(old: Any, new: Any, where: str = "") -> list[str]:
 def check_same_run(run_dir: str | Path, cfg: RunConfig) -> bool:
     """Whether `run_dir` holds the run `cfg` asks for: True for a run of that resolved config (`train.loggers` aside:
     `config.run_identity`), False where there is no run yet (no directory, or only a lock). A run of another config,
-    or trained by other code (windtunnel or torch: `rundir.version_diff`), is a RunMismatchError naming the
+    or trained by other code (windtunnel or torch: `records.run_dir.version_diff`), is a RunMismatchError naming the
     differing keys; an unreadable config.json a CheckpointError naming it; a non-empty directory without one a
     ValueError."""
     run_dir = Path(run_dir)
@@ -179,30 +178,11 @@ def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False) 
 # --- the manifest ------------------------------------------------------------------------------------------
 
 
-def _bad(path: Path, where: str, expected: str, got: Any) -> CheckpointError:
-    return CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(got)}")
-
-
 def read_manifest(out: str | Path) -> dict[str, Any] | None:
-    """`out/manifest.json`, checked (a CheckpointError names the file and the field), or None where there is none."""
+    """`out/manifest.json` as plain data, checked (a CheckpointError names the file and the field), or None where
+    there is none. The drivers read the typed record instead (`records.drivers.ManifestRecord.find`)."""
     path = Path(out) / MANIFEST
-    if not path.exists():
-        return None
-    data = read_json_object(path)
-    if data.get("kind") not in KINDS:
-        raise _bad(path, "kind", f"one of {', '.join(KINDS)}", data.get("kind"))
-    runs = data.get("runs")
-    if not isinstance(runs, list):
-        raise _bad(path, "runs", "a list", runs)
-    for i, entry in enumerate(runs):
-        if not isinstance(entry, dict):
-            raise _bad(path, f"runs[{i}]", "an object", entry)
-        name = entry.get("name")
-        if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
-            raise _bad(path, f"runs[{i}].name", "a run directory name", name)
-        if not isinstance(entry.get("config_hash"), str):
-            raise _bad(path, f"runs[{i}].config_hash", "a string", entry.get("config_hash"))
-    return data
+    return ManifestRecord.load(path).to_json() if path.exists() else None
 
 
 def listed(out: str | Path) -> list[dict[str, Any]]:
@@ -214,23 +194,20 @@ def listed(out: str | Path) -> list[dict[str, Any]]:
 def out_kind(out: str | Path) -> tuple[str, str] | None:
     """Which driver's --out this is, and the file that says so: the manifest's kind, or for an --out written before
     manifests the driver's own result file; None for a new or unclaimed directory."""
-    manifest = read_manifest(out)
-    if manifest is not None:
-        return manifest["kind"], MANIFEST
-    for marker, kind in LEGACY_MARKERS.items():
-        if (Path(out) / marker).exists():
-            return kind, marker
-    return None
+    recorded = ManifestRecord.find(out)
+    return None if recorded is None else (recorded.kind, recorded.source)
 
 
-def refuse_other_kind(out: str | Path, kind: str) -> None:
-    """A ValueError where `out` belongs to another driver: a reproduce never reads a sweep's runs, and so on."""
-    owner = out_kind(out)
-    if owner is not None and owner[0] != kind:
+def refuse_other_kind(out: str | Path, kind: str) -> ManifestRecord | None:
+    """A ValueError where `out` belongs to another driver: a reproduce never reads a sweep's runs, and so on. Returns
+    what says who owns `out` (`ManifestRecord.find`: an older --out's upgraded), None where nothing does."""
+    recorded = ManifestRecord.find(out)
+    if recorded is not None and recorded.kind != kind:
         raise ValueError(
-            f"--out: {str(out)!r} holds the runs of a {owner[0]} ({owner[1]}); a {kind} writes an --out of its own: "
-            "use another"
+            f"--out: {str(out)!r} holds the runs of a {recorded.kind} ({recorded.source}); a {kind} writes an --out "
+            "of its own: use another"
         )
+    return recorded
 
 
 def refuse_run_directory(out: str | Path) -> None:
@@ -244,9 +221,9 @@ def refuse_run_directory(out: str | Path) -> None:
 
 
 def write_manifest(out: str | Path, kind: str, runs: Mapping[str, str], **extra: Any) -> None:
-    """Write `out/manifest.json` atomically: `runs` (name -> config hash, in order) and `extra` fields (e.g. tier)."""
-    entries = [{"name": name, "config_hash": h} for name, h in runs.items()]
-    write_json(Path(out) / MANIFEST, {"format": FORMAT, "kind": kind, **extra, "runs": entries}, sort_keys=False)
+    """Write `out/manifest.json` atomically: `runs` (name -> config hash, in order) and `extra` fields (a reproduce's
+    tier)."""
+    ManifestRecord.of(kind, runs, **extra).write(out)
 
 
 def finished_runs(out: Path, names: list[str]) -> dict[str, str]:
@@ -254,13 +231,16 @@ def finished_runs(out: Path, names: list[str]) -> dict[str, str]:
     return {n: stored_hash(out / RUNS / n) for n in names if is_finished(out / RUNS / n)}
 
 
-def accumulate(out: Path, previous: list[dict[str, Any]], new: Mapping[str, str]) -> dict[str, str]:
-    """Earlier manifest entries that still exist, then `new`: an earlier entry with a name or config hash of a new
-    one (the same run under another name) gives way to it."""
+def accumulate(
+    out: Path, previous: Iterable[ManifestEntry | Mapping[str, Any]], new: Mapping[str, str]
+) -> dict[str, str]:
+    """Earlier manifest entries (records, or their plain data) that still exist, then `new`: an earlier entry with a
+    name or config hash of a new one (the same run under another name) gives way to it."""
+    entries = [e if isinstance(e, ManifestEntry) else ManifestEntry.model_validate(e) for e in previous]
     kept = {
-        e["name"]: e["config_hash"]
-        for e in previous
-        if e["name"] not in new and e["config_hash"] not in new.values() and (out / RUNS / e["name"] / CONFIG).exists()
+        e.name: e.config_hash
+        for e in entries
+        if e.name not in new and e.config_hash not in new.values() and (out / RUNS / e.name / CONFIG).exists()
     }
     return {**kept, **new}
 
@@ -269,27 +249,88 @@ def run_dirs(out: str | Path) -> list[Path]:
     """The run directories `out`'s manifest lists, each checked to be the run it records (its config.json hashes to
     the entry's config_hash); a missing or changed one is a CheckpointError naming it."""
     out = Path(out)
-    manifest = read_manifest(out)
-    if manifest is None:
+    if not (out / MANIFEST).exists():
         raise ValueError(f"{out}: no {MANIFEST}")
     dirs = []
-    for entry in manifest["runs"]:
-        run_dir = out / RUNS / entry["name"]
+    for entry in ManifestRecord.read(out).runs:
+        run_dir = out / RUNS / entry.name
         if not (run_dir / CONFIG).is_file():
-            raise CheckpointError(f"{out / MANIFEST}: lists {entry['name']}, but {run_dir} has no config.json")
-        if stored_hash(run_dir) != entry["config_hash"]:
+            raise CheckpointError(f"{out / MANIFEST}: lists {entry.name}, but {run_dir} has no config.json")
+        if stored_hash(run_dir) != entry.config_hash:
             raise CheckpointError(
                 f"{run_dir}: its config.json changed since {out / MANIFEST} listed it (config hash "
-                f"{stored_hash(run_dir)}, listed {entry['config_hash']})"
+                f"{stored_hash(run_dir)}, listed {entry.config_hash})"
             )
         dirs.append(run_dir)
     return dirs
 
 
+# --- run names ----------------------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-directory name may not contain ("=" only joins key and value)
+_MAX_NAME = 200  # below every filesystem's 255-byte limit on a name
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One combination of grid values: its run-directory `name`, the grid `values` (dotted key -> value), the raw
+    `config` (base + overrides) it trains, and that config `resolved` (validated, everything explicit)."""
+
+    name: str
+    values: dict[str, Any]
+    config: dict[str, Any]
+    resolved: RunConfig = field(repr=False, compare=False)
+
+
+def grid_text(grid: dict[str, list[Any]]) -> list[str]:
+    """The grid as `--grid` items: `["train.lr=0.001,0.0003", "seed=0,1"]`."""
+    return [f"{k}={','.join(value_text(v) for v in vs)}" for k, vs in grid.items()]
+
+
+def value_text(value: Any) -> str:
+    """A value as a user writes it: strings as they are, everything else as JSON (`true`, `0.001`, `[20, 30]`)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _label(text: str) -> str:
+    """Filesystem-safe text: runs of other characters (and "=") become "_"."""
+    return _UNSAFE.sub("_", text.replace("=", "_")) or "_"
+
+
+def _value_label(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "+".join(_value_label(v) for v in value) or "_"
+    return _label(value_text(value).replace(", ", ","))
+
+
+def key_labels(keys: Sequence[str]) -> dict[str, str]:
+    """The name part of each grid key: its last component, or the full dotted key where two keys share it."""
+    last = [k.split(".")[-1] for k in keys]
+    return {k: _label(k if last.count(s) > 1 else s) for k, s in zip(keys, last, strict=True)}
+
+
+def point_name(values: dict[str, Any], labels: dict[str, str], taken: set[str]) -> str:
+    """`lr=0.001-seed=0`: grid `values` as a filesystem-safe name (keys by their `key_labels`), made unique among
+    `taken`, which it joins. A sweep names its run directories so, and the table its settings."""
+    name = "-".join(f"{labels[k]}={_value_label(v)}" for k, v in values.items())
+    if len(name) > _MAX_NAME:  # keep it readable at the front, unique by a hash of the whole
+        name = name[: _MAX_NAME - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    unique, n = name, 1
+    while unique in taken:  # different values with the same safe text (e.g. "a/b" and "a_b")
+        n += 1
+        unique = f"{name}-{n}"
+    taken.add(unique)
+    return unique
+
+
 __all__ = [
+    "FORMAT",
     "KINDS",
+    "LEGACY_MARKERS",
     "MANIFEST",
+    "RUNS",
     "SUPERSEDED",
+    "SweepPoint",
     "accumulate",
     "change_line",
     "check_same_run",
@@ -298,14 +339,18 @@ __all__ = [
     "config_diff",
     "config_hash",
     "finished_runs",
+    "grid_text",
     "is_finished",
+    "key_labels",
     "listed",
     "out_kind",
+    "point_name",
     "read_manifest",
     "refuse_other_kind",
     "refuse_run_directory",
     "run_dirs",
     "set_aside",
     "stored_hash",
+    "value_text",
     "write_manifest",
 ]

@@ -22,7 +22,8 @@ from typing import Any, TextIO
 
 from windtunnel import metric_specs
 from windtunnel.lock import read_owner
-from windtunnel.rundir import DONE, METRICS, OWNER_FILE, open_regular
+from windtunnel.records.run_dir import Done
+from windtunnel.rundir import METRICS, OWNER_FILE, open_regular
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
 TAIL_MAX_BYTES = 256 * 1024  # ... widened (x4) up to this much while it holds no training or evaluation line
@@ -124,7 +125,7 @@ def _dead_here(run_dir: Path) -> bool:
 def read_progress(run: Tracked) -> RunProgress:
     """State and latest numbers of `run`, from its done.json, owner file and the tail of its metrics.jsonl."""
     run_dir = Path(run.run_dir)
-    if (run_dir / DONE).exists():
+    if Done.exists(run_dir):
         state = "done"
     elif (run_dir / OWNER_FILE).exists() and not _dead_here(run_dir):
         state = "active"

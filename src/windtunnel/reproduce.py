@@ -1,8 +1,9 @@
 """`reproduce`: train what is missing, evaluate, probe, and write the report, for one tier of the paper suite.
 
 Interruptible: a finished run has `done.json` and is skipped; an unfinished one resumes from its last checkpoint; either
-only when its stored config is the one asked for (`manifest.claim_runs`; `fresh` sets a mismatched one aside). One
---out holds one tier (default `runs/paper-<tier>`); its manifest lists the runs the report reads.
+only when its stored config is the one asked for (the launcher's claim, `executors.Launch.claim`; `fresh` sets a
+mismatched one aside). One --out holds one tier (default `runs/paper-<tier>`); its manifest lists the runs the report
+reads, and reproduce.json (`records.drivers.ReproduceRecord`) what ran where.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models import is_baseline
+from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import build_report
 from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
-from windtunnel.rundir import read_json_object, write_json
 from windtunnel.suites import SuiteRun, deviations, more_seeds, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
@@ -84,48 +85,34 @@ def reproduce(
     holds `out`'s lock. Runs with equal seeds and threads give equal numbers on every executor. A run directory of
     another config, or an --out of another tier, is refused unless `fresh`, which moves it to `out/superseded/`."""
     out = default_out(tier) if out is None else Path(out)
-    launcher = launch(out, options)
+    launcher = launch(out, options, KIND)
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")
     wanted = {e.name: resolve_config(e.config) for e in entries}
-    with launcher:  # one reproduce per output directory
-        previous = _claim(out, tier, wanted, fresh, echo)
-        return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, previous, fresh)
+    with launcher:  # one reproduce per output directory, never another driver's
+        _one_tier(launcher, tier, fresh, echo)
+        launcher.claim(wanted, echo, fresh=fresh, tier=tier)
+        return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, fresh)
 
 
-def _claim(
-    out: Path, tier: str, wanted: dict[str, Any], fresh: bool, echo: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    """Make `out` this tier's reproduce: refuse another driver's --out, and one of another tier or with run
-    directories of other configs (with `fresh`: set those aside). Returns the manifest entries to keep."""
-    manifest.refuse_other_kind(out, KIND)
-    recorded = manifest.read_manifest(out)
-    if recorded is not None:
-        old_tier, previous = recorded.get("tier"), recorded["runs"]
-    else:  # an --out written before manifests: its reproduce.json names the tier; its runs are checked one by one
-        legacy = out / "reproduce.json"
-        old_tier, previous = (read_json_object(legacy).get("tier") if legacy.exists() else None), []
-    if old_tier not in (None, tier):
-        if not fresh:
-            raise ValueError(
-                f"--out: {str(out)!r} holds the {old_tier} tier's runs; use another --out (the default is "
-                f"{default_out(tier)}), or --fresh to set them aside (to {out / manifest.SUPERSEDED})"
-            )
-        runs = out / manifest.RUNS
-        if recorded is not None:
-            stale = [runs / e["name"] for e in previous]
-        else:
-            stale = sorted(runs.iterdir()) if runs.is_dir() else []
-        for d in stale:
-            if d.is_dir():
-                echo(f"  {d.name}: a {old_tier}-tier run, set aside -> {manifest.set_aside(d, out)}")
-        previous = []
-    for moved in manifest.claim_runs(out, wanted, fresh):
-        echo(f"  set aside (not the run asked for) -> {moved}")
-    previous = [e for e in previous if (out / manifest.RUNS / e["name"]).is_dir()]  # what --fresh moved is gone
-    manifest.write_manifest(out, KIND, {e["name"]: e["config_hash"] for e in previous}, tier=tier)  # claimed now
-    return previous
+def _one_tier(launcher: Launch, tier: str, fresh: bool, echo: Callable[[str], None]) -> None:
+    """One --out holds one tier: an --out of another tier's runs is refused, or with `fresh` its runs are set aside
+    (those its manifest lists; for an --out written before manifests, everything under its runs/)."""
+    out, found = launcher.out, launcher.found
+    if found is None or found.tier in (None, tier):
+        return
+    if not fresh:
+        raise ValueError(
+            f"--out: {str(out)!r} holds the {found.tier} tier's runs; use another --out (the default is "
+            f"{default_out(tier)}), or --fresh to set them aside (to {out / manifest.SUPERSEDED})"
+        )
+    runs = out / manifest.RUNS
+    listed = [runs / e.name for e in found.runs]  # none for an --out written before manifests
+    stale = sorted(runs.iterdir()) if found.legacy and runs.is_dir() else listed
+    for d in stale:
+        if d.is_dir():
+            echo(f"  {d.name}: a {found.tier}-tier run, set aside -> {manifest.set_aside(d, out)}")
 
 
 def _reproduce_locked(
@@ -136,7 +123,6 @@ def _reproduce_locked(
     only: dict[str, str] | None,
     probe: bool,
     echo: Callable[[str], None],
-    previous: list[dict[str, Any]],
     fresh: bool = False,
 ) -> dict[str, Any]:
     out, runner, jobs, threads = launcher.out, launcher.executor, launcher.options.jobs, launcher.threads
@@ -147,36 +133,35 @@ def _reproduce_locked(
     if extra:  # cells whose seeds disagree on the mark: more seeds, up to the tier's limit
         cells = sorted({e.name.rsplit("-s", 1)[0] for e in extra})
         echo(f"seeds disagree on the mark in {', '.join(cells)}: {len(extra)} more run(s)")
-        for moved in manifest.claim_runs(out, {e.name: resolve_config(e.config) for e in extra}, fresh):
-            echo(f"  set aside (not the run asked for) -> {moved}")
+        launcher.claim_runs({e.name: resolve_config(e.config) for e in extra}, echo, fresh=fresh)
         results += launcher.execute(suite_jobs(extra, runs_dir, probe), f"{len(extra)} more seeds, tier {tier}", echo)
         entries = [*entries, *extra]
-    meta = {
-        "tier": tier,
+    record = ReproduceRecord(
+        tier=tier,
         **launcher.machine(),
-        "seeds": {
+        seeds={
             f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1
             for e in sorted(entries, key=lambda e: e.config["seed"])
         },
-        "jobs": jobs,
-        "executor": runner.name,
+        jobs=jobs,
+        executor=runner.name,
         **where_runs_ran(results),
-        "threads": threads,
-        "total_wall_s": launcher.wall_s(),
+        threads=threads,
+        total_wall_s=launcher.wall_s(),
         # runs this call found finished and did not run again: total_wall_s is this call's alone, and where every run
         # was reused (a report rebuilt from finished runs) it says nothing of the tier's cost; run_wall_s does
-        "runs_reused": sum(1 for r in results if r.get("skipped")),
-        "run_wall_s": {r["name"]: r.get("wall_s") for r in results},
-        "command": f"windtunnel reproduce --tier {tier} --out {out} --executor {runner.name}"
+        runs_reused=sum(1 for r in results if r.get("skipped")),
+        run_wall_s={r["name"]: r.get("wall_s") for r in results},
+        command=f"windtunnel reproduce --tier {tier} --out {out} --executor {runner.name}"
         + (f" --jobs {jobs}" if runner.name == "local" else "")
         + f" --threads {threads}"
         + (f" --seeds {seeds}" if seeds is not None else "")
         + "".join(f" --only {k}={v}" for k, v in (only or {}).items()),
-        "deviations": deviations(tier),
-    }
-    write_json(out / "reproduce.json", meta)
-    finished = manifest.finished_runs(out, [e.name for e in entries])
-    manifest.write_manifest(out, KIND, manifest.accumulate(out, previous, finished), tier=tier)
+        deviations=deviations(tier),
+    )
+    record.write(out)
+    launcher.record([e.name for e in entries])
     listed: list[str | Path] = [*manifest.run_dirs(out)]  # this tier's runs, never whatever else lies under runs/
+    meta = record.to_json()
     build_report(listed, out, meta)
     return meta

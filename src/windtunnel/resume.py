@@ -5,23 +5,33 @@ model trained outside windtunnel, `runs.save_run`, which no resume continues).
 A resume continues with the run's own config; only the keys in `RESUMABLE_KEYS` may differ from the config the run
 trained with (trained.json, written whenever training starts, so an edit of config.json by hand meets the same rule
 as `--set`), and one that changes the learning rates before the checkpoint is a warning recorded in resumes.json.
-File names and reads: `rundir`.
+File names: `rundir`; the files themselves: `records.run_dir`.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from windtunnel import checkpoints, manifest, rundir
-from windtunnel.config import RunConfig, apply_overrides, config_to_json, run_identity, validate
-from windtunnel.errors import CheckpointError
+from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
 from windtunnel.lock import DirLock
 from windtunnel.optim import lr_at
-from windtunnel.resolve import upgrade_stored
+from windtunnel.records.run_dir import (
+    STATUSES,
+    ConfigFile,
+    Done,
+    EvalFile,
+    Exported,
+    Geometry,
+    Resume,
+    Resumes,
+    Trained,
+    Versions,
+    version_diff,
+)
 
 # The keys a resume may change (`train(..., resume=True)`, `windtunnel train --resume RUN --set ...`), each with why
 # it is safe: none changes a weight of the steps up to the checkpoint, nor what the steps after it train, so the
@@ -39,24 +49,20 @@ RESUMABLE_KEYS: dict[str, str] = {
     "eval.n": "the final evaluation only, which a resumed run computes anew",
     "eval.batch_size": "the forward batch of the evaluations, not of training",
 }
-# A run's resumes that changed keys, {"resumes": [{"step", "changed", "note"}, ...]}; named in the run-directory layout.
+# A run's resumes that changed keys (`records.run_dir.Resumes`); named in the run-directory layout.
 RESUMES = rundir.RESUMES
-# The config the run's checkpoints were trained with, {"config": {...}}: written when training starts (a new run, or
-# an accepted resume), compared with config.json on every resume and evaluation. config.json is what a person reads
-# and may edit; this is the record it is checked against.
+# The config the run's checkpoints were trained with (`records.run_dir.Trained`): written when training starts (a new
+# run, or an accepted resume), compared with config.json on every resume and evaluation.
 TRAINED = rundir.TRAINED  # "trained.json", named in the run-directory layout
-# What a run's weights are (`run_record`), most serious first: stopped before its last step; config.json no longer
-# the config it trained with; trained outside windtunnel and exported (`runs.save_run`); extended by a resume that
-# changed the learning rates already trained; resumed with changed keys (all in RESUMABLE_KEYS: the run its config
-# trains from scratch); none of these.
-STATUSES = ("unfinished", "edited", "exported", "extended", "resumed", "finished")
+# What a run's weights are (`run_record`), most serious first: `STATUSES`, imported from records.run_dir (eval.json's
+# vocabulary).
 
 
 def resume_config(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
     """The config that continues `run_dir`: its own config.json with dotted `overrides` on top (`--steps`, `--set`),
     for `train(..., resume=True)`, which refuses any changed key not in `RESUMABLE_KEYS`."""
     run_dir = rundir.check_run_dir(run_dir, "resume")
-    return validate(apply_overrides(rundir.read_config(run_dir).model_dump(mode="json"), overrides))
+    return validate(apply_overrides(ConfigFile.read(run_dir).model_dump(mode="json"), overrides))
 
 
 def _schedule_note(old: RunConfig, new: RunConfig, start: int) -> str | None:
@@ -81,37 +87,21 @@ def write_trained(
     """Record `cfg` as the config `run_dir`'s training continues with (trained.json, atomically), and `optimizer`,
     which parameters each optimiser trains (`optim.describe`; None for a model that is not trained); `exported`, for
     a model trained outside windtunnel (`runs.save_run`): {"by", "model", "steps"}, read back by `read_exported`."""
-    record = {"config": json.loads(config_to_json(cfg)), "optimizer": optimizer}
-    rundir.write_json(run_dir / TRAINED, record if exported is None else {**record, "exported": exported})
+    Trained(config=cfg, optimizer=optimizer, exported=None if exported is None else Exported(**exported)).write(run_dir)
 
 
-def read_exported(run_dir: Path) -> dict[str, Any] | None:
+def read_exported(run_dir: Path) -> Exported | None:
     """trained.json's record of a model trained outside windtunnel and exported into `run_dir` (`runs.save_run`),
     or None for a run windtunnel trained; a damaged record is a CheckpointError naming it."""
-    path = run_dir / TRAINED
-    exported = rundir.read_json_object(path).get("exported") if path.exists() else None
-    if exported is not None and not (isinstance(exported, dict) and _is_steps(exported.get("steps"))):
-        raise CheckpointError(f"{path}: exported: expected {{by, model, steps: integer >= 0 or null}}")
-    return exported
-
-
-def _is_steps(value: Any) -> bool:
-    return value is None or (type(value) is int and value >= 0)
+    trained = Trained.find(run_dir)
+    return None if trained is None else trained.exported
 
 
 def read_trained(run_dir: Path) -> RunConfig | None:
     """The config `run_dir` trained with (trained.json), or None for a run made before it was recorded; a damaged
     record is a CheckpointError naming it."""
-    path = run_dir / TRAINED
-    if not path.exists():
-        return None
-    data = rundir.read_json_object(path).get("config")
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: config: expected a JSON object, got {type(data).__name__}")
-    try:
-        return validate(upgrade_stored(data))
-    except ValueError as err:
-        raise CheckpointError(f"{path}: {err}") from None
+    trained = Trained.find(run_dir)
+    return None if trained is None else trained.config
 
 
 def _changes(old: RunConfig, new: RunConfig) -> list[tuple[str, Any, Any]]:
@@ -121,7 +111,7 @@ def _changes(old: RunConfig, new: RunConfig) -> list[tuple[str, Any, Any]]:
 def _edited(run_dir: Path) -> tuple[RunConfig, set[str]]:
     """The config `run_dir` trained with (trained.json; config.json for a run made before it was recorded) and the
     keys whose value config.json has changed since (edited by hand)."""
-    stored = rundir.read_config(run_dir)
+    stored = ConfigFile.read(run_dir)
     trained = read_trained(run_dir)
     if trained is None:
         return stored, set()
@@ -148,7 +138,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
         if c[0] not in RESUMABLE_KEYS
     ]
     if refused:
-        record = TRAINED if (run_dir / TRAINED).exists() else rundir.CONFIG
+        record = TRAINED if Trained.exists(run_dir) else rundir.CONFIG
         undo = f"put back the values edited in {rundir.CONFIG} and " if any(c[0] in edited for c in changes) else ""
         raise ValueError(
             f"resume: {len(refused)} {'keys differ' if len(refused) > 1 else 'key differs'} from the config the run "
@@ -156,7 +146,7 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
             f"change on resume: {undo}drop the other changes to continue this run (`windtunnel train --resume RUN` "
             "alone uses its own config), or train the new config as a new run (another --out, or --overwrite)"
         )
-    changed = rundir.version_diff(run_dir)
+    changed = version_diff(run_dir)
     if changed:
         raise ValueError(
             f"resume: {str(run_dir)!r} was trained by other code ({'; '.join(changed)}); a resumed run would mix "
@@ -167,12 +157,6 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
     note = _schedule_note(stored, cfg, step) if stored.train.steps != cfg.train.steps else None
     return step, [manifest.change_line(*c) for c in changes], note
-
-
-def _record_resume(run_dir: Path, step: int, changed: list[str], note: str | None) -> None:
-    """Append a resume that changed keys to the run's resumes.json (its config.json holds only the new values)."""
-    history = [*_resumes(run_dir), {"step": step, "changed": changed, "note": note}]
-    rundir.write_json(run_dir / RESUMES, {"resumes": history})
 
 
 def _reopen(
@@ -191,20 +175,20 @@ def _reopen(
     if exists and resume:
         step, changed, note = _check_resumable(run_dir, cfg)
         if changed:
-            _record_resume(run_dir, step, changed, note)
-            for stale in (rundir.DONE, rundir.EVAL, rundir.GEOMETRY):  # they describe the run before the change
-                (run_dir / stale).unlink(missing_ok=True)
+            Resumes.record(run_dir, Resume(step=step, changed=changed, note=note))
+            for stale in (Done, EvalFile, Geometry):  # they describe the run before the change
+                stale.remove(run_dir)
         if note:
             warnings.warn(f"resume: {note}; recorded in {str(run_dir / RESUMES)!r}", RuntimeWarning, stacklevel=4)
         rundir.truncate_metrics(run_dir, step)
-        rundir.write_config(run_dir, cfg)
+        ConfigFile.write(run_dir, cfg)
         write_trained(run_dir, cfg, optimizer)
         return step, changed
     if exists:
         rundir.clear(run_dir)  # overwrite (checked by refuse_existing before the lock was taken)
     (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
-    rundir.write_versions(run_dir)
-    rundir.write_config(run_dir, cfg)
+    Versions.current().write(run_dir)
+    ConfigFile.write(run_dir, cfg)
     write_trained(run_dir, cfg, optimizer, exported)
     return 0, []
 
@@ -236,30 +220,6 @@ def open_run_dir(
     return lock, start, changed
 
 
-def _resumes(run_dir: Path) -> list[dict[str, Any]]:
-    """resumes.json's entries, each {"step": int, "changed": [str], "note": str | None}; [] where there is none, a
-    CheckpointError naming the file and the entry where one is garbled."""
-    path = run_dir / RESUMES
-    if not path.exists():
-        return []
-    history = rundir.read_json_object(path).get("resumes")
-    if not isinstance(history, list):
-        raise CheckpointError(f"{path}: resumes: expected a list, got {type(history).__name__}")
-    for i, e in enumerate(history):
-        if not _is_resume(e):
-            raise CheckpointError(
-                f"{path}: resumes[{i}]: expected {{step: integer, changed: [text], note: text or null}}"
-            )
-    return history
-
-
-def _is_resume(entry: Any) -> bool:
-    """Whether a resumes.json entry has its fields, of their kinds."""
-    if not isinstance(entry, dict) or type(entry.get("step")) is not int or not isinstance(entry.get("changed"), list):
-        return False
-    return all(isinstance(c, str) for c in entry["changed"]) and isinstance(entry.get("note"), (str, type(None)))
-
-
 # The metrics.jsonl "event" of a run that stopped early (`train.early_stop`), at the step of its last checkpoint:
 # {"step", "event": "early_stop", "evaluations": n, "train_s"}.
 EARLY_STOP = "early_stop"
@@ -278,7 +238,7 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
     (`train.early_stop`: finished, not unfinished) "stopped_early": {"step", "evaluations"} with a note saying so.
     `trains` False for a baseline, which trains nothing (finished at 0 steps)."""
     run_dir = Path(run_dir)
-    cfg = rundir.read_config(run_dir)
+    cfg = ConfigFile.read(run_dir)
     trained = read_trained(run_dir) or cfg
     steps, batch = (cfg.train.steps, cfg.train.batch_size) if trains else (0, cfg.train.batch_size)
     done = int(step or 0) if trains else 0
@@ -297,10 +257,10 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
     exported = read_exported(run_dir)
     if exported is not None:
         found["exported"] = [_exported_note(exported)]
-    for e in _resumes(run_dir):
-        kind = "extended" if e["note"] else "resumed"
-        what = f"{kind}: resumed at step {e['step']:,} with {'; '.join(e['changed'])}"
-        found.setdefault(kind, []).append(f"{what}: {e['note']}" if e["note"] else what)
+    for e in Resumes.history(run_dir):
+        kind = "extended" if e.note else "resumed"
+        what = f"{kind}: resumed at step {e.step:,} with {'; '.join(e.changed)}"
+        found.setdefault(kind, []).append(f"{what}: {e.note}" if e.note else what)
     status = next((s for s in STATUSES if s in found), "finished")
     notes = [note for s in STATUSES if s in found for note in found[s]]
     out = {"status": status, "steps": steps, "steps_trained": done, "sequences_seen": done * batch, "notes": notes}
@@ -314,12 +274,12 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
     return out
 
 
-def _exported_note(exported: dict[str, Any]) -> str:
+def _exported_note(exported: Exported) -> str:
     """The record's note of a model trained outside windtunnel (`read_exported`)."""
-    steps = exported.get("steps")
+    steps = exported.steps
     how = (
         f"{steps:,} steps by its own account (sequences seen counted at the config's train.batch_size)"
         if steps is not None
         else "the steps it trained and the sequences it saw are not known (recorded as 0)"
     )
-    return f"exported: trained outside windtunnel ({exported.get('model') or 'a model'}, by windtunnel.save_run); {how}"
+    return f"exported: trained outside windtunnel ({exported.model or 'a model'}, by windtunnel.save_run); {how}"

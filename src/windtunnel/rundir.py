@@ -1,5 +1,5 @@
 """Run directories, the unit of record: every file name of a run directory, and the atomic writes and checked reads
-of its files (checkpoints: `windtunnel.checkpoints`).
+of its files (their contents as typed records: `windtunnel.records.run_dir`; checkpoints: `windtunnel.checkpoints`).
 
     run_dir/config.json                       fully resolved RunConfig
     run_dir/versions.json                     the code that trained it: {"windtunnel": ..., "torch": ...}
@@ -8,7 +8,7 @@ of its files (checkpoints: `windtunnel.checkpoints`).
     run_dir/eval.json                         final evaluation, one entry per evaluation setting: the recorded one
     run_dir/evals/NAME.json                   evaluations at other settings, e.g. evals/eval.n=100.json (`eval_file`)
     run_dir/geometry.json                     geometry probes (windtunnel.geometry.run)
-    run_dir/done.json                         written last by `reproduce`: the run is finished and probed
+    run_dir/done.json                         written last by `executors.run_job`: the run is finished and probed
     run_dir/resumes.json, trained.json        a resume's changed keys, the config training continues with (resume.py)
     run_dir/figures/*.png                     the probes' figures
     run_dir/tensorboard/, run_dir/wandb/      the loggers' files (windtunnel.tracking)
@@ -35,12 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import torch
-
-import windtunnel
 from windtunnel.config import RunConfig, config_to_json, validate
 from windtunnel.errors import CheckpointError
-from windtunnel.resolve import upgrade_stored
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
@@ -269,48 +265,7 @@ class MetricsLog:
         self._f.close()
 
 
-# --- config and evaluation files -------------------------------------------------------------------------
-
-
-def read_config(run_dir: str | Path) -> RunConfig:
-    """A run directory's config.json, validated and in today's form (`resolve.upgrade_stored`: a size field added
-    since the run was written reads as what it trained with); a config that is unreadable or invalid raises
-    CheckpointError naming the file and the field."""
-    cfg_path = Path(run_dir) / CONFIG
-    try:
-        return validate(upgrade_stored(read_json_object(cfg_path)))
-    except ValueError as err:
-        raise CheckpointError(f"{cfg_path}: {err}") from None
-
-
-def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
-    atomic_write(Path(run_dir) / CONFIG, config_to_json(cfg))
-
-
-def code_versions() -> dict[str, str]:
-    """The versions of the code whose numbers a run's files hold: windtunnel's and torch's."""
-    return {"windtunnel": windtunnel.__version__, "torch": torch.__version__}
-
-
-def write_versions(run_dir: str | Path) -> None:
-    """Record the code that trains `run_dir` (`code_versions`), when it is created."""
-    write_json(Path(run_dir) / VERSIONS, code_versions())
-
-
-def read_versions(run_dir: str | Path) -> dict[str, Any] | None:
-    """A run directory's versions.json, or None for a run written before versions were recorded."""
-    path = Path(run_dir) / VERSIONS
-    return read_json_object(path) if path.exists() else None
-
-
-def version_diff(run_dir: str | Path) -> list[str]:
-    """Where the code that trained `run_dir` differs from this process's: `["versions.torch: '2.12.0' → '2.13.0'"]`;
-    [] for the same code, or a run that recorded none."""
-    stored = read_versions(run_dir)
-    if stored is None:
-        return []
-    return [f"versions.{k}: {stored.get(k)!r} → {v!r}" for k, v in code_versions().items() if stored.get(k) != v]
-
+# --- evaluation file names ----------------------------------------------------------------------------------------
 
 # What an extra evaluation's name may keep in its file name; anything else becomes "_".
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+-]")
@@ -326,20 +281,6 @@ def eval_file(run_dir: str | Path, extra: str | None = None) -> Path:
     if len(name) > _MAX_NAME or name != extra:  # shortened or changed: the hash keeps two names apart
         name = f"{name[:_MAX_NAME]}-{hashlib.sha256(extra.encode()).hexdigest()[:12]}"
     return Path(run_dir) / EVALS / f"{name}.json"
-
-
-def merge_eval(run_dir: str | Path, results: dict) -> dict[Path, dict]:
-    """Merge evaluation results (by setting name) atomically into their files (`eval_file`): an entry marked "extra"
-    (an evaluation whose settings differ from the run's) into evals/NAME.json, any other into eval.json. The one
-    writer of both, so an extra evaluation never lands in eval.json; returns {file: its merged contents}."""
-    by_file: dict[Path, dict] = {}
-    for setting, entry in results.items():
-        by_file.setdefault(eval_file(run_dir, entry.get("extra")), {})[setting] = entry
-    merged: dict[Path, dict] = {}
-    for path, entries in by_file.items():
-        merged[path] = {**(read_json_object(path) if path.exists() else {}), **entries}
-        write_json(path, merged[path])
-    return merged
 
 
 def contents(run_dir: Path) -> list[Path]:
@@ -399,7 +340,7 @@ def _not_a_run_config(path: Path) -> str | None:
     writes), or None when it is one."""
     try:
         data = read_json_object(path)
-        validate(upgrade_stored(data))
+        validate(data)  # an older config's size fields (`records.run_dir.ConfigFile.upgrade`) are a free dict here
     except CheckpointError as err:
         return str(err)
     except ValueError as err:

@@ -22,9 +22,10 @@ from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoin
 from windtunnel.config import RunConfig, validate
 from windtunnel.errors import CheckpointError
 from windtunnel.models.base import ModelSize
+from windtunnel.records.run_dir import ConfigFile, EvalFile
 from windtunnel.resolve import resolve_config
 from windtunnel.resume import open_run_dir
-from windtunnel.rundir import CONFIG, EVAL, check_run_dir, read_config, read_json_object, read_metrics
+from windtunnel.rundir import CONFIG, check_run_dir, read_metrics
 from windtunnel.tasks.base import TaskSpec
 
 
@@ -123,9 +124,9 @@ class Run:
     def metrics(self) -> list[dict]:
         return read_metrics(self.path)
 
-    def eval(self) -> dict:
-        p = self.path / EVAL
-        return read_json_object(p) if p.exists() else {}
+    def eval(self) -> EvalFile:
+        """The run's recorded evaluation (eval.json); no entries before it is evaluated."""
+        return EvalFile.read_or_empty(self.path)
 
 
 def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
@@ -134,7 +135,7 @@ def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
     imported already (`--import`) or are imported from an installed package with `trust_code=True`
     (windtunnel.plugins)."""
     p = check_run_dir(run_dir)  # "does not exist" / "is a file" / "is not a run directory (no config.json)"
-    cfg = read_config(p)
+    cfg = ConfigFile.read(p)
     # the modules it records: imported already (--import), or from an installed package with trust_code
     plugins.require(cfg.imports, trust_code=trust_code, exclude=(p, p.parent), where=str(p / CONFIG))
     return Run(path=p, config=cfg, trust_code=trust_code)

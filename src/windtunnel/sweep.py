@@ -6,8 +6,10 @@ Every point of the grid is a run directory `out/runs/<name>` (a readable name bu
 `lr=0.001-seed=0`), trained by any executor (`windtunnel.executors`: local processes or a Ray cluster) with the same
 `run_job` as `reproduce`, so a point's numbers do not depend on where it ran. Every point is validated before
 anything is created, the longest runs start first, and a re-run trains only what is missing (a finished run has
-`done.json`), reusing a run directory only when it holds the point's resolved config (`manifest.claim_runs`; with
-`fresh` a mismatched one is set aside). `out/manifest.json` lists the sweep's finished points.
+`done.json`), reusing a run directory only when it holds the point's resolved config (the launcher's claim,
+`executors.Launch.claim`; with `fresh` a mismatched one is set aside). `out/manifest.json` lists the sweep's finished
+points, `out/sweep-config.json` the sweep that owns --out (`records.drivers.SweepConfigRecord`); a point's name is
+`manifest.point_name`'s.
 
 The table -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- is picked on the validation stream, never the test stream,
 each setting (the runs that differ only in `seed`) with its mean and interval over seeds: `report.sweep_table`.
@@ -24,22 +26,12 @@ from typing import Any
 from windtunnel import manifest, plugins
 from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
+from windtunnel.manifest import SweepPoint, grid_text, key_labels, point_name, value_text
 from windtunnel.models import is_import_string
-from windtunnel.report.collect import checked
-from windtunnel.report.sweep_table import (
-    SweepPoint,
-    grid_text,
-    key_labels,
-    plain,
-    point_name,
-    value_text,
-    write_table,
-)
+from windtunnel.records.drivers import SWEEP_BASE, SWEEP_CONFIG, SweepBaseRecord, SweepConfigRecord, plain
+from windtunnel.report.sweep_table import write_table
 from windtunnel.resolve import resolve_config
-from windtunnel.rundir import read_json_object, write_json
 
-SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
-SWEEP_BASE = "sweep-base.json"  # a sweep of a config dict (Python): that dict, for its Command: line to re-run
 KIND = "sweep"  # the manifest kind of a sweep's --out
 
 
@@ -206,13 +198,10 @@ def sweep(
     for p in points:
         _check_builtin(p.resolved)
     out = Path(out)
-    launcher = launch(out, options)
-    record = {
-        "config": None if isinstance(config, dict) else str(config),
-        "overrides": overrides,
-        "base": base,
-        "grid": grid,
-    }
+    launcher = launch(out, options, KIND)
+    record = SweepConfigRecord(
+        config=None if isinstance(config, dict) else str(config), overrides=overrides, base=base, grid=grid
+    )
     meta = {
         "executor": options.executor,
         "jobs": options.jobs,
@@ -222,10 +211,12 @@ def sweep(
     note = _command_note(base)
     if note:
         meta["command_note"] = note
-    with launcher:  # one sweep per output directory
-        points = _claim(out, record, points, fresh, echo)
+    with launcher:  # one sweep per output directory, never another driver's
+        record, points = _same_sweep(out, record, points)
+        launcher.claim({p.name: p.resolved for p in points}, echo, fresh=fresh)
+        record.write(out)  # the sweep owns --out now, with the grid's key order
         if isinstance(config, dict):  # the Command: line reads it back
-            write_json(out / SWEEP_BASE, plain(config), sort_keys=False)
+            SweepBaseRecord(plain(config)).write(out)
         return _sweep_locked(launcher, points, record, meta, echo)
 
 
@@ -255,53 +246,38 @@ def _command_note(base: dict[str, Any]) -> str | None:
     )
 
 
-def _claim(
-    out: Path, record: dict[str, Any], points: list[SweepPoint], fresh: bool, echo: Callable[[str], None]
-) -> list[SweepPoint]:
-    """Make `out` this sweep's: refuse a directory of another driver, of another sweep (another base config or other
-    grid keys) or of other runs, and a run directory whose config is not its point's (`fresh`: set it aside); record
-    the sweep. Returns the points, in the key order the directory's sweep first used (same keys, same run names)."""
-    manifest.refuse_other_kind(out, KIND)
-    path, grid = out / SWEEP_CONFIG, record["grid"]
-    if path.exists():
-        old = _read_record(path)
-        if plain(old.get("base")) != plain(record["base"]):
-            raise ValueError(
-                f"--out: {str(out)!r} holds a sweep of another base config ({old.get('config') or 'a dict'}, "
-                f"--set {old.get('overrides') or {}}); use a new --out for this one"
-            )
-        keys = list(old.get("grid") or {})
-        if set(keys) != set(grid):
-            raise ValueError(
-                f"--out: {str(out)!r} holds a sweep over {', '.join(keys)}, not {', '.join(grid)}; "
-                "use a new --out for this one"
-            )
-        if keys != list(grid):
-            record["grid"] = {k: grid[k] for k in keys}
-            points = expand(record["base"], record["grid"])
-    elif (out / "runs").exists():
-        raise ValueError(f"--out: {str(out)!r} holds runs/ of something other than a sweep; use a new --out")
-    for moved in manifest.claim_runs(out, {p.name: p.resolved for p in points}, fresh):
-        echo(f"  set aside (not the run asked for) -> {moved}")
-    write_json(path, plain(record), sort_keys=False)  # keep the grid's key order
-    return points
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    """A sweep's sweep-config.json, its `base`, `grid` and `overrides` checked to be objects and `config` a path or
-    null (a CheckpointError naming the file and the field otherwise)."""
-    record = read_json_object(path)
-    for key in ("base", "grid", "overrides"):
-        checked(record.get(key, {}), "object", path, key)
-    if record.get("config") is not None:
-        checked(record["config"], "text", path, "config")
-    return record
+def _same_sweep(
+    out: Path, record: SweepConfigRecord, points: list[SweepPoint]
+) -> tuple[SweepConfigRecord, list[SweepPoint]]:
+    """A sweep reruns in its own --out only: refuse one of another sweep (another base config or other grid keys)
+    or of other runs. Returns the record and points in the key order the directory's sweep first used (same keys,
+    same run names)."""
+    old = SweepConfigRecord.find(out)
+    if old is None:
+        if (out / manifest.RUNS).exists():
+            raise ValueError(f"--out: {str(out)!r} holds runs/ of something other than a sweep; use a new --out")
+        return record, points
+    if plain(old.base) != plain(record.base):
+        raise ValueError(
+            f"--out: {str(out)!r} holds a sweep of another base config ({old.config or 'a dict'}, "
+            f"--set {old.overrides or {}}); use a new --out for this one"
+        )
+    keys = list(old.grid)
+    if set(keys) != set(record.grid):
+        raise ValueError(
+            f"--out: {str(out)!r} holds a sweep over {', '.join(keys)}, not {', '.join(record.grid)}; "
+            "use a new --out for this one"
+        )
+    if keys == list(record.grid):
+        return record, points
+    record = record.model_copy(update={"grid": {k: record.grid[k] for k in keys}})
+    return record, expand(record.base, record.grid)
 
 
 def _sweep_locked(
     launcher: Launch,
     points: list[SweepPoint],
-    record: dict[str, Any],
+    record: SweepConfigRecord,
     meta: dict[str, Any],
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -315,8 +291,8 @@ def _sweep_locked(
     def tabulate(results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The table of what has finished, and the manifest of its runs."""
         timed = {**meta, "total_wall_s": launcher.wall_s()}
-        data = write_table(out, points, record, timed, launcher.machine(), results)
-        manifest.write_manifest(out, KIND, manifest.finished_runs(out, [p.name for p in points]))
+        data = write_table(out, points, record.model_dump(), timed, launcher.machine(), results)
+        launcher.record([p.name for p in points], keep=False)  # this sweep's points only
         return data
 
     try:
@@ -328,13 +304,13 @@ def _sweep_locked(
     return tabulate(results)
 
 
-def _command(record: dict[str, Any], out: Path, options: ExecutorOptions) -> str:
+def _command(record: SweepConfigRecord, out: Path, options: ExecutorOptions) -> str:
     """The `windtunnel sweep` command line of a sweep (a dict config: the copy written to `out/sweep-base.json`),
     with an `--import` for each module the base needs (`_command_imports`) and the executor options given."""
-    parts = ["windtunnel sweep", record["config"] or str(out / SWEEP_BASE)]
-    parts += [f"--import {m}" for m in _command_imports(record["base"])]
-    parts += [f"--grid {g}" for g in grid_text(record["grid"])]
-    parts += [f"--set {k}={value_text(v)}" for k, v in record["overrides"].items()]
+    parts = ["windtunnel sweep", record.config or str(out / SWEEP_BASE)]
+    parts += [f"--import {m}" for m in _command_imports(record.base)]
+    parts += [f"--grid {g}" for g in grid_text(record.grid)]
+    parts += [f"--set {k}={value_text(v)}" for k, v in record.overrides.items()]
     parts += [f"--out {out}", f"--executor {options.executor}"]
     given = {
         "--jobs": options.jobs if options.jobs != 1 else None,

@@ -30,9 +30,9 @@ from windtunnel.malloc import tune_malloc
 from windtunnel.manifest import check_same_run, is_finished
 from windtunnel.models import is_baseline
 from windtunnel.plugins import import_plugins
-from windtunnel.report.collect import read_done
+from windtunnel.records.run_dir import Done, Geometry
 from windtunnel.resolve import resolve_config
-from windtunnel.rundir import DONE, GEOMETRY, atomic_write, write_json
+from windtunnel.rundir import atomic_write
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
 
@@ -109,13 +109,13 @@ def run_job(job: Job) -> dict[str, Any]:
     config = resolve_config(job.config)
     check_same_run(run_dir, config)
     if is_finished(run_dir):
-        done = read_done(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
-        if job.probe and not is_baseline(config.model.arch) and not (run_dir / GEOMETRY).exists():
+        done = Done.read(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
+        if job.probe and not is_baseline(config.model.arch) and not Geometry.exists(run_dir):
             # finished without its probe (reproduce once probed only each cell's first seed): probe it now
             torch.set_num_threads(max(1, job.threads))
             probe_run(run_dir, device=resolve_device(config.train.device))
-        return {"name": job.name, "skipped": True, **done}
-    (run_dir / DONE).unlink(missing_ok=True)  # marked done but its eval.json is gone: resume (to the end) and evaluate
+        return {"name": job.name, "skipped": True, **done.model_dump()}
+    Done.remove(run_dir)  # marked done but its eval.json is gone: resume (to the end) and evaluate
     torch.set_num_threads(max(1, job.threads))
     start = time.time()
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
@@ -124,16 +124,16 @@ def run_job(job: Job) -> dict[str, Any]:
     probed = job.probe and not is_baseline(config.model.arch)
     if probed:
         probe_run(run_dir, device=device)
-    info = {
-        "wall_s": round(time.time() - start, 1),
-        "probe": "done" if probed else "skipped",
-        "device": str(device),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "resumed_from": resumed,
-    }
-    write_json(run_dir / DONE, info)
-    return {"name": job.name, "skipped": False, **info}
+    done = Done(
+        wall_s=round(time.time() - start, 1),
+        probe="done" if probed else "skipped",
+        device=str(device),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        resumed_from=resumed,
+    )
+    done.write(run_dir)
+    return {"name": job.name, "skipped": False, **done.model_dump()}
 
 
 __all__ = ["STORAGE_TOKEN", "Executor", "Job", "OnResult", "check_storage", "run_job", "write_storage_token"]

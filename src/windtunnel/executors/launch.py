@@ -1,9 +1,11 @@
-"""The one launcher of every driver (`reproduce`, `sweep`, `time-to-bayes`): build jobs -> launch -> summarise.
+"""The one launcher of every driver (`reproduce`, `sweep`, `time-to-bayes`): claim --out -> launch -> summarise.
 
-    launcher = launch(out, options)  # threads per run and the executor, checked before anything is created
-    with launcher:  # --out: never a run directory, writable, locked for the driver's life
-        ...  # the driver claims --out (its manifest, its run directories)
+    launcher = launch(out, options, KIND)  # threads per run and the executor, checked before anything is created
+    with launcher:  # --out: never a run directory, writable, locked for the driver's life, not another driver's
+        ...  # the driver's own checks of what --out holds (`launcher.found`: its manifest; a tier, a grid)
+        launcher.claim(wanted, echo, fresh=fresh)  # its run directories checked, the manifest written at once
         results = launcher.execute(jobs, "12 runs, tier quick", echo)  # storage token, first line, runs, progress
+        launcher.record(names)  # the finished runs join the manifest
         ...  # the driver summarises: its table or report, with `launcher.machine()` and `launcher.wall_s()`
 
 `ExecutorOptions` are the options every driver takes for where and how its runs execute, as its CLI command's
@@ -15,19 +17,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from windtunnel import manifest
+from windtunnel.config import RunConfig
 from windtunnel.executors.base import Executor, Job, write_storage_token
 from windtunnel.executors.driver import execute
 from windtunnel.executors.local import LocalExecutor
 from windtunnel.executors.ray_cluster import DEFAULT_RETRIES, RayExecutor
 from windtunnel.lock import DirLock
 from windtunnel.machine import machine_description
+from windtunnel.records.drivers import ManifestEntry, ManifestRecord
 from windtunnel.rundir import check_writable
 
 EXECUTORS = ("local", "ray")
@@ -90,11 +94,17 @@ def holding(out: Path) -> Iterator[None]:
 
 class Launch:
     """One driver's runs into `out`, on the executor `options` choose (see `launch`). Its threads per run and its
-    executor are fixed, and checked, when it is made; `with` it, --out is held (`holding`)."""
+    executor are fixed, and checked, when it is made; `with` it, --out is held (`holding`) and, for a driver of
+    `kind`, refused where another driver owns it (`found`: what says who does); then `claim` and `record` keep its
+    manifest."""
 
-    def __init__(self, out: str | Path, options: ExecutorOptions) -> None:
+    def __init__(self, out: str | Path, options: ExecutorOptions, kind: str | None = None) -> None:
         self.out = Path(out)
         self.options = options
+        self.kind = kind
+        self.found: ManifestRecord | None = None  # --out's manifest (an older --out's upgraded) when it was held
+        self._claimed: list[ManifestEntry] = []  # the earlier runs the manifest kept when --out was claimed
+        self._fields: dict[str, Any] = {}  # the manifest's own fields (a reproduce's tier)
         self.threads = threads_per_run(options.executor, options.jobs, options.threads)
         self.executor = make_executor(
             options.executor, jobs=options.jobs, ray_address=options.ray_address, max_retries=options.max_retries
@@ -107,6 +117,12 @@ class Launch:
         held = holding(self.out)
         held.__enter__()
         self._held = held
+        if self.kind is not None:
+            try:
+                self.found = manifest.refuse_other_kind(self.out, self.kind)
+            except BaseException as err:
+                self.__exit__(type(err), err, err.__traceback__)
+                raise
         return self
 
     def __exit__(
@@ -115,6 +131,40 @@ class Launch:
         held, self._held = self._held, None
         if held is not None:
             held.__exit__(exc_type, exc, tb)
+
+    def claim(
+        self, wanted: Mapping[str, RunConfig], echo: Callable[[str], None], *, fresh: bool = False, **fields: Any
+    ) -> list[ManifestEntry]:
+        """Make --out this driver's, inside `with` and after the driver's own checks: every run directory it is about
+        to skip, resume or create checked against the config it asks for (`claim_runs`), then the manifest written at
+        once, its earlier entries that still exist kept, with `fields` (a reproduce's tier). Returns those entries."""
+        kind = self._driver_kind()
+        self.claim_runs(wanted, echo, fresh=fresh)
+        kept = manifest.accumulate(self.out, self.found.runs if self.found is not None else [], {})
+        self._claimed = [ManifestEntry(name=n, config_hash=h) for n, h in kept.items()]
+        self._fields = fields
+        manifest.write_manifest(self.out, kind, kept, **fields)
+        return self._claimed
+
+    def claim_runs(self, wanted: Mapping[str, RunConfig], echo: Callable[[str], None], *, fresh: bool = False) -> None:
+        """Check the run directories `out/runs/<name>` of `wanted` against their configs, all before any work
+        (`manifest.claim_runs`: a mismatch is an error, or with `fresh` set aside, each echoed)."""
+        for moved in manifest.claim_runs(self.out, wanted, fresh):
+            echo(f"  set aside (not the run asked for) -> {moved}")
+
+    def record(self, names: Sequence[str], *, keep: bool = True) -> None:
+        """Write the manifest of the finished runs among `names` (`manifest.finished_runs`), after the entries kept
+        when --out was claimed (`keep`; without it, `names`' finished runs alone: a sweep lists its own points)."""
+        kind = self._driver_kind()
+        finished = manifest.finished_runs(self.out, list(names))
+        runs = manifest.accumulate(self.out, self._claimed, finished) if keep else finished
+        manifest.write_manifest(self.out, kind, runs, **self._fields)
+
+    def _driver_kind(self) -> str:
+        """The driver's kind, where --out is held as that driver's (a manifest is written only so)."""
+        if self.kind is None or self._held is None:
+            raise RuntimeError("a driver claims and records --out inside `with launch(out, options, kind)`")
+        return self.kind
 
     def machine(self) -> dict[str, Any]:
         """The machine record (`machine.machine_description`) the driver's results carry, read once."""
@@ -138,11 +188,12 @@ class Launch:
         return execute(jobs, self.executor, echo, progress=self.options.progress)
 
 
-def launch(out: str | Path, options: ExecutorOptions) -> Launch:
+def launch(out: str | Path, options: ExecutorOptions, kind: str | None = None) -> Launch:
     """A driver's launch of its runs into `out` (the module's docstring shows its use): threads per run and the
-    executor from `options`, checked now; then, `with` it, --out checked and locked, `execute` for the runs, and the
-    machine record for the driver's summary."""
-    return Launch(out, options)
+    executor from `options`, checked now; then, `with` it, --out checked, locked and (for a driver of `kind`) not
+    another driver's, `claim` and `record` for its manifest, `execute` for the runs, and the machine record for the
+    driver's summary."""
+    return Launch(out, options, kind)
 
 
 __all__ = [

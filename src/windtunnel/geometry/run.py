@@ -3,7 +3,6 @@ geometry.json + figures."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from windtunnel.geometry.figures import write_figures
 from windtunnel.geometry.probes import probe_model
 from windtunnel.geometry.registry import ProbeContext, probes, run_probe
 from windtunnel.models import is_baseline
-from windtunnel.rundir import GEOMETRY, check_writable, write_json
+from windtunnel.records.run_dir import Geometry
+from windtunnel.rundir import check_writable
 from windtunnel.runs import build_model, load_run
 
 
@@ -106,5 +106,5 @@ def probe_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     if figures:
         results["figures"] = write_figures(results, model, data, out_dir / "figures", init_model=init_model)
-    write_json(out_dir / GEOMETRY, json.loads(json.dumps(results, default=float)))
+    Geometry.from_results(results, out_dir).write(out_dir)
     return results

@@ -2,7 +2,9 @@
 
 Run directories may be corrupt or hostile, so `read_run` checks every value the report reads before it builds a
 record: a value of the wrong kind is a `errors.CheckpointError` naming the file and the field (exit code 1), never a
-traceback later and never a silently wrong number in a table.
+traceback later and never a silently wrong number in a table. The files are read as their typed records
+(`records.run_dir`, which check each field's kind and upgrade older forms); the report adds what it computes with:
+finite means, the task parameters it reads, metrics.jsonl's fields.
 
 The report's numbers are the run's recorded evaluation, eval.json, only: an evaluation at other settings
 (evals/NAME.json, `evaluate.extra_name`) is never read, and the eval settings a record's config carries are those
@@ -11,7 +13,6 @@ that made its numbers (`_as_evaluated`), so every label says the n behind the nu
 
 from __future__ import annotations
 
-import math
 import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import checkpoints, errors, manifest, marks, rundir
-from windtunnel.resolve import upgrade_stored
-from windtunnel.resume import STATUSES
+from windtunnel.records import run_dir as records
+from windtunnel.records.run_dir import MISSING, ConfigFile, EvalFile, Geometry
+from windtunnel.records.run_dir import read_done as read_done  # done.json's reader, where the drivers found it
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class RunState:
 
 @dataclass
 class RunRecord:
-    """What the report needs from one run directory."""
+    """What the report needs from one run directory: its records' JSON (`records.run_dir`), as the tables read it."""
 
     path: Path
     task: str
@@ -71,8 +73,7 @@ class RunRecord:
     geometry: dict[str, Any] | None = None
     # checkpoints/latest.json's step (0: none), read only for a run without a default evaluation; None: not known
     checkpoint_step: int | None = None
-    # eval.json entries made at another n than its default (`windtunnel eval --n` merged them there before extra
-    # evaluations were kept apart): set aside, in no table, as no label could say their n
+    # eval.json entries an older `windtunnel eval --n` merged there at another n (`EvalFile.set_apart`): in no table
     other_evals: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -146,33 +147,13 @@ class RunRecord:
         return pts
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-class _Missing:
-    """An absent key, told apart from an explicit null in error messages."""
-
-    def __repr__(self) -> str:
-        return "nothing (the key is missing)"
-
-
-MISSING = _Missing()
-# kind -> (test, what the error says was expected)
+# kind -> (test, what the error says was expected): the records' kinds and a verdict's level
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "number": (lambda v: _is_number(v) and math.isfinite(v), "a finite number"),
-    "real": (_is_number, "a number"),  # NaN and inf allowed: a result that is reported, never ranked
-    "integer": (_is_int, "an integer"),
-    "count": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "positive": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "text": (lambda v: isinstance(v, str), "a string"),
-    "object": (lambda v: isinstance(v, dict), "a JSON object"),
-    "list": (lambda v: isinstance(v, list), "a list"),
-    "curve": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),  # nan: no data there
+    **records.KINDS,
     "level": (lambda v: v in marks.LEVELS, f"a verdict level ({', '.join(marks.LEVELS)})"),
 }
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
@@ -185,17 +166,6 @@ HISTORY_FIELDS = {
     "entropy_mae_bits": "number",
     "accuracy": "number",
     "verdict": "level",
-}
-# eval.json's record of what a run is (`resume.run_record`), in each entry's "run".
-RUN_FIELDS = {"steps": "count", "steps_trained": "count", "sequences_seen": "count", "notes": "list"}
-# done.json fields the drivers read (`executors.run_job` writes them; sweep tables and reproduce's report read them).
-DONE_FIELDS = {
-    "wall_s": "number",
-    "probe": "text",
-    "device": "text",
-    "host": "text",
-    "pid": "integer",
-    "resumed_from": "count",
 }
 
 
@@ -222,73 +192,17 @@ def _check_params(params: Any, path: Path, where: str) -> None:
         _optional(checked(params, "object", path, where), key, kind, path, f"{where}.{key}")
 
 
-def _check_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    """The config fields the report reads: task name and params, arch, seed, training steps and batch size."""
-    task = _required(cfg, "task", "object", path, "task")
-    _required(task, "name", "text", path, "task.name")
-    _check_params(task.get("params", {}), path, "task.params")
-    _required(_required(cfg, "model", "object", path, "model"), "arch", "text", path, "model.arch")
-    _optional(cfg, "seed", "integer", path, "seed")
-    train = checked(cfg.get("train", {}), "object", path, "train")
-    for key in ("steps", "batch_size"):
-        _optional(train, key, "count", path, f"train.{key}")
-    checked(cfg.get("eval", {}), "object", path, "eval")
-    return cfg
-
-
-def _check_evals(evals: dict[str, Any], path: Path) -> dict[str, Any]:
-    """eval.json: {name: {"metrics": {m: {"mean", "lo", "hi"} or null}, "per_position": {curve: [...] or null},
-    "approximations": {a: {"kl_from_model_bits", "entropy_mae_bits", ...}}, "task_params": {...}}}. A null metric is
-    one the task does not define (accuracy for real answers); a metric that is there needs all three numbers."""
-    for name, ev in evals.items():
-        checked(ev, "object", path, name)
-        if ev.get("extra") is not None:  # `rundir.merge_eval` never writes one here
-            raise errors.CheckpointError(
-                f"{path}: {name}.extra: an evaluation at other settings than the run's ({reprlib.repr(ev['extra'])}) "
-                f"is kept in {rundir.EVALS}/, never in {rundir.EVAL}; move it there"
-            )
-        for key in ("n", "batch_size"):
-            _optional(ev, key, "positive", path, f"{name}.{key}")
-        for m, v in checked(ev.get("metrics", {}), "object", path, f"{name}.metrics").items():
-            if v is not None:
-                for k in ("mean", "lo", "hi"):
-                    _required(
-                        checked(v, "object", path, f"{name}.metrics.{m}"), k, "number", path, f"{name}.metrics.{m}.{k}"
-                    )
-        curves = checked(ev.get("per_position", {}), "object", path, f"{name}.per_position")
-        for c in curves:
-            _optional(curves, c, "curve", path, f"{name}.per_position.{c}")
-        for a, v in checked(ev.get("approximations", {}), "object", path, f"{name}.approximations").items():
+def _check_evals(evals: EvalFile, path: Path) -> None:
+    """What the report computes with beyond the record's kinds (`records.run_dir.EvalEntry`): finite means and
+    intervals, each approximation's two numbers, and the task parameters it reads."""
+    for name, ev in evals.entries.items():
+        for m, ci in ev.metrics.items():
+            for k in ("mean", "lo", "hi") if ci is not None else ():
+                checked(getattr(ci, k), "number", path, f"{name}.metrics.{m}.{k}")
+        for a, v in ev.approximations.items():
             for k in ("kl_from_model_bits", "entropy_mae_bits"):
-                _required(
-                    checked(v, "object", path, f"{name}.approximations.{a}"),
-                    k,
-                    "number",
-                    path,
-                    f"{name}.approximations.{a}.{k}",
-                )
-        _check_params(ev.get("task_params", {}), path, f"{name}.task_params")
-        _optional(ev, "step", "count", path, f"{name}.step")
-        if ev.get("run") is not None:
-            _check_run_record(checked(ev["run"], "object", path, f"{name}.run"), path, f"{name}.run")
-    return evals
-
-
-def _check_run_record(rec: dict[str, Any], path: Path, where: str) -> None:
-    """An eval.json entry's "run" (`resume.run_record`): a known status, counts, and notes that are text."""
-    if rec.get("status") not in STATUSES:
-        expected = f"one of {', '.join(STATUSES)}"
-        raise errors.CheckpointError(
-            f"{path}: {where}.status: expected {expected}, got {reprlib.repr(rec.get('status'))}"
-        )
-    for key, kind in RUN_FIELDS.items():
-        _required(rec, key, kind, path, f"{where}.{key}")
-    for i, note in enumerate(rec["notes"]):
-        checked(note, "text", path, f"{where}.notes[{i}]")
-    if rec.get("stopped_early") is not None:
-        early = checked(rec["stopped_early"], "object", path, f"{where}.stopped_early")
-        _required(early, "step", "count", path, f"{where}.stopped_early.step")
-        _optional(early, "evaluations", "positive", path, f"{where}.stopped_early.evaluations")
+                _required(v, k, "number", path, f"{name}.approximations.{a}.{k}")
+        _check_params(ev.task_params, path, f"{name}.task_params")
 
 
 def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -313,63 +227,47 @@ def validation_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [h for h in history if h.get("split") == "eval" and "train_s" in h]
 
 
-def read_done(run_dir: str | Path) -> dict[str, Any]:
-    """A finished run's done.json, each field in DONE_FIELDS of its kind or null (CheckpointError naming the file
-    and field otherwise), so a garbled marker never reaches a table as a wrong number or a traceback."""
-    path = Path(run_dir) / rundir.DONE
-    done = rundir.read_json_object(path)
-    for key, kind in DONE_FIELDS.items():
-        _optional(done, key, kind, path, key)
-    return done
-
-
 def read_test_metrics(
     run_dir: str | Path, metrics: tuple[str, ...] | None = None
 ) -> dict[str, dict[str, float] | None]:
     """The test-stream `metrics` (default: all) of a run's default evaluation (eval.json): {metric: {"mean", "lo",
     "hi"}}, None where the task has no such metric. NaN and inf are kept (reported, never ranked); a value that is
     not a number is a CheckpointError naming the file and the field."""
-    path = Path(run_dir) / rundir.EVAL
-    default = _required(rundir.read_json_object(path), "default", "object", path, "default")
-    found = _required(default, "metrics", "object", path, "default.metrics")
+    path = EvalFile.path(run_dir)
+    default = EvalFile.read(run_dir).entries.get("default")
+    if default is None or "metrics" not in default.model_fields_set:
+        where = "default" if default is None else "default.metrics"
+        raise errors.CheckpointError(f"{path}: {where}: expected a JSON object, got {MISSING!r}")
     out: dict[str, dict[str, float] | None] = {}
-    for m in found if metrics is None else metrics:
-        v = found.get(m)
-        if v is None:
-            out[m] = None
-            continue
-        where = f"default.metrics.{m}"
-        checked(v, "object", path, where)
-        out[m] = {k: float(_required(v, k, "real", path, f"{where}.{k}")) for k in ("mean", "lo", "hi")}
+    for m in default.metrics if metrics is None else metrics:
+        ci = default.metrics.get(m)
+        out[m] = None if ci is None else {"mean": float(ci.mean), "lo": float(ci.lo), "hi": float(ci.hi)}
     return out
-
-
-def _read_object(path: Path, default: Any = None) -> Any:
-    """A JSON file that must hold an object (CheckpointError naming it otherwise), or `default` where it is absent."""
-    return rundir.read_json_object(path) if path.exists() else default
 
 
 def read_run(path: str | Path) -> RunRecord:
     """One run directory -> RunRecord, every value the report reads checked (CheckpointError naming the file
     and field otherwise); a directory without config.json is an error naming it."""
     p = Path(path)
-    if not (p / rundir.CONFIG).exists():
+    if not ConfigFile.path(p).exists():
         raise ValueError(f"report: {p} is not a run directory (no config.json)")
-    config = upgrade_stored(_check_config(_read_object(p / rundir.CONFIG), p / rundir.CONFIG))  # cells compare sizes
-    evals = _check_evals(_read_object(p / rundir.EVAL, {}), p / rundir.EVAL)
-    n = evals.get("default", {}).get("n")
-    other = {k: v for k, v in evals.items() if n is not None and v.get("n", n) != n}
+    stored = ConfigFile.stored(p)  # older forms upgraded: cells compare sizes
+    _check_params(stored.task.params, ConfigFile.path(p), "task.params")
+    recorded = EvalFile.read_or_empty(p)
+    _check_evals(recorded, EvalFile.path(p))
+    evals, other = recorded.to_json(), recorded.set_apart()
+    geometry = Geometry.find(p)
     return RunRecord(
         path=p,
-        task=config["task"]["name"],
-        arch=config["model"]["arch"],
-        seed=config.get("seed") or 0,
-        config=_as_evaluated(config, evals.get("default", {})),
+        task=stored.task.name,
+        arch=stored.model.arch,
+        seed=stored.seed or 0,
+        config=_as_evaluated(stored.to_json(), evals.get("default", {})),
         evals={k: v for k, v in evals.items() if k not in other},
         history=read_history(p),
-        geometry=_read_object(p / rundir.GEOMETRY),
+        geometry=None if geometry is None else geometry.to_json(),
         checkpoint_step=None if "default" in evals else checkpoints.latest_step(p) or 0,
-        other_evals=other,
+        other_evals={k: v for k, v in evals.items() if k in other},
     )
 
 

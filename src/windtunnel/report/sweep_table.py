@@ -1,5 +1,5 @@
-"""The table of a sweep (`windtunnel.sweep`) -- `out/sweep.md`, `sweep.csv`, `sweep.json` -- and the names of grid
-values that both the sweep's run directories and the table's settings carry.
+"""The table of a sweep (`windtunnel.sweep`) -- `out/sweep.md`, `sweep.csv`, `sweep.json`. The names of grid values
+that both the sweep's run directories and the table's settings carry are `manifest`'s (`point_name`), re-exported.
 
 The table is picked on the validation stream, never the test stream: each run's validation numbers are the last
 `"split": "eval"` line of its metrics.jsonl at its final step (the periodic evaluation of training, on the validation
@@ -21,22 +21,26 @@ numbers, wall time, training throughput), grouped by setting in rank order.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 from windtunnel import manifest, marks
-from windtunnel.config import RunConfig
+from windtunnel.manifest import (  # the names of grid values, defined with the run names (re-exported here)
+    SweepPoint,
+    grid_text,
+    key_labels,
+    point_name,
+    value_text,
+)
 from windtunnel.metric_specs import METRICS as SPECS
 from windtunnel.metric_specs import headline_metric, pool_seeds
-from windtunnel.report.collect import read_done, read_test_metrics
+from windtunnel.records.drivers import plain
+from windtunnel.records.run_dir import read_done
+from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
 from windtunnel.report.tables import fmt
 from windtunnel.resume import EARLY_STOP
@@ -47,69 +51,6 @@ METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, ea
 METRIC_TITLES = {m: SPECS[m].short_title for m in METRICS}  # the narrow titles (`MetricSpec.short_title`)
 BEST = "★"
 SEED = "seed"  # the grid key whose values repeat one setting: rows that differ only in it are one setting
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-directory name may not contain ("=" only joins key and value)
-_MAX_NAME = 200  # below every filesystem's 255-byte limit on a name
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One combination of grid values: its run-directory `name`, the grid `values` (dotted key -> value), the raw
-    `config` (base + overrides) it trains, and that config `resolved` (validated, everything explicit)."""
-
-    name: str
-    values: dict[str, Any]
-    config: dict[str, Any]
-    resolved: RunConfig = field(repr=False, compare=False)
-
-
-# --- names of grid values ------------------------------------------------------------------------------
-
-
-def grid_text(grid: dict[str, list[Any]]) -> list[str]:
-    """The grid as `--grid` items: `["train.lr=0.001,0.0003", "seed=0,1"]`."""
-    return [f"{k}={','.join(value_text(v) for v in vs)}" for k, vs in grid.items()]
-
-
-def value_text(value: Any) -> str:
-    """A value as a user writes it: strings as they are, everything else as JSON (`true`, `0.001`, `[20, 30]`)."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def _label(text: str) -> str:
-    """Filesystem-safe text: runs of other characters (and "=") become "_"."""
-    return _UNSAFE.sub("_", text.replace("=", "_")) or "_"
-
-
-def _value_label(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "+".join(_value_label(v) for v in value) or "_"
-    return _label(value_text(value).replace(", ", ","))
-
-
-def key_labels(keys: Sequence[str]) -> dict[str, str]:
-    """The name part of each grid key: its last component, or the full dotted key where two keys share it."""
-    last = [k.split(".")[-1] for k in keys]
-    return {k: _label(k if last.count(s) > 1 else s) for k, s in zip(keys, last, strict=True)}
-
-
-def point_name(values: dict[str, Any], labels: dict[str, str], taken: set[str]) -> str:
-    """`lr=0.001-seed=0`: grid `values` as a filesystem-safe name (keys by their `key_labels`), made unique among
-    `taken`, which it joins. A sweep names its run directories so, and the table its settings."""
-    name = "-".join(f"{labels[k]}={_value_label(v)}" for k, v in values.items())
-    if len(name) > _MAX_NAME:  # keep it readable at the front, unique by a hash of the whole
-        name = name[: _MAX_NAME - 9] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
-    unique, n = name, 1
-    while unique in taken:  # different values with the same safe text (e.g. "a/b" and "a_b")
-        n += 1
-        unique = f"{name}-{n}"
-    taken.add(unique)
-    return unique
-
-
-def plain(obj: Any) -> Any:
-    """`obj` as JSON data (tuples become lists), to compare with what a JSON file holds."""
-    return json.loads(json.dumps(obj))
 
 
 # --- the table ---------------------------------------------------------------------------------------------
@@ -148,7 +89,7 @@ def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
         "task": point.resolved.task.name,
         "validation": final_validation(run_dir, point.resolved.train.steps),
         "metrics": evaluation,
-        "wall_s": done.get("wall_s"),
+        "wall_s": done.wall_s,
         "tokens_per_s": round(median(speeds), 1) if speeds else None,
     }
 

@@ -11,9 +11,7 @@ from typing import Any
 from windtunnel.marks import EXACT_FILTER, PRECISION_MARKS, format_mark, mark_header
 from windtunnel.metric_specs import METRICS
 from windtunnel.plotting import save, subplots
-
-# What must match for training seconds to compare across cells of one table (merge and accumulation).
-MACHINE_KEYS = ("machine", "device", "torch", "threads_per_run", "jobs")
+from windtunnel.records.drivers import MACHINE_KEYS  # what must match for seconds to compare (re-exported here)
 
 
 def markdown(data: dict[str, Any]) -> str:

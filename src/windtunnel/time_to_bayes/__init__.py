@@ -15,12 +15,14 @@ training seconds per cell (`time_to_bayes.png`; the table and plot: `report.time
 A run is named `<task>-<arch>-<recipe>-<steps>x<batch>-lr<lr>-s<seed>-<hash>`, the hash that of its resolved config
 (`manifest.config_hash`), so two cells that differ in anything are two runs; labels are read from the resolved config.
 A recipe here sets only the optimiser, schedule and curriculum (`recipes.TRAINING_KEYS`). The driver holds --out's
-lock, reuses a run only when its stored config is the one asked for (`manifest.claim_runs`), and accumulates: a new
-cell joins the cells already in `time_to_bayes.json` (the same setting replaces its earlier result), provided the
-machine, torch, threads and jobs match (`MACHINE_KEYS`; `allow_mixed` labels each cell with its own machine).
+lock, reuses a run only when its stored config is the one asked for (the launcher's claim, `executors.Launch.claim`),
+and accumulates: a new cell joins the cells already in `time_to_bayes.json` (the same setting replaces its earlier
+result), provided the machine, torch, threads and jobs match (`records.drivers.MACHINE_KEYS`; `allow_mixed` labels
+each cell with its own machine).
 
 The package: `cells` (the cell spec, `parse_cell`, each seed's run config, run names and labels), `results`
-(reading and summarising finished seeds, reading, merging and writing `time_to_bayes.json`) and `driver` (`run`).
+(reading and summarising finished seeds, merging, and writing `time_to_bayes.json` through its record,
+`records.drivers.TimeToBayesRecord`) and `driver` (`run`).
 """
 
 from __future__ import annotations

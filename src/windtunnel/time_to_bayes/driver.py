@@ -8,17 +8,9 @@ from typing import Any
 
 from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
+from windtunnel.records.drivers import TimeToBayesRecord
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_runs
-from windtunnel.time_to_bayes.results import (
-    KIND,
-    RESULTS,
-    _accumulate,
-    _check_machines,
-    _write,
-    read_results,
-    read_seed,
-    summarize_cell,
-)
+from windtunnel.time_to_bayes.results import KIND, _accumulate, _check_machines, _write, read_seed, summarize_cell
 
 
 def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
@@ -49,21 +41,17 @@ def run(
     config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also gets the
     geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
     out = Path(out)
-    launcher = launch(out, options)
+    launcher = launch(out, options, KIND)
     planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
     threads, runner = launcher.threads, launcher.executor
     machine = {**launcher.machine(), "threads_per_run": threads, "jobs": options.jobs, "executor": runner.name}
-    with launcher:  # one driver per --out
-        manifest.refuse_other_kind(out, KIND)
-        previous = read_results(out / RESULTS) if (out / RESULTS).exists() else None
+    with launcher:  # one driver per --out, never another driver's
+        previous = TimeToBayesRecord.find(out)
         if previous is not None:
             _check_machines(
-                [(f"the results already in {out}", previous["machine"]), ("this call", machine)], allow_mixed, "--out"
+                [(f"the results already in {out}", previous.machine), ("this call", machine)], allow_mixed, "--out"
             )
-        wanted = {r.name: r.resolved for _, runs in planned for r in runs}
-        for moved in manifest.claim_runs(out, wanted, fresh):
-            echo(f"  set aside (not the run asked for) -> {moved}")
-        manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), {}))  # claimed now
+        launcher.claim({r.name: r.resolved for _, runs in planned for r in runs}, echo, fresh=fresh)
         return _run_locked(planned, launcher, machine, previous, echo, probe)
 
 
@@ -71,7 +59,7 @@ def _run_locked(
     planned: list[tuple[Cell, list[SeedRun]]],
     launcher: Launch,
     machine: dict[str, Any],
-    previous: dict[str, Any] | None,
+    previous: TimeToBayesRecord | None,
     echo: Any,
     probe: bool = False,
 ) -> dict[str, Any]:
@@ -84,7 +72,6 @@ def _run_locked(
     launcher.execute(todo, f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s)", echo)
     cells = [summarize_cell(c, rs, [read_seed(r, out, launcher.threads) for r in rs], machine) for c, rs in planned]
     data = _accumulate(previous, cells, machine, launcher.wall_s())
-    finished = manifest.finished_runs(out, [j.name for j in work])
-    manifest.write_manifest(out, KIND, manifest.accumulate(out, manifest.listed(out), finished))
+    launcher.record([j.name for j in work])
     echo(_write(data, out))
-    return data
+    return data.to_json()

@@ -1,27 +1,27 @@
 """The results of time-to-Bayes: a finished seed read back (`read_seed`), a cell's seeds summarised
-(`summarize_cell`), `time_to_bayes.json` read and checked (`read_results`), a call's cells joined to those already in
---out (`_accumulate`), earlier results merged (`merge`), and the JSON, Markdown and plot written (`_write`)."""
+(`summarize_cell`), `time_to_bayes.json` read and checked (`read_results`: its record,
+`records.drivers.TimeToBayesRecord`), a call's cells joined to those already in --out (`_accumulate`), earlier
+results merged (`merge`), and the JSON, Markdown and plot written (`_write`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest, rundir
-from windtunnel.errors import CheckpointError
 from windtunnel.executors import holding
 from windtunnel.marks import crossings, summarize_marks, verdict_crossings
 from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.recipes import get_recipe
+from windtunnel.records.drivers import MACHINE_KEYS, TIME_TO_BAYES, TimeToBayesCell, TimeToBayesRecord
 from windtunnel.report.collect import read_history, read_test_metrics, validation_evals
-from windtunnel.report.time_to_bayes import MACHINE_KEYS, markdown, plot
+from windtunnel.report.time_to_bayes import markdown, plot
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_label
 
 KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
-RESULTS = "time_to_bayes.json"
+RESULTS = TIME_TO_BAYES
 
 
 def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
@@ -51,88 +51,61 @@ def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
     }
 
 
-def summarize_cell(cell: Cell, runs: list[SeedRun], seeds: list[dict[str, Any]], machine: dict[str, Any]) -> dict:
+def summarize_cell(
+    cell: Cell, runs: list[SeedRun], seeds: list[dict[str, Any]], machine: dict[str, Any]
+) -> TimeToBayesCell:
     """A cell's seeds: their marks (`summarize_marks`) and final test value (mean, min, max); `key` (the first seed's
     config hash) says which setting it is, so a later result of the same setting replaces it."""
     metric = seeds[0]["metric"]
     test = [s["test"][metric] for s in seeds if s["test"].get(metric) is not None]
-    return {
-        "key": manifest.config_hash(runs[0].resolved),
-        "cell": cell.model_dump(),
-        "label": cell_label(cell, runs[0].resolved),
-        "metric": metric,
-        "marks": summarize_marks([s["crossings"] for s in seeds]),
-        "test": {"mean": pool_seeds(test)["mean"], "min": min(test), "max": max(test)} if test else None,
-        "recipe": get_recipe(cell.recipe).model_dump(mode="json"),
-        "machine": machine,
-        "seeds": seeds,
-    }
+    return TimeToBayesCell.model_validate(
+        {
+            "key": manifest.config_hash(runs[0].resolved),
+            "cell": cell.model_dump(),
+            "label": cell_label(cell, runs[0].resolved),
+            "metric": metric,
+            "marks": summarize_marks([s["crossings"] for s in seeds]),
+            "test": {"mean": pool_seeds(test)["mean"], "min": min(test), "max": max(test)} if test else None,
+            "recipe": get_recipe(cell.recipe).model_dump(mode="json"),
+            "machine": machine,
+            "seeds": seeds,
+        }
+    )
 
 
-def _same_cell(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether a stored cell is the setting of a new one: by key, or (results written before keys) by the request."""
-    return old.get("key") == new["key"] if "key" in old else old.get("cell") == new["cell"]
+_same_cell = TimeToBayesCell.same_setting  # whether a stored cell is the setting of a new one (by key, or request)
 
 
 def _accumulate(
-    previous: dict[str, Any] | None, cells: list[dict[str, Any]], machine: dict[str, Any], wall_s: float
-) -> dict[str, Any]:
+    previous: TimeToBayesRecord | None, cells: list[TimeToBayesCell], machine: dict[str, Any], wall_s: float
+) -> TimeToBayesRecord:
     """The results already in --out with this call's cells joined: a cell of the same setting is replaced in place,
     a new one appended; each earlier cell keeps its machine."""
     if previous is None:
-        return {"machine": machine, "wall_s": wall_s, "cells": cells}
-    merged = [{**c, "machine": c.get("machine", previous["machine"])} for c in previous["cells"]]
+        return TimeToBayesRecord(machine=machine, wall_s=wall_s, cells=cells)
+    merged = list(previous.cells)
     for new in cells:
-        i = next((i for i, c in enumerate(merged) if _same_cell(c, new)), None)
+        i = next((i for i, c in enumerate(merged) if c.same_setting(new)), None)
         if i is None:
             merged.append(new)
         else:
             merged[i] = new
-    return {**previous, "wall_s": round(float(previous.get("wall_s", 0.0)) + wall_s, 1), "cells": merged}
+    return previous.model_copy(update={"wall_s": round(previous.wall_s + wall_s, 1), "cells": merged})
 
 
-def _write(data: dict[str, Any], out: Path) -> str:
+def _write(data: TimeToBayesRecord, out: Path) -> str:
     """time_to_bayes.json, .md and .png into `out`; returns the Markdown."""
-    text = markdown(data)
-    rundir.write_json(out / RESULTS, data)
+    dumped = data.to_json()
+    text = markdown(dumped)
+    data.write(out)
     rundir.atomic_write(out / "time_to_bayes.md", text)
-    plot(data, out / "time_to_bayes.png")
+    plot(dumped, out / "time_to_bayes.png")
     return text
 
 
-def _need(ok: bool, path: Path, where: str, expected: str, got: Any) -> None:
-    if not ok:
-        raise CheckpointError(f"{path}: {where}: expected {expected}, got {json.dumps(got)[:60]}")
-
-
-def read_results(path: Path) -> dict[str, Any]:
+def read_results(path: Path) -> TimeToBayesRecord:
     """A time_to_bayes.json, checked where the table and plot read it (CheckpointError naming the file and field)."""
-    data = rundir.read_json_object(path)
-    _need(isinstance(data.get("machine"), dict), path, "machine", "an object", data.get("machine"))
-    _need(isinstance(data.get("cells"), list), path, "cells", "a list", data.get("cells"))
-    wall = data.get("wall_s", 0.0)
-    _need(isinstance(wall, (int, float)) and not isinstance(wall, bool), path, "wall_s", "a number", wall)
-    for i, c in enumerate(data["cells"]):
-        where = f"cells[{i}]"
-        _need(isinstance(c, dict), path, where, "an object", c)
-        for key, kind, what in (("label", str, "a string"), ("metric", str, "a string"), ("marks", dict, "an object")):
-            _need(isinstance(c.get(key), kind), path, f"{where}.{key}", what, c.get(key))
-        _need(
-            isinstance(c.get("cell"), dict) and isinstance(c["cell"].get("task"), str),
-            path,
-            f"{where}.cell.task",
-            "a task name",
-            c.get("cell"),
-        )
-        seeds = c.get("seeds")
-        _need(
-            isinstance(seeds, list) and bool(seeds) and all(isinstance(s, dict) for s in seeds),
-            path,
-            f"{where}.seeds",
-            "a non-empty list of objects",
-            seeds,
-        )
-    return data
+    return TimeToBayesRecord.load(path)
 
 
 def _check_machines(sources: list[tuple[str, dict[str, Any]]], allow_mixed: bool, what: str) -> None:
@@ -171,24 +144,23 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = Fal
     if (out / RESULTS).exists():
         raise ValueError(f"merge: --out {str(out)!r} already holds time-to-Bayes results; merge into a new directory")
     loaded = [(str(src), read_results(p)) for src, p in zip(sources, paths, strict=True)]
-    _check_machines([(name, d["machine"]) for name, d in loaded], allow_mixed, "merge")
-    cells: list[dict[str, Any]] = []
+    _check_machines([(name, d.machine) for name, d in loaded], allow_mixed, "merge")
+    cells: list[TimeToBayesCell] = []
     origin: dict[str, str] = {}
     for name, d in loaded:
-        for c in d["cells"]:
-            if "key" in c and origin.setdefault(c["key"], name) != name:
-                raise ValueError(f"merge: the cell {c['label']!r} is in both {origin[c['key']]} and {name}")
-            cells.append({**c, "machine": c.get("machine", d["machine"])})
+        for c in d.cells:  # each with its machine (an older file's cells: the file's)
+            if c.key is not None and origin.setdefault(c.key, name) != name:
+                raise ValueError(f"merge: the cell {c.label!r} is in both {origin[c.key]} and {name}")
+            cells.append(c)
     if not cells:
         raise ValueError("merge: nothing to merge")
-    first = loaded[0][1]["machine"]
-    data = {
-        "machine": first,
-        "wall_s": round(sum(float(d.get("wall_s", 0.0)) for _, d in loaded), 1),
-        "cells": cells,
-        "merged_from": [os.path.relpath(s, out) for s in sources],  # relative to out: the results move with it
-    }
+    data = TimeToBayesRecord(
+        machine=loaded[0][1].machine,
+        wall_s=round(sum(d.wall_s for _, d in loaded), 1),
+        cells=cells,
+        merged_from=[os.path.relpath(s, out) for s in sources],  # relative to out: the results move with it
+    )
     with holding(out):
         manifest.refuse_other_kind(out, KIND)
         _write(data, out)
-    return data
+    return data.to_json()
