@@ -16,10 +16,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 LAYERS: list[set[str]] = [
     {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "devices", "plotting", "malloc"},
     {"config"},  # the schema: a leaf over errors, plugins and tiers (no task, no model, no torch)
+    {"rundir"},  # storage: file names, atomic writes, checked reads (no resolve, no torch); meaning is records'
     {"tasks"},
     {"models"},
     {"resolve", "budget"},
-    {"metrics", "metric_specs", "marks", "rundir", "records", "recipes", "curriculum", "optim", "tracking"},
+    {"metrics", "metric_specs", "marks", "records", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs", "resume"},
     {"evaluate"},
@@ -192,6 +193,9 @@ def test_the_config_schema_is_a_leaf_that_loads_no_torch():
         "print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+    storage = code.replace("windtunnel.config", "windtunnel.rundir")  # storage, below tasks and models: no torch
+    out = subprocess.run([sys.executable, "-c", storage], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
     from windtunnel.resolve import resolve_config
 
