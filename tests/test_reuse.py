@@ -18,7 +18,7 @@ from windtunnel.cli import app
 from windtunnel.config import apply_overrides
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.executors import ExecutorOptions, Job, holding, run_job
-from windtunnel.records.run_dir import Versions, code_versions
+from windtunnel.records.run_dir import Versions, code_versions, read_config
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.resolve import resolve_config
 from windtunnel.suites import suite
@@ -80,7 +80,7 @@ def test_smoke_then_quick_into_one_out_is_refused(rq):
 def test_fresh_sets_another_tiers_runs_aside_and_reports_only_the_new_tier(rq):
     meta = reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
     assert meta["tier"] == "quick" and _reported(rq) == ["bijection-uniform"]
-    assert rundir.read_config(rq / "runs" / "bijection-uniform").eval.n == 300  # the quick tier's, not smoke's 64
+    assert read_config(rq / "runs" / "bijection-uniform").eval.n == 300  # the quick tier's, not smoke's 64
     assert sorted(p.name.rsplit("-", 1)[0] for p in (rq / manifest.SUPERSEDED).iterdir()) == [
         "bijection-lstm",
         "bijection-uniform",
@@ -102,7 +102,7 @@ def test_a_run_of_another_config_is_refused_naming_the_keys_then_fresh_reruns_it
     assert (rq / "runs" / "bijection-uniform" / "eval.json").read_bytes() == stored  # neither reused nor touched
     reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
     assert _reported(rq) == ["bijection-uniform"]  # the smoke LSTM left in runs/ is not the quick tier's
-    assert rundir.read_config(rq / "runs" / "bijection-uniform").eval.n == 300
+    assert read_config(rq / "runs" / "bijection-uniform").eval.n == 300
 
 
 def test_run_job_never_skips_or_resumes_a_run_of_another_config(tmp_path):
@@ -163,7 +163,7 @@ def test_a_sweep_point_of_another_config_is_refused_and_fresh_sets_it_aside(tmp_
         sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD)
     table = sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD, fresh=True)
     assert [r["run"] for r in table["rows"]] == ["seed=0"] and len(list((out / manifest.SUPERSEDED).iterdir())) == 1
-    assert rundir.read_config(point).eval.n == 64
+    assert read_config(point).eval.n == 64
     (entry,) = manifest.read_manifest(out)["runs"]
     assert entry == {"name": "seed=0", "config_hash": manifest.stored_hash(point)}
 
@@ -221,7 +221,7 @@ def test_a_recipe_file_and_a_named_recipe_with_one_stem_are_different_runs(tmp_p
     assert named["label"] == "bijection/lstm/wsd (4x4, lr 0.001, adamw, wsd, smoke preset)"
     assert filed["label"] == "bijection/lstm/wsd.yaml (4x4, lr 0.001, muon, wsd, smoke preset)"
     for c in (named, filed):  # the label is what the run directory trained
-        stored = rundir.read_config(out / c["seeds"][0]["run_dir"])
+        stored = read_config(out / c["seeds"][0]["run_dir"])
         assert (
             f", {stored.train.optimizer}, " in c["label"] and c["seeds"][0]["config_hash"] in c["seeds"][0]["run_dir"]
         )
