@@ -172,22 +172,33 @@ RUNS = [{"name": "a", "config_hash": "x"}]
 TTB_CELL = {"cell": {"task": "hmm"}, "label": "l", "metric": "m", "marks": {}, "seeds": [{}]}
 
 
+def _entry(name, config_hash):
+    """A manifest of one run."""
+    return {"kind": "sweep", "runs": [{"name": name, "config_hash": config_hash}]}
+
+
+def _cell(**over):
+    """time_to_bayes.json of one cell."""
+    return {"machine": {}, "cells": [{**TTB_CELL, **over}]}
+
+
 @pytest.mark.parametrize(
     ("name", "data", "where"),
     [
-        (MANIFEST, {"kind": "nope", "runs": RUNS}, "kind: expected 'reproduce', 'sweep' or 'time-to-bayes'"),
+        (MANIFEST, {"kind": "nope", "runs": RUNS}, "kind: expected 'reproduce', 'sweep' or 'time-to-bayes', got"),
         (MANIFEST, {"kind": "sweep"}, "runs: expected a value, got nothing (the key is missing)"),
-        (MANIFEST, {"kind": "sweep", "runs": [{"name": "..", "config_hash": "x"}]}, "runs[0].name: expected a run"),
-        (MANIFEST, {"kind": "sweep", "runs": [{"name": "a", "config_hash": 5}]}, "runs[0].config_hash: expected"),
-        (REPRODUCE, {"tier": 5}, "tier: expected a valid string, got 5"),
-        (REPRODUCE, {"tier": "quick", "run_wall_s": {"a": "x"}}, "run_wall_s.a: expected"),
-        (SWEEP_CONFIG, {"grid": 5}, "grid: expected a valid dictionary, got 5"),
-        (SWEEP_CONFIG, {"config": 7}, "config: expected a valid string, got 7"),
-        (TIME_TO_BAYES, {"cells": []}, "machine: expected a value, got nothing"),
-        (TIME_TO_BAYES, {"machine": {}, "wall_s": "x", "cells": []}, "wall_s: expected a valid number, got 'x'"),
-        (TIME_TO_BAYES, {"machine": {}, "cells": [{**TTB_CELL, "cell": {"task": 3}}]}, "cells[0].cell.task: expected"),
-        (TIME_TO_BAYES, {"machine": {}, "cells": [{**TTB_CELL, "seeds": []}]}, "cells[0].seeds: "),
-        (TIME_TO_BAYES, {"machine": {}, "cells": [{**TTB_CELL, "label": True}]}, "cells[0].label: expected"),
+        (MANIFEST, _entry("..", "x"), "runs[0].name: expected a run directory name, got '..'"),
+        (MANIFEST, _entry("a", 5), "runs[0].config_hash: expected a string, got 5"),
+        (REPRODUCE, {"tier": 5}, "tier: expected a string, got 5"),
+        (REPRODUCE, {"tier": "quick", "run_wall_s": {"a": "x"}}, "run_wall_s.a: expected a number, got 'x'"),
+        (REPRODUCE, {"tier": "quick", "seeds": {"a": "x"}}, "seeds.a: expected an integer, got 'x'"),  # no union tag
+        (SWEEP_CONFIG, {"grid": 5}, "grid: expected a JSON object, got 5"),
+        (SWEEP_CONFIG, {"config": 7}, "config: expected a string, got 7"),
+        (TIME_TO_BAYES, {"cells": []}, "machine: expected a value, got nothing (the key is missing)"),
+        (TIME_TO_BAYES, {"machine": {}, "wall_s": "x", "cells": []}, "wall_s: expected a number, got 'x'"),
+        (TIME_TO_BAYES, _cell(cell={"task": 3}), "cells[0].cell.task: expected a string, got 3"),
+        (TIME_TO_BAYES, _cell(seeds=[]), "cells[0].seeds: expected 1 or more items, got []"),
+        (TIME_TO_BAYES, _cell(label=True), "cells[0].label: expected a string, got True"),
     ],
 )
 def test_a_garbled_field_names_the_file_and_the_field(tmp_path, name, data, where):

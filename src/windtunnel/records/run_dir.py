@@ -4,184 +4,49 @@ writes them (`rundir` names the files and does the atomic writes and checked rea
     config.json         ConfigFile (a `RunConfig`; `StoredConfig`, the fields the report reads, for any version's)
     versions.json       Versions            trained.json    Trained             resumes.json    Resumes
     eval.json, evals/   EvalFile            geometry.json   Geometry            done.json       Done
+    metrics.jsonl       read_history (its records, the fields read checked), validation_evals
 
 A record keeps every value as the file holds it (no coercion, unknown keys kept), so what it writes is byte for byte
 what the dict-literal writers wrote and a record read and written back is the file it was read from (an older form
-comes back in today's). A file that is
-garbled, or a field of the wrong kind, is a `CheckpointError` naming the file and the field. Every older form a
-released version wrote is read here, in today's form, beside a comment naming what wrote it.
+comes back in today's). A file that is garbled, or a field of the wrong kind, is a `CheckpointError` naming the file
+and the field (`records.base`). Every older form a released version wrote is read here, in today's form, beside a
+comment naming what wrote it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import reprlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError, field_validator, model_validator
-from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+from pydantic import Field, RootModel, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 import windtunnel
-from windtunnel import rundir
+from windtunnel import marks, rundir
 from windtunnel.config import RunConfig, config_to_json, validate
-from windtunnel.errors import MAX_SHOWN, CheckpointError, shorten
+from windtunnel.errors import CheckpointError
+from windtunnel.records import base
+from windtunnel.records.base import (
+    MISSING,
+    Count,
+    Curve,
+    Finite,
+    Integer,
+    JsonFile,
+    Kind,
+    Positive,
+    Real,
+    Record,
+    RecordFile,
+    Text,
+    problem,
+    required,
+)
 from windtunnel.resolve import upgrade_stored
-
-# --- kinds of JSON values, checked and kept as they are ----------------------------------------------------------
-
-
-class _Missing:
-    """An absent key, told apart from an explicit null in error messages."""
-
-    def __repr__(self) -> str:
-        return "nothing (the key is missing)"
-
-
-MISSING = _Missing()
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-# kind -> (test, what the error says was expected)
-KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "number": (lambda v: _is_number(v) and math.isfinite(v), "a finite number"),
-    "real": (_is_number, "a number"),  # NaN and inf allowed: a result that is reported, never ranked
-    "integer": (_is_int, "an integer"),
-    "count": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-    "positive": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "text": (lambda v: isinstance(v, str), "a string"),
-    "object": (lambda v: isinstance(v, dict), "a JSON object"),
-    "list": (lambda v: isinstance(v, list), "a list"),
-    "curve": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),  # nan: no data there
-}
-
-
-class Kind:
-    """A field's kind (`KINDS`, or a test and what it expects): the value is checked and kept exactly as it is, so an
-    int stays an int and a record written back holds the numbers it was read with."""
-
-    def __init__(self, kind: str, test: Callable[[Any], bool] | None = None) -> None:
-        self.test, self.expected = (test, kind) if test is not None else KINDS[kind]
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> CoreSchema:
-        return core_schema.no_info_plain_validator_function(self.check)
-
-    def check(self, value: Any) -> Any:
-        if value is MISSING or not self.test(value):
-            raise PydanticCustomError("kind", "expected {expected}", {"expected": self.expected})
-        return value
-
-
-Finite = Annotated[float, Kind("number")]
-Real = Annotated[float, Kind("real")]
-Integer = Annotated[int, Kind("integer")]
-Count = Annotated[int, Kind("count")]
-Positive = Annotated[int, Kind("positive")]
-Text = Annotated[str, Kind("text")]
-Curve = Annotated[list[float], Kind("curve")]
-
-
-def required() -> Any:
-    """A field the file must have: absent, it is an error saying what was expected (not pydantic's "Field required")."""
-    return Field(default=MISSING, validate_default=True)
-
-
-class _Record(BaseModel):
-    """A JSON object of a record: keys it does not declare are kept (a newer version's, a plugin's)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-def _where(loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location as the field it names: `default.run.notes[0]`."""
-    parts: list[str] = []
-    for p in loc:
-        parts.append(f"[{p}]" if isinstance(p, int) else ("." if parts else "") + shorten(str(p), MAX_SHOWN))
-    return "".join(parts)
-
-
-def _problem(err: Any) -> str:
-    """What is wrong with one field, as every run-directory check says it: `expected a string, got 5`."""
-    got = reprlib.repr(err.get("input"))
-    if err["type"] == "kind":
-        return f"expected {err['ctx']['expected']}, got {got}"
-    if err["type"] in ("model_type", "dict_type"):
-        return f"expected a JSON object, got {got}"
-    if err["type"] == "list_type":
-        return f"expected a list, got {got}"
-    if err["type"] == "message":  # a check's own words (`Trained.config`: the config's validation error)
-        return str(err["ctx"]["message"])
-    return f"{err['msg']} (got {got})"
-
-
-def checkpoint_error(path: Path, err: ValidationError) -> CheckpointError:
-    """The first invalid field of a record read from `path`, as one line naming the file and the field."""
-    first = err.errors()[0]
-    where = _where(first["loc"])
-    return CheckpointError(f"{path}: {where}: {_problem(first)}" if where else f"{path}: {_problem(first)}")
-
-
-# --- one file per record -----------------------------------------------------------------------------------------
-
-F = TypeVar("F", bound="_File")
-
-
-class _File:
-    """What every record of one JSON file has: its path in a run directory, a checked read (`read`; `find`: None
-    where the file is absent), `to_json` (what it writes) and an atomic `write` (`rundir.write_json`, sorted keys)."""
-
-    NAME: ClassVar[str]
-
-    @classmethod
-    def path(cls, run_dir: str | Path) -> Path:
-        return Path(run_dir) / cls.NAME
-
-    @classmethod
-    def exists(cls, run_dir: str | Path) -> bool:
-        return cls.path(run_dir).exists()
-
-    @classmethod
-    def remove(cls, run_dir: str | Path) -> None:
-        cls.path(run_dir).unlink(missing_ok=True)
-
-    @classmethod
-    def parse(cls: type[F], data: Any, path: Path) -> F:
-        """`data` (the JSON object of `path`) as this record; a field of the wrong kind is a CheckpointError."""
-        try:
-            return cls.model_validate(data)  # type: ignore[attr-defined]
-        except ValidationError as err:
-            raise checkpoint_error(path, err) from None
-
-    @classmethod
-    def read(cls: type[F], run_dir: str | Path) -> F:
-        path = cls.path(run_dir)
-        return cls.parse(rundir.read_json_object(path), path)
-
-    @classmethod
-    def find(cls: type[F], run_dir: str | Path) -> F | None:
-        return cls.read(run_dir) if cls.exists(run_dir) else None
-
-    def to_json(self) -> Any:
-        """The file's JSON object: the keys read (or given), each value as it was."""
-        return self.model_dump(exclude_unset=True)  # type: ignore[attr-defined]
-
-    def write(self, run_dir: str | Path) -> None:
-        rundir.write_json(self.path(run_dir), self.to_json())
-
-
-class RunFile(_File, _Record):
-    """A run-directory file holding one JSON object of named fields."""
-
 
 # --- config.json -------------------------------------------------------------------------------------------------
 
@@ -223,21 +88,21 @@ class ConfigFile:
         return StoredConfig.read(run_dir)
 
 
-class _TaskPart(_Record):
+class _TaskPart(Record):
     name: Text = required()
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class _ModelPart(_Record):
+class _ModelPart(Record):
     arch: Text = required()
 
 
-class _TrainPart(_Record):
+class _TrainPart(Record):
     steps: Count | None = None
     batch_size: Count | None = None
 
 
-class StoredConfig(RunFile):
+class StoredConfig(RecordFile):
     """config.json as the report reads it: the task, architecture, seed and training length of a run written by any
     version (unknown keys kept, nothing validated beyond these), upgraded as `ConfigFile.upgrade` does."""
 
@@ -266,7 +131,7 @@ def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
 # --- versions.json -------------------------------------------------------------------------------------------------
 
 
-class Versions(RunFile):
+class Versions(RecordFile):
     """versions.json: the code that trained the run, written when its directory is created. A run made before
     issue 26 has none (`find` is None): it is judged by its config alone."""
 
@@ -298,7 +163,7 @@ def version_diff(run_dir: str | Path) -> list[str]:
 # --- trained.json --------------------------------------------------------------------------------------------------
 
 
-class Exported(_Record):
+class Exported(Record):
     """A model trained outside windtunnel and exported into the run (`runs.save_run`): by what, which model, and the
     steps it trained by its own account (None: not known)."""
 
@@ -307,7 +172,7 @@ class Exported(_Record):
     steps: Count | None = None
 
 
-class Trained(RunFile):
+class Trained(RecordFile):
     """trained.json: the config the run's checkpoints were trained with (written whenever training starts; config.json
     is what a person reads and may edit, this the record it is checked against), which parameters each optimiser
     trains (`optim.describe`) and, for an exported model, `exported`. A run made before issue 35 has no trained.json
@@ -337,7 +202,7 @@ class Trained(RunFile):
 # --- resumes.json --------------------------------------------------------------------------------------------------
 
 
-class Resume(_Record):
+class Resume(Record):
     """One resume that changed keys: the step it continued from, the changes (`path: old → new`) and the schedule
     note of a changed learning-rate schedule (None: none)."""
 
@@ -346,7 +211,7 @@ class Resume(_Record):
     note: Text | None = None
 
 
-class Resumes(RunFile):
+class Resumes(RecordFile):
     """resumes.json: the run's resumes that changed keys, in order (its config.json holds only the new values); a run
     never resumed with a change has none."""
 
@@ -373,7 +238,7 @@ class Resumes(RunFile):
 STATUSES = ("unfinished", "edited", "exported", "extended", "resumed", "finished")
 
 
-class MetricCI(_Record):
+class MetricCI(Record):
     """An aggregate metric: its mean and bootstrap interval (NaN and inf kept: reported, never ranked). Declared in
     the order the file holds them (sorted), so a record read back dumps as the file holds it."""
 
@@ -382,12 +247,12 @@ class MetricCI(_Record):
     mean: Real = required()
 
 
-class StoppedEarly(_Record):
+class StoppedEarly(Record):
     step: Count = required()
     evaluations: Positive | None = None
 
 
-class RunStatus(_Record):
+class RunStatus(Record):
     """An evaluation's record of what the run's weights are (`resume.run_record`)."""
 
     status: Annotated[str, Kind(f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES)] = required()
@@ -398,7 +263,7 @@ class RunStatus(_Record):
     stopped_early: StoppedEarly | None = None
 
 
-class EvalEntry(_Record):
+class EvalEntry(Record):
     """One evaluation setting of eval.json (or evals/NAME.json): its step, n and forward batch, the task parameters
     it ran at, the aggregate metrics (None: one the task does not define), per-position curves, approximations and
     the record of what the run is; other keys (verdict, bayes_gap, closest, stream) kept as they are. An entry
@@ -416,7 +281,7 @@ class EvalEntry(_Record):
     extra: Text | None = None  # the name of an evaluation at other settings than the run's (evals/NAME.json only)
 
 
-class EvalFile(_File, RootModel[dict[str, EvalEntry]]):
+class EvalFile(JsonFile, RootModel[dict[str, EvalEntry]]):
     """eval.json, the run's recorded evaluation (entries by setting name, at the run's own settings), or
     evals/NAME.json, an evaluation at other settings (`rundir.eval_file`); `merge` is the one writer of both."""
 
@@ -435,7 +300,7 @@ class EvalFile(_File, RootModel[dict[str, EvalEntry]]):
         """eval.json (`extra` None), where an entry marked "extra" is a CheckpointError naming it (`merge` never
         writes one there), or evals/NAME.json."""
         path = cls.path(run_dir, extra)
-        found = cls.parse(rundir.read_json_object(path), path)
+        found = cls.load(path)
         for name, entry in found.root.items() if extra is None else ():
             if entry.extra is not None:
                 raise CheckpointError(
@@ -476,6 +341,24 @@ class EvalFile(_File, RootModel[dict[str, EvalEntry]]):
         return merged
 
 
+def read_test_metrics(
+    run_dir: str | Path, metrics: tuple[str, ...] | None = None
+) -> dict[str, dict[str, float] | None]:
+    """The test-stream `metrics` (default: all) of a run's default evaluation (eval.json): {metric: {"mean", "lo",
+    "hi"}}, None where the task has no such metric. NaN and inf are kept (reported, never ranked); a value that is
+    not a number is a CheckpointError naming the file and the field."""
+    path = EvalFile.path(run_dir)
+    default = EvalFile.read(run_dir).entries.get("default")
+    if default is None or "metrics" not in default.model_fields_set:
+        where = "default" if default is None else "default.metrics"
+        raise CheckpointError(f"{path}: {where}: {problem('a JSON object', MISSING)}")
+    out: dict[str, dict[str, float] | None] = {}
+    for m in default.metrics if metrics is None else metrics:
+        ci = default.metrics.get(m)
+        out[m] = None if ci is None else {"mean": float(ci.mean), "lo": float(ci.lo), "hi": float(ci.hi)}
+    return out
+
+
 def merge_eval(run_dir: str | Path, results: dict[str, Any]) -> dict[Path, EvalFile]:
     """`EvalFile.merge`: the one writer of eval.json and evals/NAME.json."""
     return EvalFile.merge(run_dir, results)
@@ -484,7 +367,7 @@ def merge_eval(run_dir: str | Path, results: dict[str, Any]) -> dict[Path, EvalF
 # --- geometry.json -------------------------------------------------------------------------------------------------
 
 
-class Geometry(RunFile):
+class Geometry(RecordFile):
     """geometry.json (`geometry.run.probe_run`): what was probed -- the run (relative to this file), its architecture,
     task, step and seed, the init the probes compare with, the held-out sequences -- the figures drawn, and each
     probe's result under its name (`probes`: a JSON object each, {"not_applicable": reason} where it did not apply).
@@ -517,7 +400,7 @@ class Geometry(RunFile):
 # --- done.json -----------------------------------------------------------------------------------------------------
 
 
-class Done(RunFile):
+class Done(RecordFile):
     """done.json, written last by `executors.run_job`: the run is trained, evaluated and probed as asked, with the
     wall time of that attempt, where it ran and the step it resumed from. reproduce's own run_one, before the
     executors, wrote only wall_s and probe: the others read as None."""
@@ -537,7 +420,57 @@ def read_done(run_dir: str | Path) -> Done:
     return Done.read(run_dir)
 
 
+# --- metrics.jsonl -----------------------------------------------------------------------------------------------
+
+# kind -> (test, what the error says was expected): the records' kinds and a verdict's level
+KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **base.KINDS,
+    "level": (lambda v: v in marks.LEVELS, f"a verdict level ({', '.join(marks.LEVELS)})"),
+}
+# metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
+# metric_specs.headline_metric; a periodic evaluation's verdict, time to verdict).
+HISTORY_FIELDS = {
+    "elapsed_s": "number",
+    "train_s": "number",
+    "entropy_mae_bits": "number",
+    "accuracy": "number",
+    "verdict": "level",
+}
+
+
+def checked(value: Any, kind: str, path: Path, where: str) -> Any:
+    """`value` if it is of `kind` (see KINDS), else a one-line CheckpointError naming the file and the field."""
+    test, expected = KINDS[kind]
+    if value is MISSING or not test(value):
+        raise CheckpointError(f"{path}: {where}: {problem(expected, value)}")
+    return value
+
+
+def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl records (`rundir.read_metrics` has checked that each is an object with a step): the fields in
+    HISTORY_FIELDS numbers or null."""
+    for i, h in enumerate(history, 1):
+        for key, kind in HISTORY_FIELDS.items():
+            if h.get(key) is not None:
+                checked(h[key], kind, path, f"record {i}.{key}")
+    return history
+
+
+def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl records, the fields in HISTORY_FIELDS checked (CheckpointError naming the file, the
+    record and the field otherwise)."""
+    return _check_history(rundir.read_metrics(run_dir), Path(run_dir) / rundir.METRICS)
+
+
+def validation_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The periodic (validation-stream) evaluations of a run's metrics.jsonl records (`read_history`), in order: the
+    `"split": "eval"` lines that carry their training seconds. The one reader of a validation curve: time to Bayes
+    (`marks.crossings`) and time to verdict (`marks.verdict_crossings`) read these."""
+    return [h for h in history if h.get("split") == "eval" and "train_s" in h]
+
+
 __all__ = [
+    "HISTORY_FIELDS",
     "KINDS",
     "MISSING",
     "STATUSES",
@@ -550,15 +483,18 @@ __all__ = [
     "MetricCI",
     "Resume",
     "Resumes",
-    "RunFile",
     "RunStatus",
     "StoredConfig",
     "Trained",
     "Versions",
+    "checked",
     "code_versions",
     "merge_eval",
     "read_config",
     "read_done",
+    "read_history",
+    "read_test_metrics",
+    "validation_evals",
     "version_diff",
     "write_config",
 ]

@@ -3,8 +3,8 @@
 Run directories may be corrupt or hostile, so `read_run` checks every value the report reads before it builds a
 record: a value of the wrong kind is a `errors.CheckpointError` naming the file and the field (exit code 1), never a
 traceback later and never a silently wrong number in a table. The files are read as their typed records
-(`records.run_dir`, which check each field's kind and upgrade older forms); the report adds what it computes with:
-finite means, the task parameters it reads, metrics.jsonl's fields.
+(`records.run_dir`, which check each field's kind and upgrade older forms, and metrics.jsonl's fields the report
+reads: `read_history`); the report adds what it computes with: finite means and the task parameters it reads.
 
 The report's numbers are the run's recorded evaluation, eval.json, only: an evaluation at other settings
 (evals/NAME.json, `evaluate.extra_name`) is never read, and the eval settings a record's config carries are those
@@ -13,16 +13,18 @@ that made its numbers (`_as_evaluated`), so every label says the n behind the nu
 
 from __future__ import annotations
 
-import reprlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import checkpoints, errors, manifest, marks, rundir
-from windtunnel.records import run_dir as records
-from windtunnel.records.run_dir import MISSING, ConfigFile, EvalFile, Geometry
-from windtunnel.records.run_dir import read_done as read_done  # done.json's reader, where the drivers found it
+from windtunnel import checkpoints, manifest, rundir
+from windtunnel.records.run_dir import MISSING, ConfigFile, EvalFile, Geometry, checked
+
+# the run directory's readers, where the report's callers found them (`records.run_dir`)
+from windtunnel.records.run_dir import read_done as read_done
+from windtunnel.records.run_dir import read_history as read_history
+from windtunnel.records.run_dir import read_test_metrics as read_test_metrics
+from windtunnel.records.run_dir import validation_evals as validation_evals
 
 
 @dataclass(frozen=True)
@@ -151,30 +153,8 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-# kind -> (test, what the error says was expected): the records' kinds and a verdict's level
-KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **records.KINDS,
-    "level": (lambda v: v in marks.LEVELS, f"a verdict level ({', '.join(marks.LEVELS)})"),
-}
 # Task parameters the report computes with (chance = 1 / N; the capacity table's axis; recall's scoring position).
 TASK_PARAMS = {"N": "positive", "score_at": "text"}
-# metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
-# metric_specs.headline_metric; a periodic evaluation's verdict, time to verdict).
-HISTORY_FIELDS = {
-    "elapsed_s": "number",
-    "train_s": "number",
-    "entropy_mae_bits": "number",
-    "accuracy": "number",
-    "verdict": "level",
-}
-
-
-def checked(value: Any, kind: str, path: Path, where: str) -> Any:
-    """`value` if it is of `kind` (see KINDS), else a one-line CheckpointError naming the file and the field."""
-    test, expected = KINDS[kind]
-    if value is MISSING or not test(value):
-        raise errors.CheckpointError(f"{path}: {where}: expected {expected}, got {reprlib.repr(value)}")
-    return value
 
 
 def _required(d: dict[str, Any], key: str, kind: str, path: Path, where: str) -> Any:
@@ -203,46 +183,6 @@ def _check_evals(evals: EvalFile, path: Path) -> None:
             for k in ("kl_from_model_bits", "entropy_mae_bits"):
                 _required(v, k, "number", path, f"{name}.approximations.{a}.{k}")
         _check_params(ev.task_params, path, f"{name}.task_params")
-
-
-def _check_history(history: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl records (`rundir.read_metrics` has checked that each is an object with a step): the fields in
-    HISTORY_FIELDS numbers or null."""
-    for i, h in enumerate(history, 1):
-        for key, kind in HISTORY_FIELDS.items():
-            _optional(h, key, kind, path, f"record {i}.{key}")
-    return history
-
-
-def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl records, the fields in HISTORY_FIELDS checked (CheckpointError naming the file, the
-    record and the field otherwise)."""
-    return _check_history(rundir.read_metrics(run_dir), Path(run_dir) / rundir.METRICS)
-
-
-def validation_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The periodic (validation-stream) evaluations of a run's metrics.jsonl records (`read_history`), in order: the
-    `"split": "eval"` lines that carry their training seconds. The one reader of a validation curve: time to Bayes
-    (`marks.crossings`) and time to verdict (`marks.verdict_crossings`) read these."""
-    return [h for h in history if h.get("split") == "eval" and "train_s" in h]
-
-
-def read_test_metrics(
-    run_dir: str | Path, metrics: tuple[str, ...] | None = None
-) -> dict[str, dict[str, float] | None]:
-    """The test-stream `metrics` (default: all) of a run's default evaluation (eval.json): {metric: {"mean", "lo",
-    "hi"}}, None where the task has no such metric. NaN and inf are kept (reported, never ranked); a value that is
-    not a number is a CheckpointError naming the file and the field."""
-    path = EvalFile.path(run_dir)
-    default = EvalFile.read(run_dir).entries.get("default")
-    if default is None or "metrics" not in default.model_fields_set:
-        where = "default" if default is None else "default.metrics"
-        raise errors.CheckpointError(f"{path}: {where}: expected a JSON object, got {MISSING!r}")
-    out: dict[str, dict[str, float] | None] = {}
-    for m in default.metrics if metrics is None else metrics:
-        ci = default.metrics.get(m)
-        out[m] = None if ci is None else {"mean": float(ci.mean), "lo": float(ci.lo), "hi": float(ci.hi)}
-    return out
 
 
 def read_run(path: str | Path) -> RunRecord:

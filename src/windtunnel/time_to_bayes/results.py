@@ -16,7 +16,7 @@ from windtunnel.marks import crossings, summarize_marks, verdict_crossings
 from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.recipes import get_recipe
 from windtunnel.records.drivers import MACHINE_KEYS, TIME_TO_BAYES, TimeToBayesCell, TimeToBayesRecord
-from windtunnel.report.collect import read_history, read_test_metrics, validation_evals
+from windtunnel.records.run_dir import read_history, read_test_metrics, validation_evals
 from windtunnel.report.time_to_bayes import markdown, plot
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_label
 
