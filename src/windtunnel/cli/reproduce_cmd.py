@@ -31,7 +31,7 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
     def command(
         tier: str = typer.Option(
             "quick",
-            help="smoke (seconds), quick (2-core CPU, ~30 min), standard (2-core CPU, "
+            help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
             "budgets from the time-to-Bayes curves, ~2 h) or paper (the authors' production recipes, a GPU)",
         ),
         out: Path | None = typer.Option(

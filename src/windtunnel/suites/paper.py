@@ -2,8 +2,8 @@
 
 A suite is a plain list of run configs. Tiers:
     smoke     seconds; the tests run it end to end
-    quick     the whole table on a 2-core CPU, aimed at half an hour (measured 29 min on a 2-core AMD EPYC,
-              2026-12-04, with other work on the cores; 40 min before `windtunnel.malloc`), smaller tasks/models
+    quick     the whole table on a 2-core CPU, aimed at half an hour (measured 20 min on an idle 2-core AMD
+              EPYC, 2026-12-04; 40 min before `windtunnel.malloc`), smaller tasks/models
               where needed, 3 seeds for every transformer and Mamba cell (the cells the paper makes claims about), 1
               for the controls
     standard  the quick sizes at budgets derived from the committed time-to-Bayes curves (`BUDGET`), aimed at two
@@ -103,7 +103,7 @@ LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 #   recall 2,000 x 64 (4 pairs): the transformer is ✓ on 3/3 seeds at this budget (standard tier of 2026-12-03)
 #   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
 #     the Mamba cells 0.56 s each)
-# The quick tier trains the same recipe at a budget meant for about half an hour (`make demo`; measured 29 min).
+# The quick tier trains the same recipe at a budget meant for about half an hour (`make demo`; measured 20 min).
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
     "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (2_000, 64), "regression": (600, 64)},
