@@ -96,6 +96,20 @@ def test_reproduce_json_keeps_the_key_order_the_report_writes_into_results_json(
     assert json.dumps(dumped) == json.dumps(meta)  # order, ints and floats as given
 
 
+@pytest.mark.parametrize("tier", ["quick", "standard"])
+def test_the_report_meta_is_reproduce_json_with_the_summed_run_walls(tier):
+    """results.json's meta, as the committed tiers' reports wrote it from reproduce's record (reproduce.json holds
+    it with sorted keys: a cell's seeds read back in another order)."""
+    meta = json.loads((DOCS / tier / "results.json").read_text())["meta"]
+    record = ReproduceRecord.read(DOCS / tier)
+    assert record.report_json() == meta and list(record.report_json()) == list(meta)
+    assert record.sum_run_wall_s == round(sum(v or 0.0 for v in record.run_wall_s.values()), 1) > 0
+    assert (
+        ReproduceRecord(tier="smoke").sum_run_wall_s is None
+        and "sum_run_wall_s" not in ReproduceRecord(tier="smoke").report_json()
+    )
+
+
 def test_the_sweep_records_round_trip(tmp_path):
     record = SweepConfigRecord(config=None, overrides={"eval.n": 32}, base=SWEEP_BASE, grid={"seed": (0, 1)})
     record.write(tmp_path)

@@ -14,6 +14,7 @@ import pytest
 
 from test_report_safety import write_run
 from windtunnel import marks
+from windtunnel.records.drivers import SweepTableRecord, plain
 from windtunnel.report import build_report, claims, sweep_table, tables
 from windtunnel.report.build import geometry_across_seeds
 from windtunnel.report.collect import RunRecord
@@ -255,19 +256,24 @@ def sweep_md(rows: list[dict[str, Any]], out: Path) -> tuple[dict[str, Any], str
         "config": "base.yaml",
         "overrides": {},
         "grid": {k: sorted({r["values"][k] for r in rows}) for k in keys},
-        "command": "windtunnel sweep base.yaml",
         "executor": "local",
+        "jobs": 1,
         "threads": 1,
+        "command": "windtunnel sweep base.yaml",
+        "trained": [],
+        "total_wall_s": 0.0,
         "machine": "test",
         "device": "cpu",
-        "total_wall_s": 0.0,
+        "torch": "test",
+        "python": "test",
         "headline": {"bijection": "entropy_mae_bits"},
         "settings": ranked,
         "rows": rows,
         "missing": [],
+        "skipped": [],
     }
     best = next(s for s in ranked if s["best"])
-    return best, sweep_table._markdown(data, out)
+    return best, sweep_table._markdown(SweepTableRecord.model_validate(plain(data)), out)
 
 
 @pytest.mark.parametrize(

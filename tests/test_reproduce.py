@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
+from windtunnel.errors import CheckpointError
 from windtunnel.models.baselines import BASELINES
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import find_runs
@@ -254,6 +255,11 @@ def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp
     after = json.loads((dest / "results.json").read_text())
     assert sorted(after["runs"], key=lambda r: r["name"]) == sorted(before["runs"], key=lambda r: r["name"])
     assert after["meta"]["tier"] == "smoke" and "Table 1" in (dest / "report.md").read_text()
+    assert after["meta"] == before["meta"]  # reproduce.json read back as its record: the metadata reproduce wrote
+    recorded = json.loads((dest / "reproduce.json").read_text())
+    (dest / "reproduce.json").write_text(json.dumps({**recorded, "run_wall_s": {"hmm-lstm": "slow"}}))
+    with pytest.raises(CheckpointError, match=r"reproduce.json: run_wall_s.hmm-lstm: expected a number"):
+        build_report([dest], dest)  # a garbled record names its field, never a report built on it
 
 
 def test_a_cell_whose_seeds_disagree_gets_more_seeds_up_to_the_tier_s_limit():

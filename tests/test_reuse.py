@@ -86,7 +86,7 @@ def test_fresh_sets_another_tiers_runs_aside_and_reports_only_the_new_tier(rq):
         "bijection-uniform",
     ]
     recorded = manifest.read_manifest(rq)
-    assert recorded["tier"] == "quick" and [e["name"] for e in recorded["runs"]] == ["bijection-uniform"]
+    assert recorded.tier == "quick" and [e.name for e in manifest.listed(rq)] == ["bijection-uniform"]
 
 
 def test_a_run_of_another_config_is_refused_naming_the_keys_then_fresh_reruns_it(rq):
@@ -164,8 +164,8 @@ def test_a_sweep_point_of_another_config_is_refused_and_fresh_sets_it_aside(tmp_
     table = sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD, fresh=True)
     assert [r["run"] for r in table["rows"]] == ["seed=0"] and len(list((out / manifest.SUPERSEDED).iterdir())) == 1
     assert read_config(point).eval.n == 64
-    (entry,) = manifest.read_manifest(out)["runs"]
-    assert entry == {"name": "seed=0", "config_hash": manifest.stored_hash(point)}
+    (entry,) = manifest.read_manifest(out).runs
+    assert (entry.name, entry.config_hash) == ("seed=0", manifest.stored_hash(point))
 
 
 # --- manifests ---------------------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ def test_reproduce_writes_to_one_out_per_tier_by_default(tmp_path, monkeypatch):
     r = runner.invoke(app, ["reproduce", "--tier", "smoke", "--only", "task=bijection", "--only", "arch=uniform"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "runs" / "paper-smoke" / "report.md").is_file()
-    assert manifest.read_manifest(tmp_path / "runs" / "paper-smoke")["tier"] == "smoke"
+    assert manifest.read_manifest(tmp_path / "runs" / "paper-smoke").tier == "smoke"
 
 
 # --- time-to-Bayes -----------------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def test_results_accumulate_and_refuse_another_setup(tmp_path):
     data = run([wsd.model_copy(update={"seeds": 2})], out, ONE_THREAD, echo=str)  # the same setting: replaced
     assert [(c["cell"]["recipe"], len(c["seeds"])) for c in data["cells"]] == [("wsd", 2), ("baseline", 1)]
     assert (first_run / "metrics.jsonl").read_bytes() == metrics  # its seed 0 was read back, not retrained
-    assert len(manifest.read_manifest(out)["runs"]) == 3
+    assert len(manifest.listed(out)) == 3
     assert "wsd" in (out / "time_to_bayes.md").read_text() and "baseline" in (out / "time_to_bayes.md").read_text()
     with pytest.raises(ValueError, match=r"different machines or settings \(jobs: 1 in the results already in"):
         run([baseline], out, ExecutorOptions(jobs=2, threads=1), echo=str)  # refused before any training

@@ -19,6 +19,7 @@ from windtunnel.config import apply_overrides
 from windtunnel.executors import ExecutorOptions
 from windtunnel.machine import machine_description
 from windtunnel.metrics import seed_interval
+from windtunnel.records.drivers import SweepTableRecord
 from windtunnel.report.sweep_table import NO_VALIDATION, key_labels, rank, write_table
 from windtunnel.sweep import SWEEP_CONFIG, expand, parse_grid, sweep
 
@@ -153,6 +154,8 @@ def test_sweep_trains_every_point_and_tabulates_it(swept):
     assert len(rows) == 4 and {r["run"] for r in rows} == names
     assert table["grid"] == {"train.lr": [0.001, 0.003], "seed": [0, 1]} and table["executor"] == "local"
     assert table["machine"] and table["total_wall_s"] >= 0 and not table["missing"]
+    assert sorted(table["trained"]) == sorted(names) and table["skipped"] == []
+    assert "in this call, 4 of 4 runs trained by it" in (out / "sweep.md").read_text()
     # two settings (lr), two seeds each, best first by the mean validation entropy error; ★ on the first only
     assert [s["setting"] for s in settings] in (["lr=0.001", "lr=0.003"], ["lr=0.003", "lr=0.001"])
     errors = [s["validation"]["entropy_mae_bits"]["mean"] for s in settings]
@@ -218,7 +221,8 @@ def _copy(swept, tmp_path):
 def _retable(out):
     """Write the tables of `out` again from its run directories (what a re-run of the sweep does)."""
     record = json.loads((out / SWEEP_CONFIG).read_text())
-    meta = {"executor": "local", "jobs": 1, "threads": 1, "command": "windtunnel sweep CONFIG", "total_wall_s": 0.0}
+    meta = {"executor": "local", "jobs": 1, "threads": 1, "command": "windtunnel sweep CONFIG"}
+    meta |= {"trained": [], "total_wall_s": 0.0, "skipped": []}
     return write_table(out, expand(record["base"], record["grid"]), record, meta, machine_description())
 
 
@@ -354,6 +358,8 @@ def test_rerun_skips_finished_runs_and_keeps_the_table(swept):
     assert {p.name: (p / "metrics.jsonl").read_bytes() for p in (out / "runs").iterdir()} == before
     table = json.loads((out / "sweep.json").read_text())
     assert table["rows"] == rows and sorted(table["skipped"]) == sorted(before) and not table["trained"]
+    assert SweepTableRecord.read(out).to_json() == table  # the record reads back what it wrote
+    assert "in this call, 0 of 4 runs trained by it" in (out / "sweep.md").read_text()
 
 
 def test_another_sweep_into_the_same_out_is_refused(swept):

@@ -178,17 +178,16 @@ def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False) 
 # --- the manifest ------------------------------------------------------------------------------------------
 
 
-def read_manifest(out: str | Path) -> dict[str, Any] | None:
-    """`out/manifest.json` as plain data, checked (a CheckpointError names the file and the field), or None where
-    there is none. The drivers read the typed record instead (`records.drivers.ManifestRecord.find`)."""
-    path = Path(out) / MANIFEST
-    return ManifestRecord.load(path).to_json() if path.exists() else None
+def read_manifest(out: str | Path) -> ManifestRecord | None:
+    """`out/manifest.json`, checked (a CheckpointError names the file and the field), or None where there is none
+    (an --out written before manifests included: `ManifestRecord.find` upgrades that one)."""
+    return ManifestRecord.read(out) if ManifestRecord.exists(out) else None
 
 
-def listed(out: str | Path) -> list[dict[str, Any]]:
-    """The run entries of `out`'s manifest ({"name", "config_hash"}), [] where it has none."""
+def listed(out: str | Path) -> list[ManifestEntry]:
+    """The runs `out`'s manifest lists (each its `name` and `config_hash`), [] where it has none."""
     manifest = read_manifest(out)
-    return manifest["runs"] if manifest is not None else []
+    return manifest.runs if manifest is not None else []
 
 
 def out_kind(out: str | Path) -> tuple[str, str] | None:

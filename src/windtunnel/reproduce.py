@@ -162,6 +162,5 @@ def _reproduce_locked(
     record.write(out)
     launcher.record([e.name for e in entries])
     listed: list[str | Path] = [*manifest.run_dirs(out)]  # this tier's runs, never whatever else lies under runs/
-    meta = record.to_json()
-    build_report(listed, out, meta)
-    return meta
+    build_report(listed, out, record)
+    return record.to_json()

@@ -285,23 +285,25 @@ def _sweep_locked(
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [Job(p.name, p.config, str(runs_dir), probe=False) for p in points]
-    todo = sum(not manifest.is_finished(runs_dir / p.name) for p in points)
-    meta = {**meta, "trained": todo}  # runs this call trained; the rest were finished runs it found and read
+    found = sorted(p.name for p in points if manifest.is_finished(runs_dir / p.name))  # read, never trained again
+    todo = len(points) - len(found)
 
-    def tabulate(results: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The table of what has finished, and the manifest of its runs."""
-        timed = {**meta, "total_wall_s": launcher.wall_s()}
-        data = write_table(out, points, record.model_dump(), timed, launcher.machine(), results)
+    def tabulate() -> dict[str, Any]:
+        """The table of what has finished (the runs this call trained: finished now, not before), and the manifest
+        of its runs."""
+        trained = sorted(p.name for p in points if p.name not in found and manifest.is_finished(runs_dir / p.name))
+        timed = {**meta, "trained": trained, "total_wall_s": launcher.wall_s(), "skipped": found}
+        data = write_table(out, points, record.model_dump(), timed, launcher.machine())
         launcher.record([p.name for p in points], keep=False)  # this sweep's points only
         return data
 
     try:
-        results = launcher.execute(jobs, f"{len(points)} runs ({todo} to train)", echo)  # longest first
+        launcher.execute(jobs, f"{len(points)} runs ({todo} to train)", echo)  # longest first
     except BaseException:  # keep the table of what did finish, then report the failure
         with contextlib.suppress(Exception):
             tabulate()
         raise
-    return tabulate(results)
+    return tabulate()
 
 
 def _command(record: SweepConfigRecord, out: Path, options: ExecutorOptions) -> str:

@@ -5,6 +5,7 @@ and the only code that reads or writes it.
     out/reproduce.json       ReproduceRecord       a reproduce's tier, machine, executor, walls and deviations
     out/sweep-config.json    SweepConfigRecord     a sweep's base config, overrides and grid (it owns --out)
     out/sweep-base.json      SweepBaseRecord       a sweep of a config dict: that dict, for its Command: line
+    out/sweep.json           SweepTableRecord      a sweep's table: its settings ranked, its runs, what it trained
     out/time_to_bayes.json   TimeToBayesRecord     time-to-Bayes cells, each with its seeds and its machine
 
 A read is checked: a garbled file, or a field of the wrong kind, is a `CheckpointError` naming the file and the field.
@@ -31,6 +32,7 @@ from windtunnel.records.base import JsonFile, Record, RecordFile
 MANIFEST, REPRODUCE, TIME_TO_BAYES = "manifest.json", "reproduce.json", "time_to_bayes.json"
 SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory
 SWEEP_BASE = "sweep-base.json"  # a sweep of a config dict (Python): that dict, for its Command: line to re-run
+SWEEP_TABLE = "sweep.json"  # a sweep's table (also sweep.md and sweep.csv, written from it)
 FORMAT = 1  # manifest.json's format
 Kind = Literal["reproduce", "sweep", "time-to-bayes"]
 KINDS: tuple[str, ...] = get_args(Kind)  # the drivers that own an --out
@@ -144,6 +146,17 @@ class ReproduceRecord(RecordFile):
     command: str | None = None
     deviations: list[str] = Field(default_factory=list)
 
+    @property
+    def sum_run_wall_s(self) -> float | None:
+        """The summed wall time of the tier's runs (its cost, whatever interrupted or resumed it); None where it
+        records none."""
+        return round(sum(v or 0.0 for v in self.run_wall_s.values()), 1) if self.run_wall_s else None
+
+    def report_json(self) -> dict[str, Any]:
+        """The report's `meta` (results.json): this record, with `sum_run_wall_s` where it records run walls."""
+        total = self.sum_run_wall_s
+        return {**self.to_json(), **({"sum_run_wall_s": total} if total is not None else {})}
+
 
 # --- sweep-config.json, sweep-base.json ------------------------------------------------------------------
 
@@ -175,6 +188,78 @@ class SweepBaseRecord(JsonFile, RootModel[dict[str, Any]]):
 
     def to_json(self) -> dict[str, Any]:
         return plain(self.root)
+
+
+# --- sweep.json ----------------------------------------------------------------------------------------------
+
+
+class SweepRow(Record):
+    """One finished run of a sweep's table: its grid `values` and seed, task, the validation metrics of its final
+    step (None: it has none), the test metrics with their intervals, its walls, its setting, why it cannot be ★
+    (`unranked`, None if it can) and whether it is a run of a ★ setting (`best`)."""
+
+    run: RunName
+    values: dict[str, Any]
+    seed: Annotated[int, base.Kind("integer")]
+    task: str
+    validation: dict[str, Any] | None
+    metrics: dict[str, Any]
+    wall_s: Annotated[float, base.Kind("real")] | None
+    tokens_per_s: Annotated[float, base.Kind("real")] | None
+    setting: str
+    unranked: str | None
+    best: bool
+
+
+class SweepSetting(Record):
+    """One setting of a sweep's table (its grid values but the seed): its runs and seeds, the validation and test
+    metrics pooled over the seeds, why it cannot be ★ (None if it can), `best` (★) and, on a ★, the `pick` against
+    the next setting of its task (None elsewhere)."""
+
+    setting: str
+    values: dict[str, Any]
+    task: str
+    runs: list[RunName]
+    seeds: list[Annotated[int, base.Kind("integer")]]
+    n_seeds: Annotated[int, base.Kind("positive")]
+    validation: dict[str, Any] | None
+    metrics: dict[str, Any]
+    unranked: str | None
+    best: bool
+    pick: dict[str, Any] | None
+
+
+class SweepTableRecord(RecordFile):
+    """sweep.json: the sweep (`base`, `config`, `overrides`, `grid`), the call that wrote it (executor, jobs,
+    threads, its command line, a note where that line cannot find a name again, the runs it `trained` and this call's
+    wall), the machine, each task's headline metric, the `settings` best first, the `rows` by setting, the points not
+    finished (`missing`) and the finished runs the call found and did not train again (`skipped`)."""
+
+    NAME: ClassVar[str] = SWEEP_TABLE
+    SORT_KEYS: ClassVar[bool] = False  # the order a reader reads it in: the sweep, the call, the table
+    EVERY_FIELD: ClassVar[bool] = True
+    OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"command_note"})
+
+    base: dict[str, Any]
+    config: str | None
+    overrides: dict[str, Any]
+    grid: dict[str, list[Any]]
+    executor: str
+    jobs: Annotated[int, base.Kind("positive")]
+    threads: Annotated[int, base.Kind("positive")]
+    command: str
+    command_note: str | None = None
+    trained: list[RunName]
+    total_wall_s: Annotated[float, base.Kind("number")]
+    machine: str
+    device: str
+    torch: str
+    python: str
+    headline: dict[str, str]
+    settings: list[SweepSetting]
+    rows: list[SweepRow]
+    missing: list[RunName]
+    skipped: list[RunName]
 
 
 # --- time_to_bayes.json ------------------------------------------------------------------------------------
@@ -244,6 +329,7 @@ __all__ = [
     "REPRODUCE",
     "SWEEP_BASE",
     "SWEEP_CONFIG",
+    "SWEEP_TABLE",
     "TIME_TO_BAYES",
     "CellRequest",
     "ManifestEntry",
@@ -252,6 +338,9 @@ __all__ = [
     "RunName",
     "SweepBaseRecord",
     "SweepConfigRecord",
+    "SweepRow",
+    "SweepSetting",
+    "SweepTableRecord",
     "TimeToBayesCell",
     "TimeToBayesRecord",
     "plain",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.geometry.seeds import dig as _dig
 from windtunnel.metric_specs import METRICS
+from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import claims, figures, prose, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table, Verdicts
@@ -55,8 +57,8 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
     return rows, flagged
 
 
-def _deviation_lines(meta: dict[str, Any]) -> list[str]:
-    lines = list(meta.get("deviations", []))
+def _deviation_lines(meta: ReproduceRecord | None) -> list[str]:
+    lines = list(meta.deviations) if meta is not None else []
     return lines or ["none recorded (runs made outside `windtunnel reproduce`; see each run's config.json)"]
 
 
@@ -116,8 +118,11 @@ def _listing(doc: Document, lead: str, items: list[str], none: str | None = None
         doc.add(Paragraph(lead + ("; ".join(items) if items else str(none)) + "."))
 
 
-def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Read run directories under `paths`, write the report into `out`, return the results dict."""
+def build_report(
+    paths: list[str | Path], out: str | Path, meta: ReproduceRecord | Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Read run directories under `paths`, write the report into `out`, return the results dict. `meta`: what
+    reproduce recorded (`records.drivers.ReproduceRecord`; default: `out`/reproduce.json where there is one)."""
     out = Path(out)
     records = find_runs(paths)  # every input read and validated before anything is created
     meta = _load_meta(out, meta)
@@ -151,16 +156,15 @@ def build_report(paths: list[str | Path], out: str | Path, meta: dict[str, Any] 
     return results
 
 
-def _load_meta(out: Path, meta: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of `meta`, or where none is given, `out`/reproduce.json's; with sum_run_wall_s, the summed wall time of
-    its runs (the cost of the whole tier, whatever interrupted or resumed it) where it records them."""
-    meta = dict(meta or {})
-    meta_file = out / "reproduce.json"
-    if meta_file.exists() and not meta:
-        meta = rundir.read_json_object(meta_file)
-    if meta.get("run_wall_s"):
-        meta["sum_run_wall_s"] = round(sum(v or 0.0 for v in meta["run_wall_s"].values()), 1)
-    return meta
+def _load_meta(out: Path, meta: ReproduceRecord | Mapping[str, Any] | None) -> ReproduceRecord | None:
+    """`meta` as reproduce's record (a mapping: what a reproduce.json holds, checked), or where none is given (or
+    an empty one), `out`/reproduce.json's (checked: a garbled file names its field); None for runs made outside
+    `windtunnel reproduce`."""
+    if isinstance(meta, ReproduceRecord):
+        return meta
+    if meta:
+        return ReproduceRecord.parse(dict(meta), Path("meta"))
+    return ReproduceRecord.find(out)
 
 
 def _verdicts_section(doc: Document, verdicts: list[dict[str, str]]) -> None:
@@ -328,18 +332,19 @@ _RUN_COLUMNS = [
 ]
 
 
-def _what_was_run_section(doc: Document, records: list[RunRecord], meta: dict[str, Any]) -> None:
+def _what_was_run_section(doc: Document, records: list[RunRecord], meta: ReproduceRecord | None) -> None:
     """What was run: the tier's metadata, then one row per run."""
     doc.add(Heading("What was run"))
-    doc.add(Bullets([f"{k}: {meta[k]}" for k in _META_KEYS if k in meta] or [prose.NO_RUN_METADATA]))
+    given = {k: getattr(meta, k) for k in _META_KEYS} if meta is not None else {}
+    doc.add(Bullets([f"{k}: {v}" for k, v in given.items() if v is not None] or [prose.NO_RUN_METADATA]))
     run_rows = [_run_row(r, meta) for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed))]
     doc.add(Paragraph(prose.WHAT_WAS_RUN))
     doc.add(Table(_RUN_COLUMNS, run_rows))
 
 
-def _run_row(r: RunRecord, meta: dict[str, Any]) -> list[str]:
+def _run_row(r: RunRecord, meta: ReproduceRecord | None) -> list[str]:
     """What was run's row of run `r`: status, steps, batch, wall times and the last two validation evaluations."""
-    total = meta.get("run_wall_s", {}).get(r.path.name)
+    total = meta.run_wall_s.get(r.path.name) if meta is not None else None
     metric = tables.headline_metric(r.task)
     tail = r.curve(metric)[-2:]
     late = " → ".join(f"{tables.fmt(v, metric)} (step {s:,})" for s, v in tail) if len(tail) == 2 else "—"
@@ -359,7 +364,7 @@ def _run_row(r: RunRecord, meta: dict[str, Any]) -> list[str]:
     ]
 
 
-def _deviations_section(doc: Document, meta: dict[str, Any]) -> None:
+def _deviations_section(doc: Document, meta: ReproduceRecord | None) -> None:
     """Deviations from the paper's settings, as `windtunnel reproduce` recorded them."""
     doc.add(Heading("Deviations from the paper's settings", 3))
     doc.add(Bullets(_deviation_lines(meta)))
@@ -372,7 +377,7 @@ def _results(
     control_rows: list[list[str]],
     mixed: list[str],
     seed_geometry: list[dict[str, Any]],
-    meta: dict[str, Any],
+    meta: ReproduceRecord | None,
 ) -> dict[str, Any]:
     """results.json: the claims, Table 1's data, every run, the controls, mixed configurations, geometry across seeds
     and the run metadata."""
@@ -396,7 +401,7 @@ def _results(
         "controls": control_rows,
         "mixed_configurations": mixed,
         "geometry_across_seeds": seed_geometry,
-        "meta": meta,
+        "meta": meta.report_json() if meta is not None else {},
     }
 
 

@@ -38,15 +38,15 @@ from windtunnel.manifest import (  # the names of grid values, defined with the 
 )
 from windtunnel.metric_specs import METRICS as SPECS
 from windtunnel.metric_specs import headline_metric, pool_seeds
-from windtunnel.records.drivers import plain
+from windtunnel.records.drivers import SweepTableRecord, plain
 from windtunnel.records.run_dir import read_done
 from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
 from windtunnel.report.tables import fmt
 from windtunnel.resume import EARLY_STOP
-from windtunnel.rundir import atomic_write, read_metrics, write_json
+from windtunnel.rundir import atomic_write, read_metrics
 
-TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", "sweep.json"
+TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", SweepTableRecord.NAME
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
 METRIC_TITLES = {m: SPECS[m].short_title for m in METRICS}  # the narrow titles (`MetricSpec.short_title`)
 BEST = "★"
@@ -255,14 +255,13 @@ def write_table(
     record: dict[str, Any],
     meta: dict[str, Any],
     machine: dict[str, Any],
-    results: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """sweep.json, sweep.csv and sweep.md in `out`: one setting per grid combination of everything but `seed`
-    ("settings", best first by the mean validation headline metric, ★ on each task's best), one row per finished
-    point ("rows", grouped by setting in that order; a run's "best" says it is a run of a ★ setting); a point not
-    finished is listed under "missing". `record`: the sweep (its base, config, overrides and grid); `meta`: the
-    call's executor, threads, command and wall time; `machine`: where it ran (`machine.machine_description`);
-    `results`: the runs' results, when they ran. Returns what sweep.json holds."""
+    """sweep.json (`SweepTableRecord`), sweep.csv and sweep.md in `out`: one setting per grid combination of
+    everything but `seed` ("settings", best first by the mean validation headline metric, ★ on each task's best), one
+    row per finished point ("rows", grouped by setting in that order; a run's "best" says it is a run of a ★ setting);
+    a point not finished is listed under "missing". `record`: the sweep (its base, config, overrides and grid);
+    `meta`: the call's executor, jobs, threads, command (and its note), the runs it trained and skipped, its wall
+    time; `machine`: where it ran (`machine.machine_description`). Returns what sweep.json holds."""
     done = [p for p in points if manifest.is_finished(out / "runs" / p.name)]
     rows = [run_row(p, out / "runs" / p.name) for p in done]
     ranked = rank(settings(rows, list(record["grid"])))
@@ -274,24 +273,23 @@ def write_table(
         r["best"] = by_setting[(r["task"], r["setting"])]["best"]
     order = {(s["task"], s["setting"]): i for i, s in enumerate(ranked)}
     rows.sort(key=lambda r: order[(r["task"], r["setting"])])  # stable: a setting's seeds in grid order
-    data = {
-        "base": record["base"],
-        "config": record["config"],
-        "overrides": record["overrides"],
-        "grid": record["grid"],
-        **meta,
-        **machine,
-        "headline": headline,
-        "settings": ranked,
-        "rows": rows,
-        "missing": [p.name for p in points if not manifest.is_finished(out / "runs" / p.name)],
-        "trained": sorted(r["name"] for r in results or [] if not r.get("skipped")),
-        "skipped": sorted(r["name"] for r in results or [] if r.get("skipped")),
-    }
-    write_json(out / TABLE_JSON, plain(data), sort_keys=False)
+    table = SweepTableRecord.model_validate(
+        plain(
+            {
+                **{k: record[k] for k in ("base", "config", "overrides", "grid")},
+                **meta,
+                **machine,
+                "headline": headline,
+                "settings": ranked,
+                "rows": rows,
+                "missing": [p.name for p in points if not manifest.is_finished(out / "runs" / p.name)],
+            }
+        )
+    )
+    table.write(out)
     atomic_write(out / TABLE_CSV, _csv(rows, list(record["grid"])))
-    atomic_write(out / TABLE_MD, _markdown(data, out))
-    return data
+    atomic_write(out / TABLE_MD, _markdown(table, out))
+    return table.to_json()
 
 
 def _csv(rows: list[dict[str, Any]], keys: list[str]) -> str:
@@ -322,32 +320,32 @@ def _repr(value: Any) -> str:
     return "" if value is None else repr(value)
 
 
-def _markdown(data: dict[str, Any], out: Path) -> str:
-    keys = list(data["grid"])
+def _markdown(table: SweepTableRecord, out: Path) -> str:
+    keys = list(table.grid)
     setting_keys = [k for k in keys if k != SEED]
-    base = data["config"] or "a config dict"
-    if data["overrides"]:
-        base += " with " + ", ".join(f"{k}={value_text(v)}" for k, v in data["overrides"].items())
-    doc = Document(f"Sweep of {base} over {' × '.join(grid_text(data['grid']))}")
-    doc.add(Paragraph(f"Command: `{data['command']}`"))
-    if data.get("command_note"):
-        doc.add(Paragraph(data["command_note"]))
-    headline = ", ".join(f"{t}: {SPECS[m].short_title}" for t, m in data["headline"].items())
-    metrics = set(data["headline"].values())
+    base = table.config or "a config dict"
+    if table.overrides:
+        base += " with " + ", ".join(f"{k}={value_text(v)}" for k, v in table.overrides.items())
+    doc = Document(f"Sweep of {base} over {' × '.join(grid_text(table.grid))}")
+    doc.add(Paragraph(f"Command: `{table.command}`"))
+    if table.command_note:
+        doc.add(Paragraph(table.command_note))
+    headline = ", ".join(f"{t}: {SPECS[m].short_title}" for t, m in table.headline.items())
+    metrics = set(table.headline.values())
     val_title = f"validation {SPECS[next(iter(metrics))].short_title}" if len(metrics) == 1 else "validation headline"
     doc.add(
         Paragraph(
-            f"{len(data['settings'])} settings ({', '.join(setting_keys) or 'the base config'}), "
-            f"{len(data['rows'])} runs. Settings are ranked by the mean over their seeds of the headline metric "
+            f"{len(table.settings)} settings ({', '.join(setting_keys) or 'the base config'}), "
+            f"{len(table.rows)} runs. Settings are ranked by the mean over their seeds of the headline metric "
             f"({headline}) on the validation stream, at each run's final step; {BEST} marks the best setting"
-            f"{' of each task' if len(data['headline']) > 1 else ''}. A setting or run with no final validation "
+            f"{' of each task' if len(table.headline) > 1 else ''}. A setting or run with no final validation "
             "evaluation, or a NaN/inf one (or a NaN/inf test-stream headline), is never "
             f"{BEST} and comes last. Test-stream numbers are reported only, never used for the pick. Intervals are "
             "95%: over seeds (Student t, never clipped to the metric's range) where a setting has two or more, else "
             "the run's bootstrap interval over its test sequences (a single validation value has none). "
-            f"Executor {data['executor']}, "
-            f"{data['threads']} thread(s) per run, {data['machine']}, device {data['device']}; "
-            f"{_wall_text(data)}."
+            f"Executor {table.executor}, "
+            f"{table.threads} thread(s) per run, {table.machine}, device {table.device}; "
+            f"{_wall_text(table)}."
         )
     )
 
@@ -361,57 +359,59 @@ def _markdown(data: dict[str, Any], out: Path) -> str:
     def value(v: float | None, m: str) -> str:
         return "" if v is None else fmt(v, m)
 
-    def head(item: dict[str, Any]) -> str:
-        return data["headline"][item["task"]]
-
     test = [f"test {SPECS[m].short_title} [95% CI]" for m in METRICS]
     header = ["", *setting_keys, "seeds", f"{val_title} [95% CI]", *test, "runs", "not ranked"]
-    rows = [
-        [
-            BEST if s["best"] else "",
-            *(value_text(s["values"][k]) for k in setting_keys),
-            str(s["n_seeds"]),
-            cell((s["validation"] or {}).get(head(s)), head(s)),
-            *(cell(s["metrics"][m], m) for m in METRICS),
-            ", ".join(s["runs"]),
-            s["unranked"] or "",
-        ]
-        for s in data["settings"]
-    ]
+    rows = []
+    for s in table.settings:
+        metric = table.headline[s.task]
+        rows.append(
+            [
+                BEST if s.best else "",
+                *(value_text(s.values[k]) for k in setting_keys),
+                str(s.n_seeds),
+                cell((s.validation or {}).get(metric), metric),
+                *(cell(s.metrics[m], m) for m in METRICS),
+                ", ".join(s.runs),
+                s.unranked or "",
+            ]
+        )
     doc.add(Heading("Settings, best first"))
     doc.add(Table(header, rows))
-    picks = [(s["task"], s["pick"]["text"]) for s in data["settings"] if s.get("pick")]
+    picks = [(s.task, s.pick["text"]) for s in table.settings if s.pick]
     if picks:
-        many = len(data["headline"]) > 1
+        many = len(table.headline) > 1
         doc.add(Paragraph("The pick: " + "; ".join((f"{t}: " if many else "") + text for t, text in picks) + "."))
     header = ["", *keys, val_title, *test, "wall (s)", "tokens/s", "run", "not ranked"]
-    rows = [
-        [
-            BEST if r["best"] else "",
-            *(value_text(r["values"][k]) for k in keys),
-            value((r["validation"] or {}).get(head(r)), head(r)),
-            *(cell(r["metrics"][m], m) for m in METRICS),
-            "" if r["wall_s"] is None else f"{r['wall_s']:.1f}",
-            "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
-            r["run"],
-            r["unranked"] or "",
-        ]
-        for r in data["rows"]
-    ]
+    rows = []
+    for r in table.rows:
+        metric = table.headline[r.task]
+        rows.append(
+            [
+                BEST if r.best else "",
+                *(value_text(r.values[k]) for k in keys),
+                value((r.validation or {}).get(metric), metric),
+                *(cell(r.metrics[m], m) for m in METRICS),
+                "" if r.wall_s is None else f"{r.wall_s:.1f}",
+                "" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}",
+                r.run,
+                r.unranked or "",
+            ]
+        )
     doc.add(Heading(f"Runs, by setting ({BEST}: a run of the best setting)"))
     doc.add(Table(header, rows))
-    if data["missing"]:
-        doc.add(Paragraph(f"Not finished: {', '.join(data['missing'])}."))
+    if table.missing:
+        doc.add(Paragraph(f"Not finished: {', '.join(table.missing)}."))
     return doc.markdown(out)
 
 
-def _wall_text(data: dict[str, Any]) -> str:
-    """This call's wall time, and how many runs it trained (a re-run of a finished sweep trains none: its wall time
-    is not the sweep's) and the runs' own training walls summed."""
-    runs = sum(r.get("wall_s") or 0 for r in data["rows"])
-    trained = data.get("trained")
-    done = "" if trained is None else f", {trained} of {len(data['rows'])} runs trained by it"
-    return f"{data['total_wall_s']:.0f} s in this call{done}; the runs' own walls sum to {runs:.0f} s"
+def _wall_text(table: SweepTableRecord) -> str:
+    """This call's wall time, how many runs it trained (a re-run of a finished sweep trains none: its wall time is
+    not the sweep's) and the runs' own training walls summed."""
+    runs = sum(r.wall_s or 0 for r in table.rows)
+    return (
+        f"{table.total_wall_s:.0f} s in this call, {len(table.trained)} of {len(table.rows)} runs trained by it; "
+        f"the runs' own walls sum to {runs:.0f} s"
+    )
 
 
 __all__ = [
