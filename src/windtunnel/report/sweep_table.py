@@ -38,7 +38,7 @@ from windtunnel.manifest import (  # the names of grid values, defined with the 
 )
 from windtunnel.metric_specs import METRICS as SPECS
 from windtunnel.metric_specs import headline_metric, pool_seeds
-from windtunnel.records.drivers import SweepTableRecord, plain
+from windtunnel.records.drivers import SweepRow, SweepSetting, SweepTableRecord, plain
 from windtunnel.records.run_dir import read_done
 from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
@@ -321,6 +321,7 @@ def _repr(value: Any) -> str:
 
 
 def _markdown(table: SweepTableRecord, out: Path) -> str:
+    """sweep.md: what was swept and how it is ranked, the settings best first with the pick, then every run."""
     keys = list(table.grid)
     setting_keys = [k for k in keys if k != SEED]
     base = table.config or "a config dict"
@@ -348,60 +349,60 @@ def _markdown(table: SweepTableRecord, out: Path) -> str:
             f"{_wall_text(table)}."
         )
     )
-
-    def cell(v: dict[str, Any] | None, m: str) -> str:
-        if v is None:
-            return ""
-        if v.get("lo") is None or v.get("hi") is None:
-            return fmt(v["mean"], m)
-        return f"{fmt(v['mean'], m)} [{fmt(v['lo'], m)}, {fmt(v['hi'], m)}]"
-
-    def value(v: float | None, m: str) -> str:
-        return "" if v is None else fmt(v, m)
-
     test = [f"test {SPECS[m].short_title} [95% CI]" for m in METRICS]
     header = ["", *setting_keys, "seeds", f"{val_title} [95% CI]", *test, "runs", "not ranked"]
-    rows = []
-    for s in table.settings:
-        metric = table.headline[s.task]
-        rows.append(
-            [
-                BEST if s.best else "",
-                *(value_text(s.values[k]) for k in setting_keys),
-                str(s.n_seeds),
-                cell((s.validation or {}).get(metric), metric),
-                *(cell(s.metrics[m], m) for m in METRICS),
-                ", ".join(s.runs),
-                s.unranked or "",
-            ]
-        )
     doc.add(Heading("Settings, best first"))
-    doc.add(Table(header, rows))
+    doc.add(Table(header, [_setting_cells(table, s, setting_keys) for s in table.settings]))
     picks = [(s.task, s.pick["text"]) for s in table.settings if s.pick]
     if picks:
         many = len(table.headline) > 1
         doc.add(Paragraph("The pick: " + "; ".join((f"{t}: " if many else "") + text for t, text in picks) + "."))
     header = ["", *keys, val_title, *test, "wall (s)", "tokens/s", "run", "not ranked"]
-    rows = []
-    for r in table.rows:
-        metric = table.headline[r.task]
-        rows.append(
-            [
-                BEST if r.best else "",
-                *(value_text(r.values[k]) for k in keys),
-                value((r.validation or {}).get(metric), metric),
-                *(cell(r.metrics[m], m) for m in METRICS),
-                "" if r.wall_s is None else f"{r.wall_s:.1f}",
-                "" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}",
-                r.run,
-                r.unranked or "",
-            ]
-        )
     doc.add(Heading(f"Runs, by setting ({BEST}: a run of the best setting)"))
-    doc.add(Table(header, rows))
+    doc.add(Table(header, [_run_cells(table, r, keys) for r in table.rows]))
     if table.missing:
         doc.add(Paragraph(f"Not finished: {', '.join(table.missing)}."))
     return doc.markdown(out)
+
+
+def _interval_cell(v: dict[str, Any] | None, metric: str) -> str:
+    """A mean with its 95% interval where it has one ("" where there is no value)."""
+    if v is None:
+        return ""
+    if v.get("lo") is None or v.get("hi") is None:
+        return fmt(v["mean"], metric)
+    return f"{fmt(v['mean'], metric)} [{fmt(v['lo'], metric)}, {fmt(v['hi'], metric)}]"
+
+
+def _setting_cells(table: SweepTableRecord, s: SweepSetting, keys: list[str]) -> list[str]:
+    """sweep.md's row of a setting: ★, its grid values, seeds, validation and test metrics, runs, why not ranked."""
+    metric = table.headline[s.task]
+    return [
+        BEST if s.best else "",
+        *(value_text(s.values[k]) for k in keys),
+        str(s.n_seeds),
+        _interval_cell((s.validation or {}).get(metric), metric),
+        *(_interval_cell(s.metrics[m], m) for m in METRICS),
+        ", ".join(s.runs),
+        s.unranked or "",
+    ]
+
+
+def _run_cells(table: SweepTableRecord, r: SweepRow, keys: list[str]) -> list[str]:
+    """sweep.md's row of a run: ★ (a run of the best setting), grid values, final validation value, test metrics,
+    walls, throughput, its name and why it is not ranked."""
+    metric = table.headline[r.task]
+    validation = (r.validation or {}).get(metric)
+    return [
+        BEST if r.best else "",
+        *(value_text(r.values[k]) for k in keys),
+        "" if validation is None else fmt(validation, metric),
+        *(_interval_cell(r.metrics[m], m) for m in METRICS),
+        "" if r.wall_s is None else f"{r.wall_s:.1f}",
+        "" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}",
+        r.run,
+        r.unranked or "",
+    ]
 
 
 def _wall_text(table: SweepTableRecord) -> str:
