@@ -7,7 +7,8 @@ A suite is a plain list of run configs. Tiers:
               where needed, 3 seeds for every transformer and Mamba cell (the cells the paper makes claims about), 1
               for the controls
     standard  the quick sizes at budgets derived from the committed time-to-Bayes curves (`BUDGET`), aimed at two
-              hours on 2 cores (measured about 2.5 h, 2026-12-04, part of it with other work on the cores), same seeds;
+              hours on 2 cores (measured 73 min on a 2-core AMD EPYC, 2026-12-04; 2.5 h before `windtunnel.malloc`),
+              same seeds;
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
