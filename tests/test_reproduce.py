@@ -60,10 +60,22 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
     assert entries["regression-transformer-s0"]["task"]["params"]["pair_tokens"] is True
     quick = {r.name: r.config for r in suite("quick")}
     for name, cfg in quick.items():
-        assert cfg["task"] == entries[name]["task"]
+        recall = cfg["task"]["name"] == "recall"  # the standard tier stores 16 pairs of 32 keys, the quick tier 4
+        if not recall:
+            assert cfg["task"] == entries[name]["task"]
         if cfg["model"]["arch"] not in BASELINES:
             assert cfg["train"]["schedule"] == entries[name]["train"]["schedule"] == "wsd"
             assert cfg["train"]["steps"] < entries[name]["train"]["steps"]
+            assert "curriculum" not in cfg["train"]
+            # the pair curriculum, for every architecture of the standard tier's recall and nothing else
+            stages = [{"until": 600, "params": {"N": 4}}, {"until": 1_200, "params": {"N": 8}}]
+            assert entries[name]["train"].get("curriculum") == (stages if recall else None)
+    standard_recall = entries["recall-mamba-s0"]["task"]["params"]
+    assert (standard_recall["N"], standard_recall["key_vocab"], standard_recall["value_vocab"]) == (16, 32, 32)
+    assert [o["N"] for o in entries["recall-mamba-s0"]["eval"]["overrides"]] == [24, 32]  # at most the 32 keys
+    assert (
+        "recall: a curriculum of N=4 to 20% of the steps, N=8 to 40%, then the task's own" in deviations("standard")[1]
+    )
     lines = deviations("standard")
     assert lines[0].startswith("model sizes: the 'quick' presets")
     assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)

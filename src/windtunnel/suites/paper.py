@@ -27,7 +27,7 @@ from windtunnel import tasks
 from windtunnel.config import EvalConfig, TrainConfig, warmup_for
 from windtunnel.models import built_ins, is_baseline, size_class
 from windtunnel.models.presets import preset
-from windtunnel.recipes import get_recipe
+from windtunnel.recipes import Stage, get_recipe
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 
@@ -87,9 +87,14 @@ LENGTH_GEN: dict[str, dict[str, list[dict[str, Any]]]] = {
 for _lengths in LENGTH_GEN.values():  # the sticky HMM is tested at the HMM's lengths
     _lengths["hmm-sticky"] = _lengths["hmm"]
 
-# The standard tier trains the quick sizes for longer.
-TASK_PARAMS["standard"] = TASK_PARAMS["quick"]
-LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
+# The standard tier trains the quick sizes for longer, and recall at 16 pairs of 32 keys and 32 values (with the pair
+# curriculum of `CURRICULUM`: without it the quick transformer stays at chance, docs/results/time-to-bayes.md), its
+# capacity curve at 24 and 32 pairs (at most the 32 keys).
+TASK_PARAMS["standard"] = {
+    **TASK_PARAMS["quick"],
+    "recall": {**TASK_PARAMS["quick"]["recall"], "N": 16, "key_vocab": 32, "value_vocab": 32, "n_filler": 8},
+}
+LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}]}
 
 # The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
 # `BUDGET`), with one recipe (`RECIPE`), and only its learning rate is its own: picked from `LR_GRID` on the validation
@@ -101,13 +106,21 @@ LENGTH_GEN["standard"] = LENGTH_GEN["quick"]
 #   hmm 1,000 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
 #     3,000, still falling); the HMMs' Mamba cells cost 0.65-0.68 s a step under soft-muon (quick tier of
 #     2026-12-04), so 3,000 steps, or even 1,200, for the HMM and the sticky HMM would take the tier past two hours
-#   recall 2,000 x 64 (4 pairs): the transformer is ✓ on 3/3 seeds at this budget (standard tier of 2026-12-03)
+#   recall 3,000 x 64 (16 pairs, with the pair curriculum): the soft-muon transformer reaches 100% at step 2,400 on
+#     both seeds (at chance without the curriculum; docs/results/time-to-bayes-recall16)
 #   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
 #     the Mamba cells 0.56 s each)
 # The quick tier trains the same recipe at a budget meant for about half an hour (`make demo`; measured 20 min).
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
-    "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (2_000, 64), "regression": (600, 64)},
+    "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (3_000, 64), "regression": (600, 64)},
+}
+# A curriculum a tier trains every architecture of a task with (part of its recipe): stages in fractions of the run
+# that change only the sequence lengths, evaluation always at the task's own size. The standard tier's recall binds
+# 16 pairs only after 4 and then 8 (measured: soft-muon alone stays at chance at the same budget,
+# docs/results/time-to-bayes-recall16, benchmarks/recipes/recall16-curriculum.yaml).
+CURRICULUM: dict[str, dict[str, list[Stage]]] = {
+    "standard": {"recall": [Stage(frac=0.2, params={"N": 4}), Stage(frac=0.4, params={"N": 8})]},
 }
 # The standard tier stops a run once its validation verdict is ✓ this many evaluations in a row (`train.early_stop`,
 # each at the conservative end of its intervals; 20 evaluations a run), so a cell that gets there early frees the cores.
@@ -231,11 +244,18 @@ def protocol_text(tier: str) -> str:
     picked += "".join(f"; {line}" for line in like)
     unpicked = [f"{t}/{a}" for t in TASKS for a in ARCHS if _pick(t, a, tier) is None]
     missing = f"; not swept, lr {LR_DEFAULT:g}: {', '.join(unpicked)}" if unpicked else ""
+    curricula = "".join(f"; {t}: {curriculum_text(stages)}" for t, stages in CURRICULUM.get(tier, {}).items())
     return (
         f"fair protocol [our choice]: every architecture of a task trains the same steps x batch ({budgets}) with one "
-        f"recipe ({recipe_text(tier)}); its learning rate is picked from {list(LR_GRID)} on the "
+        f"recipe ({recipe_text(tier)}{curricula}); its learning rate is picked from {list(LR_GRID)} on the "
         f"validation stream by {where}{borrowed}: {picked or 'none yet'}{missing}"
     )
+
+
+def curriculum_text(stages: list[Stage]) -> str:
+    """A curriculum in words: "a curriculum of N=4 to 20% of the steps, N=8 to 40%, then the task's own"."""
+    parts = [", ".join(f"{k}={v}" for k, v in st.params.items()) + f" to {st.frac:.0%}" for st in stages]
+    return f"a curriculum of {parts[0]} of the steps" + "".join(f", {p}" for p in parts[1:]) + ", then the task's own"
 
 
 def recipe_text(tier: str) -> str:
@@ -301,6 +321,9 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
             "weight_decay": 0.01,
             "dtype": "float32",
         }
+        stages = CURRICULUM.get(tier, {}).get(task)
+        if stages:
+            out["curriculum"] = [{"until": max(1, round(st.frac * steps)), "params": dict(st.params)} for st in stages]
         if standard:
             out["keep_checkpoints"] = 1
         if tier in EARLY_STOP:
