@@ -32,7 +32,7 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
         tier: str = typer.Option(
             "quick",
             help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
-            "budgets from the time-to-Bayes curves, ~75 min) or paper (the authors' production recipes, a GPU)",
+            "budgets from the time-to-Bayes curves, ~1.5 h) or paper (the authors' production recipes, a GPU)",
         ),
         out: Path | None = typer.Option(
             None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"

@@ -7,8 +7,8 @@ A suite is a plain list of run configs. Tiers:
               where needed, 3 seeds for every transformer and Mamba cell (the cells the paper makes claims about), 1
               for the controls
     standard  the quick sizes at budgets derived from the committed time-to-Bayes curves (`BUDGET`), aimed at two
-              hours on 2 cores (measured 73 min on a 2-core AMD EPYC, 2026-12-04; 2.5 h before `windtunnel.malloc`),
-              same seeds;
+              hours on 2 cores (about 92 min on a 2-core AMD EPYC, 2026-12-04: 73 min in one call with recall at 4
+              pairs, then 26 min for the 16-pair recall column; 2.5 h before `windtunnel.malloc`), same seeds;
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
@@ -62,8 +62,9 @@ TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "bijection": {},
         "hmm": {},
         "hmm-sticky": {},
-        # Binding beyond 4 pairs did not form within a CPU budget, nor did scoring at the answer slot at N = 4
-        # (measured: docs/reproduce.md). The capacity curve evaluates the N = 4 models at 6, 8 and 16 pairs.
+        # Binding beyond 4 pairs did not form within the quick budget without a curriculum, nor did scoring at the
+        # answer slot at N = 4 (measured: docs/reproduce.md; the standard tier binds 16 pairs with a pair
+        # curriculum). The capacity curve evaluates the N = 4 models at 6, 8 and 16 pairs.
         "recall": {"N": 4, "key_vocab": 16, "value_vocab": 16, "n_filler": 4, "M": 4, "score_at": "key"},
         # One token per revealed (x, y) pair: without it no transformer recipe left the prior-mean plateau
         # (docs/results/time-to-bayes.md).
@@ -153,7 +154,7 @@ LR_SWEEP_RECIPE: dict[str, str] = {
     "quick": "wsd (AdamW; sampled answers on bijection and regression; bijection 400 x 32, hmm 150 x 32, "
     "recall 1,000 x 64, regression 120 x 64)",
     "standard": "wsd (AdamW; sampled answers on bijection and regression; bijection 800 x 32, hmm 300 x 32, "
-    "recall 2,000 x 64, regression 240 x 64)",
+    "recall 2,000 x 64 at 4 pairs, regression 240 x 64)",
 }
 LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
     "quick": {
