@@ -53,6 +53,11 @@ class Stage(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+def curriculum_steps(stages: list[Stage], steps: int) -> list[dict[str, Any]]:
+    """Stages in fractions of a run as `train.curriculum` of a run of `steps` steps: [{"until": step, "params"}]."""
+    return [{"until": max(1, round(s.frac * steps)), "params": dict(s.params)} for s in stages]
+
+
 class Recipe(BaseModel):
     """A named training recipe (see the module docstring)."""
 
@@ -101,9 +106,7 @@ class Recipe(BaseModel):
         out = {**self.overrides, **self.by_task.get(task, {})}
         stages = self.curriculum.get(task)
         if stages:
-            out["train.curriculum"] = [
-                {"until": max(1, round(s.frac * steps)), "params": dict(s.params)} for s in stages
-            ]
+            out["train.curriculum"] = curriculum_steps(stages, steps)
         return out
 
     def check_training_only(self, task: str, steps: int, where: str) -> None:

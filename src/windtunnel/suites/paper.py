@@ -27,7 +27,7 @@ from windtunnel import tasks
 from windtunnel.config import EvalConfig, TrainConfig, warmup_for
 from windtunnel.models import built_ins, is_baseline, size_class
 from windtunnel.models.presets import preset
-from windtunnel.recipes import Stage, get_recipe
+from windtunnel.recipes import Stage, curriculum_steps, get_recipe
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 
@@ -324,7 +324,7 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
         }
         stages = CURRICULUM.get(tier, {}).get(task)
         if stages:
-            out["curriculum"] = [{"until": max(1, round(st.frac * steps)), "params": dict(st.params)} for st in stages]
+            out["curriculum"] = curriculum_steps(stages, steps)
         if standard:
             out["keep_checkpoints"] = 1
         if tier in EARLY_STOP:
