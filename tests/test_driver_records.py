@@ -23,11 +23,13 @@ from windtunnel.records.drivers import (
     MANIFEST,
     REPRODUCE,
     SWEEP_CONFIG,
+    SWEEP_TABLE,
     TIME_TO_BAYES,
     ManifestRecord,
     ReproduceRecord,
     SweepBaseRecord,
     SweepConfigRecord,
+    SweepTableRecord,
     TimeToBayesRecord,
 )
 from windtunnel.reproduce import reproduce
@@ -143,6 +145,18 @@ def test_an_out_written_before_manifests_reads_as_its_drivers(tmp_path):
     found = ManifestRecord.find(tmp_path)
     assert (found.kind, found.source, found.legacy, found.runs, found.tier) == ("sweep", SWEEP_CONFIG, True, [], None)
     assert manifest.out_kind(tmp_path) == ("sweep", SWEEP_CONFIG)
+
+
+def test_every_committed_sweep_table_reads_as_its_record():
+    """sweep.json as every committed sweep wrote it, the lr sweeps' older form (no `pick` on a setting) included: it
+    reads as its record, the pick None where the file has none."""
+    tables = sorted((Path(__file__).resolve().parents[1] / "docs" / "results").rglob(SWEEP_TABLE))
+    assert len(tables) >= 40
+    for path in tables:
+        record = SweepTableRecord.load(path)
+        raw = json.loads(path.read_text())["settings"]
+        assert [s.pick for s in record.settings] == [s.get("pick") for s in raw]
+        assert sum(s.best for s in record.settings) == 1
 
 
 def test_the_first_reproduce_json_upgrades(tmp_path):

@@ -85,7 +85,17 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
 def test_every_architecture_of_a_task_gets_the_same_budget(tier):
     """The fair protocol: within a tier, steps x batch size is one number per task (the paper tier's published
     budgets excepted: they are the authors' own, listed as such)."""
-    from windtunnel.suites.paper import LR_GRID, LR_PICKS, LR_SWEEPS, PROTOCOL_OF, lr_source, picked_lr, protocol_text
+    from windtunnel.suites.paper import (
+        LR_PICKS,
+        LR_RESWEEPS,
+        LR_SWEEPS,
+        PROTOCOL_OF,
+        budget,
+        lr_grid_reach,
+        lr_source,
+        picked_lr,
+        protocol_text,
+    )
 
     by_task: dict[str, set[tuple[int, int]]] = {}
     for r in suite(tier):
@@ -100,7 +110,7 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
             assert lr_source(tier) == tier and tier in LR_SWEEPS
             task = r.config["task"]["name"]
             assert (PROTOCOL_OF.get(task, task), r.config["model"]["arch"]) in LR_PICKS[tier]
-            assert t["lr"] in LR_GRID
+            assert t["lr"] in lr_grid_reach()  # the grid, or an edge pick's extension
             # one recipe for all: the tier's (soft targets, Muon per block, warmup-stable-decay)
             assert (t["optimizer"], t["loss"], t["schedule"]) == ("muon", "posterior", "wsd")
             assert t.get("early_stop") == (3 if tier == "standard" else None)
@@ -112,6 +122,10 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
     assert by_task["hmm-sticky"] == by_task["hmm"]  # the sticky column trains at the HMM's budget
     if tier in ("quick", "standard"):  # the picks' own recipe, where it is not the tier's, is stated
         assert "not re-swept under soft-muon" in protocol_text(tier)
+    for task in LR_RESWEEPS.get(tier, {}):  # a task re-swept under the tier's recipe at its budget says so
+        steps, batch = budget(task, tier)
+        said = f"; {task} re-swept under soft-muon at {steps:,} x {batch}, a pick on the grid's edge"
+        assert said in protocol_text(tier)
 
 
 def test_deviations_are_computed_from_configs_and_name_their_source():
@@ -329,3 +343,35 @@ def test_a_drivers_wall_time_counts_every_pass_of_its_runs(tmp_path, monkeypatch
     for what in ("first pass", "second pass"):
         launcher.execute([], what, lambda _: None)
     assert launcher.wall_s() >= 0.4
+
+
+def test_lr_picks_are_what_the_committed_sweeps_picked():
+    """Every learning rate in `LR_PICKS` is the ★ setting of its committed sweep (docs/results/lr-sweep), a re-swept
+    task's (`LR_RESWEEPS`) that of its re-sweep: no pick is typed in by hand or left behind by a re-sweep."""
+    from windtunnel.records.drivers import SweepTableRecord
+    from windtunnel.suites.paper import LR_PICKS, LR_RESWEEPS, LR_SWEEPS
+
+    root = Path(__file__).resolve().parents[1]
+    for tier, picks in LR_PICKS.items():
+        for (task, arch), lr in picks.items():
+            where = LR_RESWEEPS.get(tier, {}).get(task, LR_SWEEPS[tier]).split(" ")[0]
+            table = SweepTableRecord.read(root / where / f"{task}-{arch}")
+            assert [s.values["train.lr"] for s in table.settings if s.best] == [lr], (tier, task, arch, where)
+    assert LR_RESWEEPS["standard"].keys() <= {task for task, _ in LR_PICKS["standard"]}
+
+
+def test_a_pick_on_the_grids_edge_widens_the_grid_that_way_a_bounded_number_of_times():
+    """`extend_grid`: a ★ on the top (bottom) edge adds one doubling (halving) past it, a ★ inside or no ★ adds
+    nothing, and the widening stops `LR_EDGE_STEPS` steps out each way (`lr_grid_reach`)."""
+    from windtunnel.suites.paper import LR_EDGE_STEPS, LR_GRID, extend_grid, lr_grid_reach
+
+    grid = list(LR_GRID)
+    assert extend_grid(grid, grid[-1]) == [*grid, grid[-1] * 2]
+    assert extend_grid(grid, grid[0]) == [grid[0] / 2, *grid]
+    assert extend_grid(grid, grid[1]) is None and extend_grid(grid, None) is None
+    for edge in (-1, 0):  # keep picking the edge: it stops where the reach does
+        wider, steps = list(LR_GRID), 0
+        while (nxt := extend_grid(wider, wider[edge])) is not None:
+            wider, steps = nxt, steps + 1
+        assert steps == LR_EDGE_STEPS and wider[edge] == lr_grid_reach()[edge]
+    assert len(lr_grid_reach()) == len(LR_GRID) + 2 * LR_EDGE_STEPS and sorted(lr_grid_reach()) == list(lr_grid_reach())

@@ -214,7 +214,7 @@ class SweepRow(Record):
 class SweepSetting(Record):
     """One setting of a sweep's table (its grid values but the seed): its runs and seeds, the validation and test
     metrics pooled over the seeds, why it cannot be ★ (None if it can), `best` (★) and, on a ★, the `pick` against
-    the next setting of its task (None elsewhere)."""
+    the next setting of its task (None elsewhere, and in a table written before picks were: docs/results/lr-sweep)."""
 
     setting: str
     values: dict[str, Any]
@@ -226,7 +226,7 @@ class SweepSetting(Record):
     metrics: dict[str, Any]
     unranked: str | None
     best: bool
-    pick: dict[str, Any] | None
+    pick: dict[str, Any] | None = None
 
 
 class SweepTableRecord(RecordFile):

@@ -139,6 +139,29 @@ EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
 RECIPE = "soft-muon"
 
 LR_GRID = (1e-3, 2e-3, 4e-3)
+# A sweep whose pick sits on an edge of `LR_GRID` goes one doubling (or halving) further that way, up to this many
+# times, so that a pick has a worse setting on each side where the grid allows (benchmarks/lr_sweep.py): the HMM
+# transformer's best under soft-muon was the grid's top, and a recurrent cell's window can sit below its bottom.
+LR_EDGE_STEPS = 2
+
+
+def lr_grid_reach() -> tuple[float, ...]:
+    """Every learning rate a sweep may pick: `LR_GRID` and its edge extensions (`LR_EDGE_STEPS`), ascending."""
+    low = tuple(LR_GRID[0] / 2**k for k in range(LR_EDGE_STEPS, 0, -1))
+    return (*low, *LR_GRID, *(LR_GRID[-1] * 2**k for k in range(1, LR_EDGE_STEPS + 1)))
+
+
+def extend_grid(grid: list[float], best: float | None) -> list[float] | None:
+    """The grid one step wider past the edge `best` sits on (`LR_EDGE_STEPS` steps at most each way), or None where
+    `best` is inside it (or None: nothing finished) or the edge is as far as it goes."""
+    reach = lr_grid_reach()
+    if best == grid[-1] and best != reach[-1]:
+        return [*grid, best * 2]
+    if best == grid[0] and best != reach[0]:
+        return [best / 2, *grid]
+    return None
+
+
 # The learning rate each architecture's sweep picked (lowest validation headline metric at the end of training, one
 # seed per grid point), per tier; `LR_SWEEPS` names the sweep that picked them (a tier without a sweep of its own
 # would take the quick tier's picks, and its deviations would say so).
@@ -185,11 +208,12 @@ LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
         ("bijection", "lstm"): 0.004,
         ("bijection", "mlp"): 0.001,
         ("bijection", "mlp-pointwise"): 0.001,
-        ("hmm", "transformer"): 0.001,
+        # re-swept under soft-muon at 1,000 x 32 (LR_RESWEEPS)
+        ("hmm", "transformer"): 0.008,
         ("hmm", "mamba"): 0.001,
-        ("hmm", "lstm"): 0.001,
-        ("hmm", "mlp"): 0.002,
-        ("hmm", "mlp-pointwise"): 0.001,
+        ("hmm", "lstm"): 0.0005,
+        ("hmm", "mlp"): 0.004,
+        ("hmm", "mlp-pointwise"): 0.002,
         ("recall", "transformer"): 0.001,
         ("recall", "mamba"): 0.002,
         ("recall", "lstm"): 0.004,
@@ -203,6 +227,14 @@ LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
     },
 }
 LR_DEFAULT = 2e-3  # a cell no sweep has picked for (a new architecture): stated as such in the deviations
+# Tasks whose picks in `LR_PICKS` come from a re-sweep under the tier's own recipe (`RECIPE`) at its own budget
+# (`BUDGET`), not from the tier's sweep of `LR_SWEEP_RECIPE`: where each re-sweep is committed and its command.
+LR_RESWEEPS: dict[str, dict[str, str]] = {
+    "standard": {
+        "hmm": "docs/results/lr-sweep/standard-hmm-soft-muon (python benchmarks/lr_sweep.py --tier standard "
+        "--tasks hmm --out runs/lr-sweep-hmm-softmuon)",
+    },
+}
 
 
 def budget(task: str, tier: str) -> tuple[int, int]:
@@ -238,8 +270,16 @@ def protocol_text(tier: str) -> str:
     own = {t: [a for a in ARCHS if (p := _pick(t, a, tier)) is not None and p[0] == t] for t in TASKS}
     picked = "; ".join(f"{t}: " + ", ".join(f"{a} {picked_lr(t, a, tier):g}" for a in own[t]) for t in TASKS if own[t])
     where = LR_SWEEPS.get(source, "no sweep committed")
+    resweeps = LR_RESWEEPS.get(source, {})
     if source in LR_SWEEP_RECIPE and not LR_SWEEP_RECIPE[source].startswith(f"{RECIPE} "):
-        where += f", swept under {LR_SWEEP_RECIPE[source]} and not re-swept under {RECIPE} at today's budgets"
+        others = f" (all but {', '.join(resweeps)})" if resweeps else ""
+        where += f", swept under {LR_SWEEP_RECIPE[source]} and{others} not re-swept under {RECIPE} at today's budgets"
+    for task, place in resweeps.items():
+        steps, batch = BUDGET[source][task]
+        where += (
+            f"; {task} re-swept under {RECIPE} at {steps:,} x {batch}, a pick on the grid's edge swept up to "
+            f"{LR_EDGE_STEPS} doublings further that way, by {place}"
+        )
     borrowed = "" if source == tier else f" (no {tier}-budget sweep yet: the {source} tier's picks)"
     like = [f"{t} takes the {PROTOCOL_OF[t]} picks (no sweep of its own yet)" for t in TASKS if t in PROTOCOL_OF]
     picked += "".join(f"; {line}" for line in like)
