@@ -375,3 +375,37 @@ def test_a_pick_on_the_grids_edge_widens_the_grid_that_way_a_bounded_number_of_t
             wider, steps = nxt, steps + 1
         assert steps == LR_EDGE_STEPS and wider[edge] == lr_grid_reach()[edge]
     assert len(lr_grid_reach()) == len(LR_GRID) + 2 * LR_EDGE_STEPS and sorted(lr_grid_reach()) == list(lr_grid_reach())
+
+
+def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypatch):
+    """benchmarks/lr_sweep.py: a cell whose ★ sits on the grid's top edge is swept again, one doubling wider, in the
+    same --out, until the ★ is inside (here the validation error is least at 0.008); one whose ★ is inside is swept
+    once. The walls of every call are summed."""
+    import importlib
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        lr_sweep = importlib.import_module("lr_sweep")
+    finally:
+        sys.path.remove(str(bench))
+    calls: list[list[float]] = []
+
+    def fake_sweep(base, grid, out, options):
+        lrs = grid["train.lr"]
+        calls.append(lrs)
+        best = min(lrs, key=lambda lr: abs(lr - best_lr))  # the validation error is least at best_lr
+        settings = [{"values": {"train.lr": lr}, "best": lr == best} for lr in lrs]
+        return {"settings": settings, "total_wall_s": 1.0}
+
+    monkeypatch.setattr(lr_sweep, "sweep", fake_sweep)
+    best_lr = 0.008
+    result = lr_sweep.run_cell(("hmm", "transformer"), "standard", tmp_path)
+    assert calls == [[0.001, 0.002, 0.004], [0.001, 0.002, 0.004, 0.008], [0.001, 0.002, 0.004, 0.008, 0.016]]
+    assert result["total_wall_s"] == 3.0 and lr_sweep._best(result) == 0.008
+    calls.clear()
+    best_lr = 0.002
+    lr_sweep.run_cell(("hmm", "mamba"), "standard", tmp_path)
+    assert calls == [[0.001, 0.002, 0.004]]
+    assert (tmp_path / "hmm-mamba" / "base.yaml").is_file()

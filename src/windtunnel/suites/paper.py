@@ -100,13 +100,14 @@ LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}
 # The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
 # `BUDGET`), with one recipe (`RECIPE`), and only its learning rate is its own: picked from `LR_GRID` on the validation
 # stream by a committed `windtunnel sweep` (`LR_PICKS`, docs/results/lr-sweep/; `LR_SWEEP_RECIPE` says under which
-# recipe and budgets). The standard tier's budgets come from the committed time-to-Bayes curves
+# recipe and budgets, `LR_RESWEEPS` which tasks were re-swept under the tier's own). The standard tier's budgets come from the committed time-to-Bayes curves
 # (docs/results/time-to-bayes.md), each task's where the best architecture measured reaches ✓ or stops falling, capped
 # so that the tier stays within about two hours on 2 CPU cores in float32:
 #   bijection 1,200 x 32: the soft-muon transformer reaches <= 0.01 bits at step 680 on both seeds (0.0048 at 1,200)
 #   hmm 1,000 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
 #     3,000, still falling); the HMMs' Mamba cells cost 0.65-0.68 s a step under soft-muon (quick tier of
-#     2026-12-04), so 3,000 steps, or even 1,200, for the HMM and the sticky HMM would take the tier past two hours
+#     2026-12-04), so 3,000 steps, or even 1,200, for the HMM and the sticky HMM would take the tier past two hours;
+#     re-swept at this budget, the transformer reaches 0.034 at lr 0.008 (0.078 at 0.001: LR_RESWEEPS)
 #   recall 3,000 x 64 (16 pairs, with the pair curriculum): the soft-muon transformer reaches 100% at step 2,400 on
 #     both seeds (at chance without the curriculum; docs/results/time-to-bayes-recall16)
 #   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
