@@ -260,19 +260,24 @@ def test_config_cost_weighs_tokens_by_parameters_and_architecture():
     assert cost["hmm-mamba-s0"] > cost["hmm-transformer-s0"] > cost["recall-transformer-s0"] > 0
 
 
-def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp_path):
-    """benchmarks/publish_tier.py keeps every run's records (no weights), so a newer report can be built from the
-    published copy alone, in place, with the same Table 1 numbers and the reproduce metadata."""
+def _benchmark(name: str):
+    """A script of benchmarks/ imported as a module (it is no package)."""
     import importlib
     import sys
 
-    out, _ = smoke
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
     sys.path.insert(0, str(bench))
     try:
-        publish_tier = importlib.import_module("publish_tier")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(bench))
+
+
+def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp_path):
+    """benchmarks/publish_tier.py keeps every run's records (no weights), so a newer report can be built from the
+    published copy alone, in place, with the same Table 1 numbers and the reproduce metadata."""
+    out, _ = smoke
+    publish_tier = _benchmark("publish_tier")
     dest = tmp_path / "published"
     publish_tier.publish(out, dest)
     assert not list(dest.rglob("*.safetensors")) and (dest / "runs" / "hmm-transformer" / "eval.json").is_file()
@@ -381,15 +386,7 @@ def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypat
     """benchmarks/lr_sweep.py: a cell whose ★ sits on the grid's top edge is swept again, one doubling wider, in the
     same --out, until the ★ is inside (here the validation error is least at 0.008); one whose ★ is inside is swept
     once. The walls of every call are summed."""
-    import importlib
-    import sys
-
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        lr_sweep = importlib.import_module("lr_sweep")
-    finally:
-        sys.path.remove(str(bench))
+    lr_sweep = _benchmark("lr_sweep")
     calls: list[list[float]] = []
 
     def fake_sweep(base, grid, out, options):

@@ -7,8 +7,8 @@ A suite is a plain list of run configs. Tiers:
               where needed, 3 seeds for every transformer and Mamba cell (the cells the paper makes claims about), 1
               for the controls
     standard  the quick sizes at budgets derived from the committed time-to-Bayes curves (`BUDGET`), aimed at two
-              hours on 2 cores (about 92 min on a 2-core AMD EPYC, 2026-12-04: 73 min in one call with recall at 4
-              pairs, then 26 min for the 16-pair recall column; 2.5 h before `windtunnel.malloc`), same seeds;
+              hours on 2 cores (87 min in one call on an idle 2-core AMD EPYC, 2026-12-05; 2.5 h before
+              `windtunnel.malloc`), same seeds;
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
@@ -100,9 +100,9 @@ LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}
 # The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
 # `BUDGET`), with one recipe (`RECIPE`), and only its learning rate is its own: picked from `LR_GRID` on the validation
 # stream by a committed `windtunnel sweep` (`LR_PICKS`, docs/results/lr-sweep/; `LR_SWEEP_RECIPE` says under which
-# recipe and budgets, `LR_RESWEEPS` which tasks were re-swept under the tier's own). The standard tier's budgets come from the committed time-to-Bayes curves
-# (docs/results/time-to-bayes.md), each task's where the best architecture measured reaches ✓ or stops falling, capped
-# so that the tier stays within about two hours on 2 CPU cores in float32:
+# recipe and budgets, `LR_RESWEEPS` which tasks were re-swept under the tier's own). The standard tier's budgets come
+# from the committed time-to-Bayes curves (docs/results/time-to-bayes.md), each task's where the best architecture
+# measured reaches ✓ or stops falling, capped so that the tier stays within about two hours on 2 CPU cores in float32:
 #   bijection 1,200 x 32: the soft-muon transformer reaches <= 0.01 bits at step 680 on both seeds (0.0048 at 1,200)
 #   hmm 1,000 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
 #     3,000, still falling); the HMMs' Mamba cells cost 0.65-0.68 s a step under soft-muon (quick tier of
