@@ -26,6 +26,7 @@ import yaml
 
 from windtunnel.executors import ExecutorOptions
 from windtunnel.models.baselines import BASELINES
+from windtunnel.records.drivers import SweepConfigRecord
 from windtunnel.report.sweep_table import TABLE_JSON
 from windtunnel.suites.paper import ARCHS, LR_GRID, TASKS, budget, extend_grid, run_config
 from windtunnel.sweep import sweep
@@ -48,13 +49,21 @@ def run_cell(cell_key: tuple[str, str], tier: str, out: Path) -> dict:
     cell.mkdir(parents=True, exist_ok=True)
     base = cell / "base.yaml"
     base.write_text(yaml.safe_dump(base_config(task, arch, tier), sort_keys=False))
-    grid: list[float] | None = list(LR_GRID)
+    grid: list[float] | None = _start_grid(cell)
     wall = 0.0
     while grid is not None:
         result = sweep(base, {"train.lr": grid}, cell, ExecutorOptions(jobs=1, threads=1))
         wall += result["total_wall_s"]
         grid = extend_grid(grid, _best(result))
     return {**result, "total_wall_s": wall}  # the table of the widest grid, the wall of every call
+
+
+def _start_grid(cell: Path) -> list[float]:
+    """`LR_GRID`, or the wider grid an earlier call on this cell widened it to (its points are read, not trained
+    again, and stay in the table)."""
+    done = SweepConfigRecord.find(cell)
+    grid = [float(v) for v in done.grid.get("train.lr", [])] if done is not None else []
+    return grid if set(LR_GRID) <= set(grid) else list(LR_GRID)
 
 
 def _best(table: dict) -> float | None:

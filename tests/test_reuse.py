@@ -21,7 +21,7 @@ from windtunnel.executors import ExecutorOptions, Job, holding, run_job
 from windtunnel.records.run_dir import Versions, code_versions, read_config
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.resolve import resolve_config
-from windtunnel.suites import suite
+from windtunnel.suites import paper, suite
 from windtunnel.sweep import sweep
 from windtunnel.time_to_bayes import cell_label, cell_runs, merge, parse_cell, run
 from windtunnel.train import train
@@ -103,6 +103,24 @@ def test_a_run_of_another_config_is_refused_naming_the_keys_then_fresh_reruns_it
     reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
     assert _reported(rq) == ["bijection-uniform"]  # the smoke LSTM left in runs/ is not the quick tier's
     assert read_config(rq / "runs" / "bijection-uniform").eval.n == 300
+
+
+def test_further_seeds_of_a_cell_are_dropped_once_its_config_changed(rq, monkeypatch):
+    """A second pass's seeds (or an earlier --seeds) of a cell are checked like the cell's own runs: kept while the
+    tier would train them as they are, refused, or with --fresh set aside, once the cell's config has changed (a new
+    learning-rate pick), so a report never pools seeds of two configs."""
+    lstm = {"task": "bijection", "arch": "lstm"}
+    reproduce("smoke", rq, seeds=2, only=lstm, probe=False, options=ONE_THREAD)
+    reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD)  # unchanged: its further seeds stay
+    assert "bijection-lstm-s1" in _reported(rq)
+    monkeypatch.setattr(paper, "SMOKE", (6, 8, 2e-3))
+    with pytest.raises(RunMismatchError, match="not the runs asked for: bijection-lstm-s1"):
+        reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD)
+    reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD, fresh=True)
+    assert _reported(rq) == ["bijection-lstm", "bijection-uniform"]
+    assert read_config(rq / "runs" / "bijection-lstm").train.lr == 2e-3
+    aside = sorted(p.name.rsplit("-", 1)[0] for p in (rq / manifest.SUPERSEDED).iterdir())
+    assert aside == ["bijection-lstm", "bijection-lstm-s1"]  # s0 is seed 0 again, listed once (as bijection-lstm)
 
 
 def test_run_job_never_skips_or_resumes_a_run_of_another_config(tmp_path):

@@ -322,6 +322,26 @@ def test_rank_keeps_tasks_together_and_never_marks_nan_or_missing():
     assert "is inf" in ranked[6]["unranked"] and ranked[4]["unranked"] is None
 
 
+def test_a_tie_on_the_headline_goes_to_the_run_that_ended_sooner():
+    """Recall at 100% on several rates: the ★ is the one whose training ended first (an early stop at a lasting ✓),
+    whatever the grid order; a table without `stopped_at` (written before it was) keeps the order given; a strictly
+    better headline still wins over an earlier stop."""
+
+    def item(acc, stopped):
+        return {"task": "recall", "validation": {"accuracy": acc}, "stopped_at": stopped}
+
+    ranked = rank([item(1.0, 3000), item(1.0, 2400), item(1.0, 2700), item(0.5, 150)])
+    assert [r["stopped_at"] for r in ranked] == [2400, 2700, 3000, 150] and ranked[0]["best"]
+    ranked = rank([item(1.0, None), item(1.0, None)])
+    assert [r["best"] for r in ranked] == [True, False]
+    ranked = rank([item(0.99, 900), item(1.0, 3000)])
+    assert ranked[0]["validation"]["accuracy"] == 1.0
+    ranked = rank(
+        [{"task": "hmm", "validation": {"entropy_mae_bits": v}, "stopped_at": s} for v, s in ((0.2, 9), (0.1, 99))]
+    )
+    assert ranked[0]["stopped_at"] == 99  # entropy error first, the stop only breaks a tie
+
+
 def test_a_point_without_validation_is_never_best(tmp_path):
     """The oracle (a baseline: no training, no validation) is best on the test stream, and a transformer with
     train.eval_every = 0 has no validation line: neither can be ★; one seed per setting: the run's own bootstrap

@@ -20,7 +20,7 @@ from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import build_report
 from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
-from windtunnel.suites import SuiteRun, deviations, more_seeds, suite
+from windtunnel.suites import SuiteRun, deviations, earlier_seeds, more_seeds, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
 
@@ -92,7 +92,11 @@ def reproduce(
     wanted = {e.name: resolve_config(e.config) for e in entries}
     with launcher:  # one reproduce per output directory, never another driver's
         _one_tier(launcher, tier, fresh, echo)
-        launcher.claim(wanted, echo, fresh=fresh, tier=tier)
+        # further seeds of these cells from an earlier call are checked too: kept where the tier would train them
+        # as they are, refused (or with `fresh` set aside) where the cell's config has changed since
+        listed = [e.name for e in launcher.found.runs] if launcher.found is not None else []
+        earlier = {e.name: resolve_config(e.config) for e in earlier_seeds(tier, entries, listed)}
+        launcher.claim({**wanted, **earlier}, echo, fresh=fresh, tier=tier)
         return _reproduce_locked(tier, launcher, entries, seeds, only, probe, echo, fresh)
 
 

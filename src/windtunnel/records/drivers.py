@@ -196,7 +196,8 @@ class SweepBaseRecord(JsonFile, RootModel[dict[str, Any]]):
 class SweepRow(Record):
     """One finished run of a sweep's table: its grid `values` and seed, task, the validation metrics of its final
     step (None: it has none), the test metrics with their intervals, its walls, its setting, why it cannot be ★
-    (`unranked`, None if it can) and whether it is a run of a ★ setting (`best`)."""
+    (`unranked`, None if it can), whether it is a run of a ★ setting (`best`) and the step its training ended at
+    (`stopped_at`: an early stop's, else its steps)."""
 
     run: RunName
     values: dict[str, Any]
@@ -209,6 +210,7 @@ class SweepRow(Record):
     setting: str
     unranked: str | None
     best: bool
+    stopped_at: Annotated[int, base.Kind("integer")] | None = None  # None: a table written before it was
 
 
 class SweepSetting(Record):
@@ -227,6 +229,7 @@ class SweepSetting(Record):
     unranked: str | None
     best: bool
     pick: dict[str, Any] | None = None
+    stopped_at: Annotated[float, base.Kind("real")] | None = None  # mean over seeds; None: written before it was
 
 
 class SweepTableRecord(RecordFile):

@@ -1,21 +1,22 @@
-"""The table of a sweep (`windtunnel.sweep`) -- `out/sweep.md`, `sweep.csv`, `sweep.json`. The names of grid values
-that both the sweep's run directories and the table's settings carry are `manifest`'s (`point_name`), re-exported.
+"""The table of a sweep (`windtunnel.sweep`) -- `out/sweep.md`, `sweep.csv`, `sweep.json`. The names of grid values that
+both the sweep's run directories and the table's settings carry are `manifest`'s (`point_name`), re-exported.
 
 The table is picked on the validation stream, never the test stream: each run's validation numbers are the last
 `"split": "eval"` line of its metrics.jsonl at its final step (the periodic evaluation of training, on the validation
-stream; for a run that stopped early, `train.early_stop`, the step it stopped at). Runs that differ only in `seed`
-are one *setting*; each setting gets the mean over its seeds of the validation metrics and of the test metrics, with
-a 95% Student-t interval over the seeds (two or more; one seed: the run's bootstrap interval on the test stream, none
-on validation). Settings are ranked by the mean validation headline
-metric of their task (entropy error lower is better, accuracy higher), each task's settings together, and ★ marks
-each task's best. A setting or run without a final validation evaluation (train.eval_every = 0, or a baseline, which
-does not train) or with a NaN/inf value (validation, or the test stream's headline) is never ★, sorts last, and the
-table says why. The test-stream numbers -- entropy error, KL and accuracy with their 95% intervals -- are reported
-beside them, never used for the pick. Each ★ says whether it is separated from its task's runner-up (`pick`): by
-disjoint validation intervals over seeds ("too few seeds to separate" under three seeds, `marks.unseparated`), never
-where single seeds are compared ("one seed per point: ★ not separated from the runner-up"). Intervals are never
-clipped to a metric's range. sweep.md has the per-setting table first, then one row per run (its validation and test
-numbers, wall time, training throughput), grouped by setting in rank order.
+stream; for a run that stopped early, `train.early_stop`, the step it stopped at). Runs that differ only in `seed` are
+one *setting*; each setting gets the mean over its seeds of the validation metrics and of the test metrics, with a 95%
+Student-t interval over the seeds (two or more; one seed: the run's bootstrap interval on the test stream, none on
+validation). Settings are ranked by the mean validation headline metric of their task (entropy error lower is better,
+accuracy higher; a tie goes to the setting whose runs ended their training sooner, on average over its seeds: an early
+stop, `train.early_stop`, is a lasting ✓ reached in fewer steps), each task's settings together, and ★ marks each task's
+best. A setting or run without a final validation evaluation (train.eval_every = 0, or a baseline, which does not train)
+or with a NaN/inf value (validation, or the test stream's headline) is never ★, sorts last, and the table says why. The
+test-stream numbers -- entropy error, KL and accuracy with their 95% intervals -- are reported beside them, never used
+for the pick. Each ★ says whether it is separated from its task's runner-up (`pick`): by disjoint validation intervals
+over seeds ("too few seeds to separate" under three seeds, `marks.unseparated`), never where single seeds are compared
+("one seed per point: ★ not separated from the runner-up"). Intervals are never clipped to a metric's range. sweep.md
+has the per-setting table first, then one row per run (its validation and test numbers, wall time, training throughput),
+grouped by setting in rank order.
 """
 
 from __future__ import annotations
@@ -63,13 +64,17 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def final_step(run_dir: Path, steps: int) -> int:
+    """The step a run's training ended at: `steps`, or the step it stopped early at (`train.early_stop`)."""
+    return next((r["step"] for r in read_metrics(run_dir) if r.get("event") == EARLY_STOP), steps)
+
+
 def final_validation(run_dir: Path, steps: int) -> dict[str, float | None] | None:
     """The validation-stream metrics of a run's final step: the last `"split": "eval"` line of metrics.jsonl at
-    step `steps`, or at the step the run stopped early at (`train.early_stop`) ({metric: value}, None where that line
+    step `steps`, or at the step the run stopped early at (`final_step`) ({metric: value}, None where that line
     lacks the metric), or None where the run has none (train.eval_every = 0, or a baseline, which does not train)."""
-    records = read_metrics(run_dir)
-    steps = next((r["step"] for r in records if r.get("event") == EARLY_STOP), steps)
-    lines = [r for r in records if r.get("split") == "eval" and r.get("step") == steps]
+    steps = final_step(run_dir, steps)
+    lines = [r for r in read_metrics(run_dir) if r.get("split") == "eval" and r.get("step") == steps]
     return {m: _number(lines[-1].get(m)) for m in METRICS} if lines else None
 
 
@@ -88,6 +93,7 @@ def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
         "seed": point.resolved.seed,
         "task": point.resolved.task.name,
         "validation": final_validation(run_dir, point.resolved.train.steps),
+        "stopped_at": final_step(run_dir, point.resolved.train.steps),
         "metrics": evaluation,
         "wall_s": done.wall_s,
         "tokens_per_s": round(median(speeds), 1) if speeds else None,
@@ -120,20 +126,23 @@ def _unranked(item: dict[str, Any], metric: str) -> str | None:
 
 def rank(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Items (runs or settings) best first by the task's headline metric on the validation stream (entropy error
-    ascending, accuracy descending), ties in the order given; an item with no final validation evaluation or a
-    NaN/inf value (validation, or its test-stream headline) sorts last and is never best ("unranked" says why).
-    With more than one task, each task's items together. Marks each task's best ("best")."""
+    ascending, accuracy descending); a tie on it (recall's 100% at several rates) goes to the item whose training
+    ended sooner (`stopped_at`: a run stopped early by `train.early_stop` reached a lasting ✓ in fewer steps), then
+    to the order given; an item with no final validation evaluation or a NaN/inf value (validation, or its test-stream
+    headline) sorts last and is never best ("unranked" says why). With more than one task, each task's items
+    together. Marks each task's best ("best")."""
     tasks_seen = list(dict.fromkeys(r["task"] for r in items))
     headline = {t: headline_metric(t) for t in tasks_seen}
     for item in items:
         item["unranked"] = _unranked(item, headline[item["task"]])
 
-    def key(item: dict[str, Any]) -> tuple[int, int, float]:
+    def key(item: dict[str, Any]) -> tuple[int, int, float, float]:
         metric = headline[item["task"]]
         v = _score(item, metric)
         if v is None or item["unranked"] is not None:
-            return tasks_seen.index(item["task"]), 1, 0.0
-        return tasks_seen.index(item["task"]), 0, SPECS[metric].sort_key(v)
+            return tasks_seen.index(item["task"]), 1, 0.0, 0.0
+        stopped = item.get("stopped_at")
+        return tasks_seen.index(item["task"]), 0, SPECS[metric].sort_key(v), math.inf if stopped is None else stopped
 
     ranked = sorted(items, key=key)
     for i, item in enumerate(ranked):
@@ -164,6 +173,13 @@ def _setting_validation(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] 
             continue
         out[m] = {**_over_seeds(values), "interval": "seeds" if len(values) >= 2 else None}
     return out
+
+
+def _mean_stop(runs: list[dict[str, Any]]) -> float | None:
+    """The mean over a setting's seeds of the step each run's training ended at (None where a row lacks it: a table
+    written before `stopped_at` was)."""
+    steps = [r.get("stopped_at") for r in runs]
+    return None if any(s is None for s in steps) else sum(steps) / len(steps)
 
 
 def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
@@ -207,6 +223,9 @@ def pick(best: dict[str, Any], runner_up: dict[str, Any], metric: str) -> dict[s
         else:
             n = min(best["n_seeds"], runner_up["n_seeds"])
             text = f"{BEST}: {marks.unseparated(who, n, 'seeds')} ({scores}: intervals over seeds overlap)"
+    stops = (best.get("stopped_at"), runner_up.get("stopped_at"))
+    if a["mean"] == b["mean"] and None not in stops and stops[0] < stops[1]:
+        text += f"; tied on validation: {BEST} ended its training sooner (step {stops[0]:,.0f} against {stops[1]:,.0f})"
     return {"runner_up": runner_up["setting"], "separated": separated, "text": text}
 
 
@@ -243,6 +262,7 @@ def settings(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]
                 "seeds": [r["seed"] for r in runs],
                 "n_seeds": len(runs),
                 "validation": _setting_validation(runs),
+                "stopped_at": _mean_stop(runs),
                 "metrics": _setting_test(runs),
             }
         )

@@ -215,11 +215,12 @@ LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
         ("hmm", "lstm"): 0.0005,
         ("hmm", "mlp"): 0.004,
         ("hmm", "mlp-pointwise"): 0.002,
-        ("recall", "transformer"): 0.001,
+        # re-swept under soft-muon at 3,000 x 64, 16 pairs with the pair curriculum (LR_RESWEEPS)
+        ("recall", "transformer"): 0.002,
         ("recall", "mamba"): 0.002,
-        ("recall", "lstm"): 0.004,
-        ("recall", "mlp"): 0.001,
-        ("recall", "mlp-pointwise"): 0.002,
+        ("recall", "lstm"): 0.001,
+        ("recall", "mlp"): 0.002,
+        ("recall", "mlp-pointwise"): 0.004,
         ("regression", "transformer"): 0.002,
         ("regression", "mamba"): 0.004,
         ("regression", "lstm"): 0.004,
@@ -234,6 +235,8 @@ LR_RESWEEPS: dict[str, dict[str, str]] = {
     "standard": {
         "hmm": "docs/results/lr-sweep/standard-hmm-soft-muon (python benchmarks/lr_sweep.py --tier standard "
         "--tasks hmm --out runs/lr-sweep-hmm-softmuon)",
+        "recall": "docs/results/lr-sweep/standard-recall-soft-muon (python benchmarks/lr_sweep.py --tier standard "
+        "--tasks recall --out runs/lr-sweep-recall-softmuon)",
     },
 }
 
@@ -477,6 +480,24 @@ def more_seeds(tier: str, levels: dict[tuple[str, str], list[str]]) -> list[Suit
     for (task, arch), seen in levels.items():
         if len(set(seen)) > 1:
             runs += [SuiteRun(f"{task}-{arch}-s{s}", run_config(task, arch, tier, s)) for s in range(len(seen), limit)]
+    return runs
+
+
+def earlier_seeds(tier: str, entries: list[SuiteRun], listed: list[str]) -> list[SuiteRun]:
+    """The runs among `listed` (an --out's manifest) that are further seeds of the trained cells of `entries` (a
+    second pass's, `more_seeds`, or an earlier --seeds), each with the config the tier would train it with now: a
+    reproduce checks them against it, so a cell whose config changed (a new learning-rate pick) keeps no seed of its
+    old one."""
+    cells = {(e.config["task"]["name"], e.config["model"]["arch"]) for e in entries}
+    have = {e.name for e in entries}
+    runs = []
+    for task, arch in sorted(cells):
+        if is_baseline(arch):
+            continue
+        for name in listed:
+            stem, _, seed = name.rpartition("-s")
+            if stem == f"{task}-{arch}" and seed.isdigit() and name not in have:
+                runs.append(SuiteRun(name, run_config(task, arch, tier, int(seed))))
     return runs
 
 
