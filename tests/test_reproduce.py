@@ -406,3 +406,12 @@ def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypat
     lr_sweep.run_cell(("hmm", "mamba"), "standard", tmp_path)
     assert calls == [[0.001, 0.002, 0.004]]
     assert (tmp_path / "hmm-mamba" / "base.yaml").is_file()
+    # a cell swept before starts from the grid its last call widened to (those points are read, not trained again)
+    from windtunnel.records.drivers import SweepConfigRecord
+
+    wide = [0.001, 0.002, 0.004, 0.008, 0.016]
+    SweepConfigRecord(config=None, overrides={}, base={}, grid={"train.lr": wide}).write(tmp_path / "hmm-transformer")
+    calls.clear()
+    best_lr = 0.008
+    lr_sweep.run_cell(("hmm", "transformer"), "standard", tmp_path)
+    assert calls == [wide]

@@ -20,7 +20,7 @@ from windtunnel.executors import ExecutorOptions
 from windtunnel.machine import machine_description
 from windtunnel.metrics import seed_interval
 from windtunnel.records.drivers import SweepTableRecord
-from windtunnel.report.sweep_table import NO_VALIDATION, key_labels, rank, write_table
+from windtunnel.report.sweep_table import NO_VALIDATION, key_labels, pick, rank, write_table
 from windtunnel.sweep import SWEEP_CONFIG, expand, parse_grid, sweep
 
 runner = CliRunner()
@@ -340,6 +340,12 @@ def test_a_tie_on_the_headline_goes_to_the_run_that_ended_sooner():
         [{"task": "hmm", "validation": {"entropy_mae_bits": v}, "stopped_at": s} for v, s in ((0.2, 9), (0.1, 99))]
     )
     assert ranked[0]["stopped_at"] == 99  # entropy error first, the stop only breaks a tie
+
+    def setting(name, stopped):
+        return {"setting": name, "n_seeds": 1, "stopped_at": stopped, "validation": {"accuracy": {"mean": 1.0}}}
+
+    text = pick(setting("lr=0.002", 2400), setting("lr=0.004", 2700), "accuracy")["text"]
+    assert text.endswith("tied on validation: ★ ended its training sooner (step 2,400 against 2,700)")
 
 
 def test_a_point_without_validation_is_never_best(tmp_path):
