@@ -107,9 +107,11 @@ LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}
 #   hmm 1,000 x 32: the Muon transformer crosses 0.1 bits at step 800-1,000 and 0.05 at 1,600-2,300 (0.013-0.027 at
 #     3,000, still falling); the HMMs' Mamba cells cost 0.65-0.68 s a step under soft-muon (quick tier of
 #     2026-12-04), so 3,000 steps, or even 1,200, for the HMM and the sticky HMM would take the tier past two hours;
-#     re-swept at this budget, the transformer reaches 0.034 at lr 0.008 (0.078 at 0.001: LR_RESWEEPS)
+#     re-swept at this budget, the transformer reaches 0.034 at lr 0.008 (0.078 at 0.001: LR_RESWEEPS); at 4,000 steps
+#     it reaches 0.010-0.015 (horizon 2 of 2, not yet ✓), a budget that would take the tier to about three hours
 #   recall 3,000 x 64 (16 pairs, with the pair curriculum): the soft-muon transformer reaches 100% at step 2,400 on
-#     both seeds (at chance without the curriculum; docs/results/time-to-bayes-recall16)
+#     both seeds (at chance without the curriculum; docs/results/time-to-bayes-recall16); at the re-swept lr 0.002,
+#     ✓ on validation at step 1,800 (median of 5 seeds, standard tier)
 #   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
 #     the Mamba cells 0.56 s each)
 # The quick tier trains the same recipe at a budget meant for about half an hour (`make demo`; measured 20 min).
