@@ -179,7 +179,8 @@ def _mean_stop(runs: list[dict[str, Any]]) -> float | None:
     """The mean over a setting's seeds of the step each run's training ended at (None where a row lacks it: a table
     written before `stopped_at` was)."""
     steps = [r.get("stopped_at") for r in runs]
-    return None if any(s is None for s in steps) else sum(steps) / len(steps)
+    known = [s for s in steps if s is not None]
+    return sum(known) / len(known) if known and len(known) == len(steps) else None
 
 
 def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
@@ -223,9 +224,9 @@ def pick(best: dict[str, Any], runner_up: dict[str, Any], metric: str) -> dict[s
         else:
             n = min(best["n_seeds"], runner_up["n_seeds"])
             text = f"{BEST}: {marks.unseparated(who, n, 'seeds')} ({scores}: intervals over seeds overlap)"
-    stops = (best.get("stopped_at"), runner_up.get("stopped_at"))
-    if a["mean"] == b["mean"] and None not in stops and stops[0] < stops[1]:
-        text += f"; tied on validation: {BEST} ended its training sooner (step {stops[0]:,.0f} against {stops[1]:,.0f})"
+    ours, theirs = best.get("stopped_at"), runner_up.get("stopped_at")
+    if a["mean"] == b["mean"] and ours is not None and theirs is not None and ours < theirs:
+        text += f"; tied on validation: {BEST} ended its training sooner (step {ours:,.0f} against {theirs:,.0f})"
     return {"runner_up": runner_up["setting"], "separated": separated, "text": text}
 
 
