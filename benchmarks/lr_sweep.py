@@ -35,9 +35,12 @@ SWEEP_EVAL = {"n": 100, "overrides": []}
 
 
 def base_config(task: str, arch: str, tier: str) -> dict:
-    """The tier's config of (task, arch), seed 0, with the cheap test evaluation and no probe checkpoints."""
+    """The tier's config of (task, arch), seed 0, with the cheap test evaluation and no probe checkpoints, and without
+    the tier's picked learning rate (the grid sets it): a cell's base does not change when its sweep's pick is
+    applied, so the same command re-runs into its --out."""
     cfg = run_config(task, arch, tier, seed=0)
     cfg["train"].pop("checkpoint_schedule", None)
+    cfg["train"].pop("lr", None)
     cfg["eval"] = dict(SWEEP_EVAL)
     return cfg
 

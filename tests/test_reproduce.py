@@ -14,7 +14,7 @@ from windtunnel.models.baselines import BASELINES
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import find_runs
 from windtunnel.reproduce import reproduce
-from windtunnel.suites import ARCHS, TASKS, deviations, suite
+from windtunnel.suites import ARCHS, TASKS, deviations, paper, suite
 
 
 @pytest.fixture(scope="module")
@@ -406,6 +406,11 @@ def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypat
     lr_sweep.run_cell(("hmm", "mamba"), "standard", tmp_path)
     assert calls == [[0.001, 0.002, 0.004]]
     assert (tmp_path / "hmm-mamba" / "base.yaml").is_file()
+    # the base carries no learning rate (the grid sets it), so applying a pick leaves a cell's sweep re-runnable
+    base = lr_sweep.base_config("hmm", "mamba", "standard")
+    assert "lr" not in base["train"]
+    monkeypatch.setitem(paper.LR_PICKS["standard"], ("hmm", "mamba"), 0.004)
+    assert lr_sweep.base_config("hmm", "mamba", "standard") == base
     # a cell swept before starts from the grid its last call widened to (those points are read, not trained again)
     from windtunnel.records.drivers import SweepConfigRecord
 

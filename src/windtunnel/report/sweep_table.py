@@ -359,7 +359,8 @@ def _markdown(table: SweepTableRecord, out: Path) -> str:
         Paragraph(
             f"{len(table.settings)} settings ({', '.join(setting_keys) or 'the base config'}), "
             f"{len(table.rows)} runs. Settings are ranked by the mean over their seeds of the headline metric "
-            f"({headline}) on the validation stream, at each run's final step; {BEST} marks the best setting"
+            f"({headline}) on the validation stream, at each run's final step, a tie going to the setting whose "
+            f"training ended sooner (an early stop); {BEST} marks the best setting"
             f"{' of each task' if len(table.headline) > 1 else ''}. A setting or run with no final validation "
             "evaluation, or a NaN/inf one (or a NaN/inf test-stream headline), is never "
             f"{BEST} and comes last. Test-stream numbers are reported only, never used for the pick. Intervals are "
