@@ -64,17 +64,22 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def final_step(run_dir: Path, steps: int) -> int:
-    """The step a run's training ended at: `steps`, or the step it stopped early at (`train.early_stop`)."""
-    return next((r["step"] for r in read_metrics(run_dir) if r.get("event") == EARLY_STOP), steps)
+def final_step(records: list[dict[str, Any]], steps: int) -> int:
+    """The step a run's training ended at, from its metrics.jsonl `records`: `steps`, or the step it stopped early at
+    (`train.early_stop`)."""
+    return next((r["step"] for r in records if r.get("event") == EARLY_STOP), steps)
 
 
-def final_validation(run_dir: Path, steps: int) -> dict[str, float | None] | None:
-    """The validation-stream metrics of a run's final step: the last `"split": "eval"` line of metrics.jsonl at
-    step `steps`, or at the step the run stopped early at (`final_step`) ({metric: value}, None where that line
-    lacks the metric), or None where the run has none (train.eval_every = 0, or a baseline, which does not train)."""
-    steps = final_step(run_dir, steps)
-    lines = [r for r in read_metrics(run_dir) if r.get("split") == "eval" and r.get("step") == steps]
+def final_validation(
+    run_dir: Path, steps: int, records: list[dict[str, Any]] | None = None
+) -> dict[str, float | None] | None:
+    """The validation-stream metrics of a run's final step: the last `"split": "eval"` line of metrics.jsonl (its
+    `records`, read here where not given) at step `steps`, or at the step the run stopped early at (`final_step`)
+    ({metric: value}, None where that line lacks the metric), or None where the run has none (train.eval_every = 0,
+    or a baseline, which does not train)."""
+    records = read_metrics(run_dir) if records is None else records
+    steps = final_step(records, steps)
+    lines = [r for r in records if r.get("split") == "eval" and r.get("step") == steps]
     return {m: _number(lines[-1].get(m)) for m in METRICS} if lines else None
 
 
@@ -86,14 +91,16 @@ def run_row(point: SweepPoint, run_dir: Path) -> dict[str, Any]:
     metrics.jsonl's training lines; None for a baseline, which does not train)."""
     evaluation = read_test_metrics(run_dir, METRICS)  # checked: a garbled eval.json or done.json names the field
     done = read_done(run_dir)
-    speeds = [r["tokens_per_s"] for r in read_metrics(run_dir) if "split" not in r and "tokens_per_s" in r]
+    records = read_metrics(run_dir)  # read once: validation, the stop and the throughput all come from it
+    speeds = [r["tokens_per_s"] for r in records if "split" not in r and "tokens_per_s" in r]
+    steps = point.resolved.train.steps
     return {
         "run": point.name,
         "values": point.values,
         "seed": point.resolved.seed,
         "task": point.resolved.task.name,
-        "validation": final_validation(run_dir, point.resolved.train.steps),
-        "stopped_at": final_step(run_dir, point.resolved.train.steps),
+        "validation": final_validation(run_dir, steps, records),
+        "stopped_at": final_step(records, steps),
         "metrics": evaluation,
         "wall_s": done.wall_s,
         "tokens_per_s": round(median(speeds), 1) if speeds else None,
@@ -179,8 +186,9 @@ def _mean_stop(runs: list[dict[str, Any]]) -> float | None:
     """The mean over a setting's seeds of the step each run's training ended at (None where a row lacks it: a table
     written before `stopped_at` was)."""
     steps = [r.get("stopped_at") for r in runs]
-    known = [s for s in steps if s is not None]
-    return sum(known) / len(known) if known and len(known) == len(steps) else None
+    if not steps or any(s is None for s in steps):
+        return None
+    return sum(s for s in steps if s is not None) / len(steps)
 
 
 def _setting_test(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
