@@ -65,7 +65,7 @@ def test_every_job_and_the_console_entry_tune() -> None:
     from windtunnel.executors import base
 
     assert "tune_malloc()" in inspect.getsource(base.run_job).split("check_storage")[0]
-    assert "tune_malloc()" in inspect.getsource(cli.main).split("signal.getsignal")[0]
+    assert "tune_malloc()" in inspect.getsource(cli.main).split("_load()")[0]
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")

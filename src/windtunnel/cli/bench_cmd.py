@@ -14,9 +14,13 @@ from windtunnel.cli.common import (
     guarded,
     import_modules,
     import_option,
+    jobs_option,
+    loading,
     max_retries_option,
+    out_option,
     progress_option,
     ray_address_option,
+    threads_option,
 )
 from windtunnel.cli.root import app
 
@@ -26,36 +30,38 @@ from windtunnel.cli.root import app
 def time_to_bayes(
     cell: list[str] | None = typer.Option(
         None,
-        help="a cell as k=v pairs: task=bijection,arch=transformer,recipe=wsd,"
-        "steps=3000[,batch_size=64,lr=1e-3,seeds=3,eval_every=100,"
-        "set.model.size.d_model=96] (repeatable)",
+        "--cell",
+        metavar="K=V,K=V",
+        help="a cell, e.g. task=hmm,arch=transformer,recipe=wsd,steps=3000 (repeatable)",
     ),
-    out: Path = typer.Option(Path("runs/time-to-bayes"), help="output directory (runs/, JSON, Markdown, plot)"),
-    jobs: int = typer.Option(1, help="runs trained in parallel (threads are split between them)"),
-    threads: int | None = typer.Option(None, help="CPU threads per run (default: the cores split between the jobs)"),
+    out: Path = out_option(Path("runs/time-to-bayes"), "output directory (runs/, JSON, Markdown, plot)"),
+    jobs: int = jobs_option(),
+    threads: int | None = threads_option(),
     merge: list[Path] | None = typer.Option(
-        None, help="instead of training: combine earlier result directories into a new --out"
+        None, "--merge", metavar="DIR", help="instead of training: combine earlier result directories into a new --out"
     ),
     allow_mixed: bool = typer.Option(
-        False,
-        "--allow-mixed",
-        help="combine results of different machines, torch versions, threads or jobs (merged, or added to --out's "
-        "earlier cells) instead of an error; each cell is labelled with its own machine",
+        False, "--allow-mixed", help="combine results of different machines, torch, threads or jobs, each labelled"
     ),
     executor: str = executor_option(),
     ray_address: str | None = ray_address_option(),
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
     fresh: bool = fresh_option(),
-    imports: list[str] | None = import_option(
-        "recorded in every cell's config (imports), e.g. for --cell arch=NAME of an architecture of your own"
-    ),
+    imports: list[str] | None = import_option(),
 ) -> None:
-    """Train each cell's seeds with frequent validation and report the training seconds to each precision mark; the
-    cells join those already in --out's time_to_bayes.json."""
-    from windtunnel.executors import ExecutorOptions
-    from windtunnel.time_to_bayes import merge as merge_results
-    from windtunnel.time_to_bayes import parse_cell, run
+    """Training seconds until a recipe reaches each precision mark.
+
+    Each --cell's seeds are trained with frequent validation (docs/results/time-to-bayes.md); the cells join those
+    already in --out's time_to_bayes.json. A cell's keys: task, arch, recipe and steps, and optionally batch_size,
+    lr, seeds, eval_every and set.KEY (a dotted config override, e.g. set.model.size.d_model=96). --import modules
+    are recorded in every cell's config, e.g. for --cell arch=NAME of an architecture of your own. Results of other
+    machines, torch versions, threads or jobs (merged, or added to --out's earlier cells) are an error unless
+    --allow-mixed, which labels each cell with its own machine."""
+    with loading():
+        from windtunnel.executors import ExecutorOptions
+        from windtunnel.time_to_bayes import merge as merge_results
+        from windtunnel.time_to_bayes import parse_cell, run
 
     if merge:
         if cell:
@@ -92,7 +98,8 @@ def recipes(
     name: str | None = typer.Argument(None, help="show one recipe (a registered name or a YAML/JSON file)"),
 ) -> None:
     """List the registered training recipes, or show one."""
-    from windtunnel.recipes import RECIPES, get_recipe
+    with loading():
+        from windtunnel.recipes import RECIPES, get_recipe
 
     if name is not None:
         typer.echo(json.dumps(get_recipe(name).model_dump(mode="json"), indent=2, sort_keys=True))

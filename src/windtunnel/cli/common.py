@@ -1,5 +1,9 @@
 """Shared CLI helpers: one way to fail (one line on stderr -- stdout where stderr is closed --, exit 2 for bad input, 1
-for corrupt data) and to parse `k=v` options."""
+for corrupt data), to parse `k=v` options, to load what a command computes with, and one definition of each option
+that several commands take.
+
+Imports here stay light (typer and the standard library): every command module imports this one, and help must not
+wait for torch."""
 
 from __future__ import annotations
 
@@ -7,19 +11,21 @@ import contextlib
 import functools
 import inspect
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import EllipsisType
 from typing import Any, NoReturn, TypeVar
 
 import typer
-from pydantic import ValidationError
-
-from windtunnel.config import parse_value
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_USAGE = 2  # bad input: fix the command
 EXIT_DATA = 1  # corrupt or mismatched data, a directory in use, a diverged run
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended by Ctrl-C
 DEVICES = ("auto", "cpu", "cuda")  # --device of eval and probe
 DEBUG_ENV = "WINDTUNNEL_DEBUG"  # set to 1 to see the traceback of an unexpected error
 
@@ -55,12 +61,14 @@ def guarded(fn: F) -> F:
     """Every error becomes one line on stderr: bad input (ValueError, pydantic ValidationError, a missing or
     unusable path) exits 2; corrupt data, a run directory in use or a diverged run exits 1. An error of no known kind
     is a bug: it exits 1 naming its type, with the traceback when WINDTUNNEL_DEBUG=1."""
-    from windtunnel.errors import CheckpointError, RunInUseError, TrainingDiverged
-
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from pydantic import ValidationError  # here, not at import: help never loads pydantic
+
+        from windtunnel.errors import CheckpointError, RunInUseError, TrainingDiverged
+
         _check_no_option_objects(fn.__name__, signature, args, kwargs)
         try:
             return fn(*args, **kwargs)
@@ -120,6 +128,8 @@ def _unexpected(err: Exception) -> NoReturn:
 
 def parse_kv(items: list[str] | None, option: str) -> dict[str, Any]:
     """`["a=1", "b.c=x"]` -> `{"a": 1, "b.c": "x"}`; a malformed item is a usage error naming `option`."""
+    from windtunnel.config import parse_value
+
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -129,56 +139,127 @@ def parse_kv(items: list[str] | None, option: str) -> dict[str, Any]:
     return out
 
 
-# The options of every command that runs a set of runs on an executor (reproduce, sweep, time-to-bayes): one
-# definition each, so their names, defaults and help read the same everywhere.
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """While the block imports what a command computes with (torch, scipy: seconds), a Ctrl-C exits 130 at once, with
+    no traceback: nothing has been done yet, and a KeyboardInterrupt raised inside a third-party import can be
+    swallowed by its bare `except:` and the command run on. A Ctrl-C the caller ignores (nohup, a background job)
+    stays ignored, and off the main thread, where no handler can be set, the block runs as it is."""
+    previous = signal.getsignal(signal.SIGINT)
+    # None: a handler not set from Python
+    ours = previous not in (signal.SIG_IGN, None) and threading.current_thread() is threading.main_thread()
+    if ours:
+        signal.signal(signal.SIGINT, _exit_interrupted)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _exit_interrupted(signum: int, frame: Any) -> None:
+    os._exit(EXIT_INTERRUPTED)
+
+
+def use_threads(threads: int | None) -> None:
+    """`--threads` of a command that computes in this process: torch's CPU threads (None: torch's default)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"--threads: must be >= 1 (got {threads})")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# One definition of each option several commands take, so that its name, short form, default and help read the same
+# everywhere. A help is one line; the details are in the docs it names.
+EXECUTION = "Execution"  # the help heading of the options that say where and on how many threads the work runs
+
+
+def out_option(default: Path | None | EllipsisType, help: str) -> Any:
+    """`-o/--out`: where the command writes (`...`: required)."""
+    return typer.Option(default, "--out", "-o", help=help)
+
+
 def executor_option() -> Any:
-    return typer.Option("local", help="where runs execute: local (this machine) or ray (a Ray cluster)")
+    return typer.Option(
+        "local",
+        "--executor",
+        help="local (this machine) or ray (a Ray cluster, docs/scale-out.md)",
+        rich_help_panel=EXECUTION,
+    )
 
 
 def jobs_option(default: int = 1) -> Any:
     return typer.Option(
-        default, help="with --executor local: runs trained in parallel (threads are split between them)"
+        default,
+        "--jobs",
+        help="runs trained at once with --executor local (threads split between them)",
+        rich_help_panel=EXECUTION,
     )
 
 
-def threads_option() -> Any:
-    return typer.Option(None, help="CPU threads per run (default: the cores split between --jobs locally, 1 on Ray)")
+def threads_option(per_run: bool = True) -> Any:
+    """`--threads`: CPU threads per run of a command that launches runs (`per_run`), else of this process's torch."""
+    help = (
+        "CPU threads per run (default: the cores split between --jobs; 1 on Ray)"
+        if per_run
+        else "CPU threads torch computes with (default: torch's own)"
+    )
+    return typer.Option(None, "--threads", help=help, rich_help_panel=EXECUTION)
 
 
 def ray_address_option() -> Any:
     return typer.Option(
-        None, help="with --executor ray: auto (an existing cluster) or HOST:PORT of its head (default: Ray's own)"
+        None,
+        "--ray-address",
+        help="with --executor ray: auto or the head's HOST:PORT (default: Ray's own)",
+        rich_help_panel=EXECUTION,
     )
 
 
 def max_retries_option() -> Any:
-    return typer.Option(None, help="with --executor ray: retries of a run whose worker or node died (default 3)")
+    return typer.Option(
+        None,
+        "--max-retries",
+        help="with --executor ray: retries of a run whose worker died (default 3)",
+        rich_help_panel=EXECUTION,
+    )
+
+
+def device_option(default: str | None, help: str) -> Any:
+    """`--device`: auto (CUDA when present), cpu or cuda."""
+    return typer.Option(default, "--device", help=help, rich_help_panel=EXECUTION)
 
 
 def fresh_option() -> Any:
     return typer.Option(
-        False,
-        "--fresh",
-        help="a run directory under --out that holds another config (or, for reproduce, another tier's runs) is "
-        "moved to --out/superseded/ and trained anew, instead of an error; nothing is deleted",
+        False, "--fresh", help="move a run of another config to --out/superseded/ and train anew (none deleted)"
     )
 
 
 def progress_option() -> Any:
-    return typer.Option(True, help="live progress on stderr (in place on a terminal, periodic lines else)")
+    return typer.Option(
+        True, "--progress/--no-progress", help="live progress on stderr (in place on a terminal, else periodic lines)"
+    )
 
 
-# `--import MODULE` on every command that builds tasks or models (windtunnel.plugins): one definition, one help text.
-IMPORT_HELP = (
-    "import MODULE first (repeatable; a module on sys.path or in the current directory): its code may register "
-    "tasks and architectures (windtunnel.tasks.register, windtunnel.models.register) to use by name. Importing runs "
-    "its code"
-)
+def import_option() -> Any:
+    """`--import MODULE` on every command that builds tasks or models (windtunnel.plugins)."""
+    return typer.Option(
+        None,
+        "--import",
+        metavar="MODULE",
+        help="import MODULE first, for its tasks and models (repeatable; docs/own-model.md)",
+    )
 
 
-def import_option(recorded: str = "") -> Any:
-    """The `--import MODULE` option; `recorded`: what the command does with the names beyond importing them."""
-    return typer.Option(None, "--import", metavar="MODULE", help=IMPORT_HELP + (f"; {recorded}" if recorded else ""))
+def trust_code_option() -> Any:
+    """`--trust-code` on every command that loads a config: it may name code to import."""
+    return typer.Option(
+        False, "--trust-code", help="import the modules a config names, for configs you trust (docs/own-model.md)"
+    )
 
 
 def import_modules(names: list[str] | None) -> list[str]:
@@ -187,11 +268,6 @@ def import_modules(names: list[str] | None) -> list[str]:
     from windtunnel.plugins import import_plugins
 
     return import_plugins(names or [])
-
-
-def device_option(default: str | None, help: str) -> Any:
-    """--device: auto (CUDA when present), cpu or cuda."""
-    return typer.Option(default, "--device", help=help)
 
 
 def cli_device(choice: str) -> Any:

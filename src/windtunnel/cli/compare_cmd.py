@@ -7,9 +7,19 @@ from pathlib import Path
 
 import typer
 
-from windtunnel.cli.common import fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.common import (
+    fail,
+    guarded,
+    import_modules,
+    import_option,
+    loading,
+    out_option,
+    parse_kv,
+    threads_option,
+    trust_code_option,
+    use_threads,
+)
 from windtunnel.cli.root import app
-from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
 
 # The CLI's names of `report.compare.select`'s parameters, for the one-line error that names the argument at fault.
 ARGUMENTS = {"paths": "RUN_OR_REPORT", "cells": "--cell"}
@@ -19,36 +29,40 @@ ARGUMENTS = {"paths": "RUN_OR_REPORT", "cells": "--cell"}
 @guarded
 def compare_command(
     paths: list[Path] = typer.Argument(
-        ...,
-        metavar="RUN_OR_REPORT...",
-        help="two or more run directories, or directories of runs (a reproduce/sweep/report --out, or a folder of "
-        "runs): each of its configurations is one input, its seeds pooled as the report pools them",
+        ..., metavar="RUN_OR_REPORT...", help="two or more run directories, or directories of runs"
     ),
     cell: list[str] | None = typer.Option(
         None,
         "--cell",
-        help="keep only these cells of the directories of runs, e.g. --cell task=hmm,arch=transformer (repeatable; "
-        "keys task, arch, seed or a dotted config key such as train.lr); run directories named directly are kept",
+        metavar="K=V,K=V",
+        help="keep only these cells, e.g. --cell task=hmm,arch=transformer (repeatable)",
     ),
     n: int | None = typer.Option(
-        None, "--n", help="test sequences to re-score for the paired differences (default: the n eval.json scored)"
+        None, "--n", help="test sequences re-scored for paired differences (default: eval.json's n)"
     ),
     paired: bool = typer.Option(
         True, "--paired/--no-paired", help="re-score the checkpoints for paired differences (--no-paired: files only)"
     ),
     markdown: bool = typer.Option(False, "--markdown", help="Markdown instead of plain text"),
-    out: Path | None = typer.Option(None, "--out", "-o", help="write the comparison to FILE instead of stdout"),
+    out: Path | None = out_option(None, "write the comparison to FILE instead of stdout"),
     plot: Path | None = typer.Option(
-        None, "--plot", help="draw every input's validation curve of the headline metric on one axes into FILE.png"
+        None, "--plot", help="draw every input's validation curve of the headline metric into FILE.png"
     ),
-    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
-    imports: list[str] | None = import_option(READ_IMPORT_HELP),
+    trust_code: bool = trust_code_option(),
+    imports: list[str] | None = import_option(),
+    threads: int | None = threads_option(per_run=False),
 ) -> None:
-    """Two or more runs or cells side by side: verdicts, metrics with intervals, each one's difference from the first
-    (paired over the same test sequences where it can be, and whether it is measurable), the config keys that
-    differ, and optionally their validation curves on one axes."""
-    from windtunnel.report.compare import CompareInputError, compare, to_markdown, to_text
-    from windtunnel.rundir import atomic_write, check_writable
+    """Runs or cells side by side, with paired differences.
+
+    For each of two or more inputs: its verdict, metrics with intervals, its difference from the first (paired over
+    the same test sequences where it can be, and whether it is measurable), the config keys that differ, and
+    optionally the validation curves on one axes. A directory of runs (a reproduce, sweep or report --out, or a
+    folder of runs) gives one input per configuration, its seeds pooled as the report pools them; --cell keeps some
+    of them by task, arch, seed or a dotted config key such as train.lr (run directories named directly are always
+    kept)."""
+    with loading():
+        from windtunnel.report.compare import CompareInputError, compare, to_markdown, to_text
+        from windtunnel.rundir import atomic_write, check_writable
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")
@@ -59,6 +73,7 @@ def compare_command(
         if path is not None:
             check_writable(path.parent, option)  # before any work: nothing is re-scored for an unwritable result
     import_modules(imports)
+    use_threads(threads)
     try:
         found = compare(paths, cells, n=n, paired=paired, trust_code=trust_code, plot=plot)
     except CompareInputError as err:

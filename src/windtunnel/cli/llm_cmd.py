@@ -8,7 +8,16 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli.common import cli_device, device_option, guarded, progress_option
+from windtunnel.cli.common import (
+    cli_device,
+    device_option,
+    guarded,
+    loading,
+    out_option,
+    progress_option,
+    threads_option,
+    use_threads,
+)
 from windtunnel.cli.root import app
 from windtunnel.text import number
 
@@ -60,37 +69,19 @@ def summary(r: dict[str, Any]) -> list[str]:
 @guarded
 def llm_geometry(
     model: Path = typer.Option(
-        ...,
-        "--model",
-        help="a causal LM saved with save_pretrained (config.json, weights, tokenizer); read from disk only, nothing "
-        "is downloaded",
+        ..., "--model", help="a causal LM saved with save_pretrained, read from disk (nothing is downloaded)"
     ),
     prompts: Path | None = typer.Option(
-        None,
-        "--prompts",
-        help="prompts, one a line (a .jsonl file: one JSON string or object with 'text' a line); default: the "
-        "built-in exact-posterior prompts",
+        None, "--prompts", help="prompts, one a line, or .jsonl (default: the built-in exact-posterior prompts)"
     ),
     n: int | None = typer.Option(
-        None,
-        "--n",
-        help="prompts to read (built-in: default 128, taken round-robin over their family and position; a file: its "
-        "first N, default all)",
+        None, "--n", help="prompts to read (default: 128 of the built-in ones, or all of a file's)"
     ),
-    seed: int = typer.Option(
-        0,
-        "--seed",
-        help="seed of the built-in prompts, of the bootstrap and (unless --null-seed) of the random-init model",
-    ),
-    null_seed: int | None = typer.Option(
-        None,
-        "--null-seed",
-        help="the random-init model's seed alone (default --seed): rerun with others to see how "
-        "far two random inits differ",
-    ),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default runs/llm-geometry/<model dir name>)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the built-in prompts, the bootstrap and the random-init model"),
+    null_seed: int | None = typer.Option(None, "--null-seed", help="the random-init model's own seed (default --seed)"),
+    out: Path | None = out_option(None, "output folder (default runs/llm-geometry/<model dir name>)"),
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="replace what an earlier llm-geometry wrote in --out (nothing else is ever deleted)"
+        False, "--overwrite", help="replace what an earlier llm-geometry wrote in --out (nothing else)"
     ),
     score: bool = typer.Option(
         True, "--score/--no-score", help="score the exact-posterior prompts (model and random-init model)"
@@ -98,18 +89,25 @@ def llm_geometry(
     batch_size: int = typer.Option(16, "--batch-size", help="prompts per forward pass"),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16: the weights of both models"),
     device: str = device_option("cpu", "auto (CUDA when present), cpu or cuda: where both models run"),
+    threads: int | None = threads_option(per_run=False),
     progress: bool = progress_option(),
 ) -> None:
-    """The paper's geometric signatures of a local causal LM (GPT-2, GPT-NeoX/Pythia, Llama, Phi): value PCA at the
-    last token, attention entropy at the last query, key orthogonality under three definitions, per layer, each
-    beside a random-init model of the same config on the same prompts; writes llm_geometry.json, .md and figures/."""
-    from windtunnel.llm import study
+    """The paper's geometric signatures of a local causal LM.
+
+    For GPT-2, GPT-NeoX/Pythia, Llama or Phi (docs/llm.md): value PCA at the last token, attention entropy at the last
+    query, key orthogonality under three definitions, per layer, each beside a random-init model of the same config on
+    the same prompts; writes llm_geometry.json, .md and figures/. A .jsonl prompts file holds one JSON string, or
+    object with 'text', a line. The built-in prompts are taken round-robin over their family and position. Rerun
+    with other --null-seed values to see how far two random inits differ."""
+    with loading():
+        from windtunnel.llm import study
 
     study.check_n(n)
     model_dir = study.check_model_dir(model)
     if batch_size < 1:
         raise ValueError(f"--batch-size: must be >= 1 (got {batch_size})")
     dev = cli_device(device)
+    use_threads(threads)
     try:  # the weights' loading bar would interleave with our progress lines
         from transformers.utils import logging as hf_logging
 

@@ -7,9 +7,19 @@ from typing import Any
 
 import typer
 
-from windtunnel.cli.common import cli_device, device_option, guarded, import_modules, import_option
+from windtunnel.cli.common import (
+    cli_device,
+    device_option,
+    guarded,
+    import_modules,
+    import_option,
+    loading,
+    out_option,
+    threads_option,
+    trust_code_option,
+    use_threads,
+)
 from windtunnel.cli.root import app
-from windtunnel.cli.train_cmd import READ_IMPORT_HELP, TRUST_HELP
 from windtunnel.text import number
 
 
@@ -38,22 +48,28 @@ def _summary(r: dict[str, Any]) -> list[str]:
 @app.command()
 @guarded
 def probe(
-    run_dir: Path = typer.Argument(..., help="run directory (has config.json and checkpoints/)"),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="run directory (has config.json and checkpoints/)"),
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to probe (default: the latest)"),
-    out: Path | None = typer.Option(None, "--out", help="output directory (default: the run directory)"),
+    out: Path | None = out_option(None, "output directory (default: the run directory)"),
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
-    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
-    imports: list[str] | None = import_option(READ_IMPORT_HELP),
-    device: str = device_option("cpu", "auto (CUDA when present), cpu or cuda: where the model and the probe data go"),
+    trust_code: bool = trust_code_option(),
+    imports: list[str] | None = import_option(),
+    device: str = device_option("cpu", "auto (CUDA when present), cpu or cuda"),
+    threads: int | None = threads_option(per_run=False),
 ) -> None:
-    """Geometry probes (key frame, attention sharpening, value manifold, clusters, logit lens, ablations,
-    frame-precision dynamics, memory) on held-out sequences; writes geometry.json and figures/."""
-    from windtunnel.geometry.run import probe_run
-    from windtunnel.rundir import GEOMETRY
+    """Geometry probes of a trained run: geometry.json and figures.
+
+    The probes: key frame, attention sharpening, value manifold, clusters, logit lens, ablations, frame-precision
+    dynamics and memory, on held-out sequences (docs/geometry.md). A run whose config records imports needs each of
+    them as --import (or --trust-code)."""
+    with loading():
+        from windtunnel.geometry.run import probe_run
+        from windtunnel.rundir import GEOMETRY
 
     dev = cli_device(device)
     import_modules(imports)
+    use_threads(threads)
     result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev)
     for line in _summary(result):
         typer.echo(line)

@@ -15,7 +15,9 @@ from windtunnel.cli.common import (
     import_modules,
     import_option,
     jobs_option,
+    loading,
     max_retries_option,
+    out_option,
     parse_kv,
     progress_option,
     ray_address_option,
@@ -30,36 +32,28 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
 
     def command(
         tier: str = typer.Option(
-            "quick",
-            help="smoke (seconds), quick (2-core CPU, ~20 min), standard (2-core CPU, "
-            "budgets from the time-to-Bayes curves, ~1.5 h) or paper (the authors' production recipes, a GPU)",
+            "quick", "--tier", help="smoke, quick, standard or paper: the suite's size (docs/reproduce.md, Tiers)"
         ),
-        out: Path | None = typer.Option(
-            None, help="output directory (runs/ and the report); default runs/paper-<tier>, one per tier"
-        ),
-        seeds: int | None = typer.Option(
-            None,
-            help="seeds per trained cell (default: the tier's, 3 for every "
-            "transformer and Mamba cell and 1 for the controls)",
-        ),
+        out: Path | None = out_option(None, "output directory: runs/ and the report (default: runs/paper-<tier>)"),
+        seeds: int | None = typer.Option(None, "--seeds", help="seeds per trained cell (default: the tier's)"),
         jobs: int = jobs_option(jobs_default),
-        only: list[str] | None = typer.Option(None, help="filter, e.g. --only task=hmm --only arch=transformer,lstm"),
-        probe: bool = typer.Option(True, help="run the geometry probes on each trained run"),
+        only: list[str] | None = typer.Option(
+            None, "--only", metavar="K=V", help="filter, e.g. --only task=hmm --only arch=transformer,lstm"
+        ),
+        probe: bool = typer.Option(True, "--probe/--no-probe", help="run the geometry probes on each trained run"),
         executor: str = executor_option(),
         ray_address: str | None = ray_address_option(),
         threads: int | None = threads_option(),
         max_retries: int | None = max_retries_option(),
         progress: bool = progress_option(),
         fresh: bool = fresh_option(),
-        imports: list[str] | None = import_option(
-            "imported in this process (and the local workers it starts); the paper suite itself uses the built-in "
-            "tasks and architectures"
-        ),
+        imports: list[str] | None = import_option(),
     ) -> None:
-        from windtunnel.executors import ExecutorOptions
-        from windtunnel.reproduce import default_out
-        from windtunnel.reproduce import reproduce as run
-        from windtunnel.suites import TIERS
+        with loading():
+            from windtunnel.executors import ExecutorOptions
+            from windtunnel.reproduce import default_out
+            from windtunnel.reproduce import reproduce as run
+            from windtunnel.suites import TIERS
 
         import_modules(imports)
 
@@ -83,13 +77,23 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
 
 
 reproduce = app.command("reproduce")(
-    _suite_command(1, "Train what is missing, evaluate (with length generalisation), probe, and write the report.")
+    _suite_command(
+        1,
+        """Train what is missing, evaluate, probe, and write the report.
+
+        The paper's table and figures for a tier (docs/reproduce.md): each cell trained (what --out lacks), evaluated
+        with length generalisation, probed, and reported in report.md and report.html. A tier's default seeds are 3 per
+        transformer and Mamba cell and 1 per control. --import modules are imported here and in the local workers;
+        the paper suite itself uses the built-in tasks and architectures.""",
+    )
 )
 demo = app.command("demo")(
     _suite_command(
         2,
-        "The main job: `reproduce` with the demo's defaults (the quick tier into runs/paper-quick, 2 jobs): the "
-        "paper's table on this machine, and where its report is.",
+        """The main job: `reproduce` with the demo's defaults.
+
+        The quick tier into runs/paper-quick with 2 jobs: the paper's table on this machine, and where its report
+        is.""",
     )
 )
 
@@ -98,18 +102,19 @@ demo = app.command("demo")(
 @guarded
 def report(
     run_dirs: list[Path] = typer.Argument(
-        ...,
-        help="run directories, a driver's --out (the runs its manifest.json lists), or directories containing runs",
+        ..., help="run directories, a driver's --out, or directories containing runs"
     ),
-    out: Path = typer.Option(Path("report"), help="where to write report.md, report.html, figures/, results.json"),
-    imports: list[str] | None = import_option(
-        "the report reads only files, but a task of your own needs its module for its metadata (Table 1 title, "
-        "headline metric, approximate posteriors)"
-    ),
+    out: Path = out_option(Path("report"), "where to write report.md, report.html, figures/, results.json"),
+    imports: list[str] | None = import_option(),
 ) -> None:
-    """Rebuild the report from existing run directories (made here, on a GPU box, anywhere)."""
-    from windtunnel.report import build_report
-    from windtunnel.rundir import check_writable
+    """Rebuild the report from existing run directories.
+
+    The runs may come from here, a GPU box, anywhere: a driver's --out gives the runs its manifest.json lists. The
+    report reads only files, but a task of your own needs its module (--import) for its metadata: Table 1 title,
+    headline metric, approximate posteriors."""
+    with loading():
+        from windtunnel.report import build_report
+        from windtunnel.rundir import check_writable
 
     import_modules(imports)
 

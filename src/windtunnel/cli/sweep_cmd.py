@@ -14,7 +14,9 @@ from windtunnel.cli.common import (
     import_modules,
     import_option,
     jobs_option,
+    loading,
     max_retries_option,
+    out_option,
     parse_kv,
     progress_option,
     ray_address_option,
@@ -28,10 +30,15 @@ from windtunnel.cli.root import app
 def sweep(
     config: Path = typer.Argument(..., metavar="CONFIG", help="base run config, a YAML/JSON RunConfig file"),
     grid: list[str] | None = typer.Option(
-        None, "--grid", help="a swept key and its values, e.g. --grid train.lr=1e-3,3e-4 (repeat for a cross product)"
+        None,
+        "--grid",
+        metavar="K=V,V",
+        help="a swept key and its values, e.g. train.lr=1e-3,3e-4 (repeat: a cross product)",
     ),
-    set_: list[str] | None = typer.Option(None, "--set", help="dotted override k=v applied to every point"),
-    out: Path = typer.Option(..., "--out", "-o", help="output directory (runs/ and sweep.md/.csv/.json)"),
+    set_: list[str] | None = typer.Option(
+        None, "--set", metavar="K=V", help="dotted override k=v applied to every point"
+    ),
+    out: Path = out_option(..., "output directory (runs/ and sweep.md/.csv/.json)"),
     executor: str = executor_option(),
     jobs: int = jobs_option(),
     threads: int | None = threads_option(),
@@ -39,16 +46,18 @@ def sweep(
     max_retries: int | None = max_retries_option(),
     progress: bool = progress_option(),
     fresh: bool = fresh_option(),
-    imports: list[str] | None = import_option(
-        "recorded in every point's config (imports), and in the sweep's Command: line"
-    ),
+    imports: list[str] | None = import_option(),
 ) -> None:
-    """Train every combination of the --grid values over CONFIG (what is missing only) and tabulate them: settings
-    (grid values but seed) best first by their mean validation score, test scores reported beside them."""
-    from windtunnel.executors import ExecutorOptions
-    from windtunnel.report.sweep_table import TABLE_CSV, TABLE_JSON, TABLE_MD
-    from windtunnel.sweep import parse_grid
-    from windtunnel.sweep import sweep as run
+    """Train a grid of overrides over one config and tabulate it.
+
+    Every combination of the --grid values over CONFIG is trained (what is missing only) and tabulated: settings
+    (grid values but seed) best first by their mean validation score, test scores reported beside them. The --import
+    modules are recorded in every point's config and in the sweep's Command: line."""
+    with loading():
+        from windtunnel.executors import ExecutorOptions
+        from windtunnel.report.sweep_table import TABLE_CSV, TABLE_JSON, TABLE_MD
+        from windtunnel.sweep import parse_grid
+        from windtunnel.sweep import sweep as run
 
     imported = import_modules(imports)
     table = run(

@@ -6,14 +6,12 @@ import math
 
 import typer
 
-from windtunnel import tasks
-from windtunnel.cli.common import guarded, import_modules, import_option, parse_kv
-from windtunnel.cli.root import app
-from windtunnel.metrics import entropy_bits
+from windtunnel.cli.common import guarded, import_modules, import_option, loading, parse_kv
+from windtunnel.cli.root import App, app
 from windtunnel.text import number
 
-tasks_app = typer.Typer(
-    help="List the wind tunnels, or show one sampled sequence with its exact posterior.",
+tasks_app = App(
+    help="List the wind tunnels, or show one sampled sequence.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -31,6 +29,9 @@ def list_tasks(ctx: typer.Context, imports: list[str] | None = import_option()) 
     import_modules(imports)
     if ctx.invoked_subcommand is not None:
         return
+    with loading():
+        from windtunnel import tasks
+
     for name in tasks.names():
         task = tasks.make(name)
         spec = task.spec
@@ -43,12 +44,20 @@ def list_tasks(ctx: typer.Context, imports: list[str] | None = import_option()) 
 @tasks_app.command("show")
 @guarded
 def show(
-    name: str = typer.Argument(..., help="task name (see `windtunnel tasks`)"),
-    param: list[str] | None = typer.Option(None, "--param", "-p", help="task parameter k=v (repeatable)"),
+    name: str = typer.Argument(..., metavar="NAME", help="task name (see `windtunnel tasks`)"),
+    param: list[str] | None = typer.Option(
+        None, "--param", "-p", metavar="K=V", help="task parameter k=v (repeatable)"
+    ),
     seed: int = typer.Option(0, "--seed", help="sampling seed"),
     imports: list[str] | None = import_option(),
 ) -> None:
-    """Print one sampled sequence: each token, and at scored positions the posterior entropy and the truth."""
+    """Print one sampled sequence with its exact posterior.
+
+    Each token, and at scored positions the posterior entropy and the truth."""
+    with loading():
+        from windtunnel import tasks
+        from windtunnel.metrics import entropy_bits
+
     import_modules(imports)
     task = tasks.make(name, **parse_kv(param, "--param"))
     batch = task.sample(1, seed=seed)

@@ -5,22 +5,30 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from windtunnel.cli.common import cli_device, device_option, fail, guarded, import_modules, import_option, parse_kv
+from windtunnel.cli.common import (
+    cli_device,
+    device_option,
+    fail,
+    guarded,
+    import_modules,
+    import_option,
+    loading,
+    out_option,
+    parse_kv,
+    progress_option,
+    threads_option,
+    trust_code_option,
+    use_threads,
+)
 from windtunnel.cli.root import app
-from windtunnel.config import RunConfig, build_config
-from windtunnel.models import is_baseline
 from windtunnel.text import number
 
-TRUST_HELP = (
-    "allow model.arch to be an import string (package.module:Class), and import the modules the config records "
-    "(imports): importing runs their code, so only for configs you trust; the modules must be installed"
-)
-# What `--import` does in a command that reads a run (eval, probe): the run's own `imports` are found that way.
-READ_IMPORT_HELP = "a run whose config records imports needs each of them here (or --trust-code)"
+if TYPE_CHECKING:
+    from windtunnel.config import RunConfig
 
 
 # The table's metric columns: (eval.json key, column title, what it is). The two entropy errors differ in when the
@@ -114,45 +122,47 @@ def print_table(results: dict[str, Any]) -> None:
 @guarded
 def train_command(
     run: Path | None = typer.Argument(
-        None, metavar="RUN", show_default=False, help="with --resume: the run directory to continue, with its config"
+        None, metavar="RUN", show_default=False, help="with --resume: the run directory to continue"
     ),
-    out: Path | None = typer.Option(None, "--out", "-o", help="run directory to create (with --resume: to continue)"),
+    out: Path | None = out_option(None, "run directory to create (with --resume: to continue)"),
     task: str | None = typer.Option(None, "--task", help="task name (see `windtunnel tasks`)"),
     arch: str | None = typer.Option(None, "--arch", help="architecture, or 'oracle' / 'uniform'"),
     preset: str | None = typer.Option(None, "--preset", help="size preset: smoke, quick or paper"),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML/JSON RunConfig file"),
-    set_: list[str] | None = typer.Option(None, "--set", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"),
+    set_: list[str] | None = typer.Option(
+        None, "--set", metavar="K=V", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"
+    ),
     seed: int | None = typer.Option(None, "--seed", help="run seed"),
     steps: int | None = typer.Option(None, "--steps", help="training steps"),
     resume: bool = typer.Option(
-        False,
-        "--resume",
-        help="continue RUN (or --out) from its latest checkpoint with its own config.json; --steps, --set etc. change "
-        "it, where the key may change on resume (train.steps, log/eval/checkpoint cadence, loggers, eval.n)",
+        False, "--resume", help="continue RUN (or --out) from its latest checkpoint, with its own config"
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
-    no_progress: bool = typer.Option(
-        False, "--no-progress", help="no progress bar (on a terminal) or progress lines (elsewhere)"
-    ),
-    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
+    progress: bool = progress_option(),
+    trust_code: bool = trust_code_option(),
     logger: list[str] | None = typer.Option(
-        None, "--logger", help="log to tensorboard or wandb too (repeatable; sets train.loggers)"
+        None, "--logger", metavar="NAME", help="also log to tensorboard or wandb (repeatable; sets train.loggers)"
     ),
-    imports: list[str] | None = import_option(
-        "recorded in the run's config (imports), so eval, probe and --resume can find it again"
-    ),
+    imports: list[str] | None = import_option(),
+    threads: int | None = threads_option(per_run=False),
 ) -> None:
-    """Train a model on a wind tunnel (or evaluate the oracle/uniform baseline) into a run directory.
+    """Train a model on a wind tunnel into a run directory.
 
-    `windtunnel train --resume RUN` continues RUN with its own config (`--out RUN --resume` too); Ctrl-C (SIGINT) or
-    SIGTERM writes a checkpoint at the current step and says how to resume."""
-    from windtunnel.errors import TrainingInterrupted
-    from windtunnel.plugins import unique
-    from windtunnel.resume import resume_config
-    from windtunnel.rundir import CONFIG
-    from windtunnel.train import train
+    A baseline (--arch oracle or uniform) is evaluated, not trained. The imports of --import are recorded in the
+    run's config, so eval, probe and --resume find them again. `windtunnel train --resume RUN` continues RUN with its
+    own config (`--out RUN --resume` too); --steps, --set etc. change the keys that may change on resume. Ctrl-C
+    (SIGINT) or SIGTERM writes a checkpoint at the current step and says how to resume. Details: docs/training.md."""
+    with loading():
+        from windtunnel.config import build_config
+        from windtunnel.errors import TrainingInterrupted
+        from windtunnel.models import is_baseline
+        from windtunnel.plugins import unique
+        from windtunnel.resume import resume_config
+        from windtunnel.rundir import CONFIG
+        from windtunnel.train import train
 
     imported = import_modules(imports)  # before the config is read: its task and arch may be the module's
+    use_threads(threads)
 
     flags: dict[str, Any] = {"task.name": task, "model.arch": arch, "model.preset": preset, "seed": seed}
     flags.update({"train.steps": steps, "train.loggers": logger or None})
@@ -177,7 +187,7 @@ def train_command(
             target,
             resume=resume,
             overwrite=overwrite,
-            progress=not no_progress,
+            progress=progress,
             trust_code=trust_code,
             handle_signals=True,
             echo=start,
@@ -221,28 +231,32 @@ def _default_size_warning(cfg: RunConfig) -> str:
 @app.command("eval")
 @guarded
 def eval_command(
-    run_dir: Path = typer.Argument(..., help="run directory"),
-    set_: list[str] | None = typer.Option(None, "--set", help="task override for this evaluation, e.g. task.K=50"),
-    n: int | None = typer.Option(None, "--n", help="number of held-out sequences (default: the run's eval.n)"),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="run directory"),
+    set_: list[str] | None = typer.Option(
+        None, "--set", metavar="K=V", help="task override for this evaluation, e.g. task.K=50"
+    ),
+    n: int | None = typer.Option(None, "--n", help="held-out sequences (default: the run's eval.n)"),
     batch_size: int | None = typer.Option(None, "--batch-size", help="sequences per forward pass"),
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to evaluate (default: the latest)"),
     dtype: str | None = typer.Option(None, "--dtype", help="float32 or bf16 (default: the run's eval.dtype)"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON (where they were written: stderr)"),
-    trust_code: bool = typer.Option(False, "--trust-code", help=TRUST_HELP),
-    imports: list[str] | None = import_option(READ_IMPORT_HELP),
-    device: str | None = device_option(
-        None, "auto (CUDA when present), cpu or cuda (default: the run's train.device, cuda read as auto)"
-    ),
+    trust_code: bool = trust_code_option(),
+    imports: list[str] | None = import_option(),
+    device: str | None = device_option(None, "auto, cpu or cuda (default: where the run trained, cuda read as auto)"),
+    threads: int | None = threads_option(per_run=False),
 ) -> None:
-    """Evaluate a run against the exact posterior. At the run's own settings the results are merged into
-    RUN_DIR/eval.json (its recorded evaluation); with any other (--n, --batch-size, --checkpoint, --dtype, a --set
-    the run's config does not evaluate) they go to RUN_DIR/evals/NAME.json, NAME the settings that differ
-    ("K=50,eval.n=300"), and eval.json is left as it was."""
-    from windtunnel.budget import check_evaluation
-    from windtunnel.evaluate import evaluate
-    from windtunnel.resolve import check_override
-    from windtunnel.rundir import check_writable, eval_file
-    from windtunnel.runs import load_run
+    """Evaluate a run against the exact posterior.
+
+    At the run's own settings the results are merged into RUN_DIR/eval.json (its recorded evaluation); with any other
+    (--n, --batch-size, --checkpoint, --dtype, a --set the run's config does not evaluate) they go to
+    RUN_DIR/evals/NAME.json, NAME the settings that differ ("K=50,eval.n=300"), and eval.json is left as it was. A run
+    whose config records imports needs each of them as --import (or --trust-code)."""
+    with loading():
+        from windtunnel.budget import check_evaluation
+        from windtunnel.evaluate import evaluate
+        from windtunnel.resolve import check_override
+        from windtunnel.rundir import check_writable, eval_file
+        from windtunnel.runs import load_run
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")
@@ -255,6 +269,7 @@ def eval_command(
             fail(f"--set {key}: eval only takes task parameters (task.NAME=value, not task.name)")
         override[key.split(".", 1)[1]] = value
     import_modules(imports)
+    use_threads(threads)
     run = load_run(run_dir, trust_code=trust_code)
     # where the run trained, as reproduce evaluates it (cuda read as auto: a GPU run evaluated on a CPU machine)
     dev = cli_device(device or ("cpu" if run.config.train.device == "cpu" else "auto"))
