@@ -215,17 +215,29 @@ def _cell(**over):
     [
         (MANIFEST, {"kind": "nope", "runs": RUNS}, "kind: expected 'reproduce', 'sweep' or 'time-to-bayes', got"),
         (MANIFEST, {"kind": "sweep"}, "runs: expected a value, got nothing (the key is missing)"),
-        (MANIFEST, _entry("..", "x"), "runs[0].name: expected a run directory name, got '..'"),
+        (MANIFEST, _entry("..", "x"), "runs[0].name: expected a run directory name, got a string of 2 characters"),
         (MANIFEST, _entry("a", 5), "runs[0].config_hash: expected a string, got 5"),
         (REPRODUCE, {"tier": 5}, "tier: expected a string, got 5"),
-        (REPRODUCE, {"tier": "quick", "run_wall_s": {"a": "x"}}, "run_wall_s.a: expected a number, got 'x'"),
-        (REPRODUCE, {"tier": "quick", "seeds": {"a": "x"}}, "seeds.a: expected an integer, got 'x'"),  # no union tag
+        (
+            REPRODUCE,
+            {"tier": "quick", "run_wall_s": {"a": "x"}},
+            "run_wall_s.a: expected a number, got a string of 1 character",
+        ),
+        (
+            REPRODUCE,
+            {"tier": "quick", "seeds": {"a": "x"}},
+            "seeds.a: expected an integer, got a string of 1 character",
+        ),  # no union tag
         (SWEEP_CONFIG, {"grid": 5}, "grid: expected a JSON object, got 5"),
         (SWEEP_CONFIG, {"config": 7}, "config: expected a string, got 7"),
         (TIME_TO_BAYES, {"cells": []}, "machine: expected a value, got nothing (the key is missing)"),
-        (TIME_TO_BAYES, {"machine": {}, "wall_s": "x", "cells": []}, "wall_s: expected a number, got 'x'"),
+        (
+            TIME_TO_BAYES,
+            {"machine": {}, "wall_s": "x", "cells": []},
+            "wall_s: expected a number, got a string of 1 character",
+        ),
         (TIME_TO_BAYES, _cell(cell={"task": 3}), "cells[0].cell.task: expected a string, got 3"),
-        (TIME_TO_BAYES, _cell(seeds=[]), "cells[0].seeds: expected 1 or more items, got []"),
+        (TIME_TO_BAYES, _cell(seeds=[]), "cells[0].seeds: expected 1 or more items, got a list of 0 items"),
         (TIME_TO_BAYES, _cell(label=True), "cells[0].label: expected a string, got True"),
     ],
 )

@@ -183,6 +183,48 @@ def test_no_writer_writes_through_a_planted_link(trained, tmp_path):
     assert victim.read_text() == "alias ls=ls\n"
 
 
+@pytest.mark.parametrize(
+    ("folder", "command"),
+    [
+        ("evals", ["eval", "--n", "4"]),
+        ("figures", ["probe", "--n", "4"]),
+        ("checkpoints", ["train", "--resume", "--steps", "3", "--no-progress"]),
+        ("checkpoints", ["eval"]),
+        ("tensorboard", ["train", "--resume", "--steps", "3", "--no-progress", "--logger", "tensorboard"]),
+    ],
+)
+def test_no_folder_of_a_run_directory_is_followed_through_a_link(trained, tmp_path, folder, command):
+    """A folder of the run directory that is a link (`evals -> /elsewhere`) neither receives the run's files nor
+    feeds it what lies there: one line naming it, exit 1, and the folder it points at is as it was."""
+    if folder == "tensorboard":
+        pytest.importorskip("torch.utils.tensorboard")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "eval.n=4.json").write_text(json.dumps({"default": SECRET}))  # what an extra evaluation would merge
+    (elsewhere / "latest.json").write_text(json.dumps({"step": 2, "token": SECRET}))
+    link = trained / folder
+    if link.exists():
+        os.rename(link, tmp_path / f"{folder}.kept")
+    link.symlink_to(elsewhere, target_is_directory=True)
+    before, run = _snapshot(elsewhere), {name: (trained / name).read_bytes() for name in ("metrics.jsonl", "eval.json")}
+    r = runner.invoke(app, [command[0], str(trained), *command[1:]])
+    assert f"{link}: is a symbolic link; a run directory's folders are never followed through one" in _error_line(r, 1)
+    assert SECRET not in r.output and _snapshot(elsewhere) == before
+    assert run == {name: (trained / name).read_bytes() for name in run}  # refused before anything was touched
+
+
+def test_a_value_read_from_a_run_file_is_never_echoed(trained):
+    """A field of the wrong kind is named with the kind and size of what is there, never its text."""
+    (trained / "evals").mkdir(exist_ok=True)
+    (trained / "evals" / "eval.n=4.json").write_text(json.dumps({"default": SECRET}))
+    line = _error_line(runner.invoke(app, ["eval", str(trained), "--n", "4"]), 1)
+    assert SECRET not in line
+    assert line.endswith(f"eval.n=4.json: default: expected a JSON object, got a string of {len(SECRET)} characters")
+    (trained / "metrics.jsonl").write_text(json.dumps({"step": SECRET}) + "\n")
+    line = _error_line(runner.invoke(app, ["train", "--resume", str(trained), "--no-progress"]), 1)
+    assert SECRET not in line and f"step must be a non-negative integer (got a string of {len(SECRET)}" in line
+
+
 # --- 3. a checkpoint without its checksum is refused -------------------------------------------------------------
 
 
@@ -204,7 +246,7 @@ def test_a_checkpoint_without_its_checksum_is_refused_naming_the_file(trained, d
 # --- 4. a damaged latest.json on a finished run --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", ["garbage", '{"step": -1}', "[]"])
+@pytest.mark.parametrize("content", ["garbage", '{"step": -1}', "[]", '{"step": 99999999}'])
 def test_a_finished_run_with_a_damaged_latest_json_evaluates_and_resumes_from_the_newest_good_checkpoint(
     trained, content
 ):

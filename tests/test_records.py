@@ -248,17 +248,27 @@ def test_a_geometry_json_before_seed_and_init_source_reads_with_them_none(tmp_pa
 # --- garbled files and fields of the wrong kind ------------------------------------------------------------------
 
 GARBLED = {  # id -> (record, file, contents, what the error says after the file)
-    "done-wall": (Done, rundir.DONE, {"wall_s": "x"}, "wall_s: expected a finite number, got 'x'"),
+    "done-wall": (Done, rundir.DONE, {"wall_s": "x"}, "wall_s: expected a finite number, got a string of 1 character"),
     "done-pid": (Done, rundir.DONE, {"pid": 1.5}, "pid: expected an integer, got 1.5"),
     "versions-torch": (Versions, rundir.VERSIONS, {"windtunnel": "0.1.0", "torch": 2}, "torch: expected a string"),
     "versions-missing": (Versions, rundir.VERSIONS, {"torch": "2"}, "windtunnel: expected a string, got nothing"),
-    "trained-config": (Trained, rundir.TRAINED, {"config": [1]}, "config: expected a JSON object, got [1]"),
+    "trained-config": (
+        Trained,
+        rundir.TRAINED,
+        {"config": [1]},
+        "config: expected a JSON object, got a list of 1 item",
+    ),
     "trained-steps": (Trained, rundir.TRAINED, {"config": {}, "exported": {"steps": -1}}, "exported.steps: expected"),
     "trained-lr": (Trained, rundir.TRAINED, {"config": {"train": {"lr": "x"}}}, "config: train.lr: "),
     "resumes-list": (Resumes, rundir.RESUMES, {"resumes": 3}, "resumes: expected a list, got 3"),
     "resumes-step": (Resumes, rundir.RESUMES, {"resumes": [{"step": "4", "changed": []}]}, "resumes[0].step: expected"),
     "resumes-changed": (Resumes, rundir.RESUMES, {"resumes": [{"step": 4, "changed": [1]}]}, "resumes[0].changed[0]"),
-    "eval-entry": (EvalFile, rundir.EVAL, {"default": "x"}, "default: expected a JSON object, got 'x'"),
+    "eval-entry": (
+        EvalFile,
+        rundir.EVAL,
+        {"default": "x"},
+        "default: expected a JSON object, got a string of 1 character",
+    ),
     "eval-mean": (
         EvalFile,
         rundir.EVAL,
@@ -274,7 +284,12 @@ GARBLED = {  # id -> (record, file, contents, what the error says after the file
     ),
     "eval-extra": (EvalFile, rundir.EVAL, {"default": _entry(extra="n=8")}, "default.extra: an evaluation at other"),
     "geometry-step": (Geometry, rundir.GEOMETRY, {"step": -1}, "step: expected an integer >= 0, got -1"),
-    "geometry-probe": (Geometry, rundir.GEOMETRY, {"keys": [0.1]}, "keys: expected a JSON object, got [0.1]"),
+    "geometry-probe": (
+        Geometry,
+        rundir.GEOMETRY,
+        {"keys": [0.1]},
+        "keys: expected a JSON object, got a list of 1 item",
+    ),
     "config-task": (StoredConfig, rundir.CONFIG, {"model": {"arch": "lstm"}}, "task: expected a JSON object, got no"),
     "config-arch": (StoredConfig, rundir.CONFIG, {"task": {"name": "x"}, "model": {"arch": 3}}, "model.arch: expected"),
 }

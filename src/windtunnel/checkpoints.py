@@ -22,12 +22,13 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from windtunnel.errors import CheckpointError
+from windtunnel.errors import CheckpointError, described
 from windtunnel.rundir import (
     CKPT_DIR,
     CKPT_SUFFIXES,
     LATEST,
     atomic_write,
+    folder,
     read_json_object,
     read_regular,
     write_json,
@@ -38,6 +39,11 @@ if TYPE_CHECKING:
 
 
 _WEIGHTS, _STATE, _META = CKPT_SUFFIXES  # step_N.safetensors, step_N.state.safetensors, step_N.state.json
+
+
+def _folder(run_dir: str | Path) -> Path:
+    """run_dir/checkpoints, never through a symbolic link (`rundir.folder`)."""
+    return folder(run_dir, CKPT_DIR)
 
 
 def _ckpt_name(step: int) -> str:
@@ -85,7 +91,7 @@ def save_checkpoint(
     extra: dict | None = None,
 ) -> None:
     """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
-    d = Path(run_dir) / CKPT_DIR
+    d = _folder(run_dir)
     name = _ckpt_name(step)
     # clone: breaks storage sharing between tied weights, which safetensors refuses to save
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
@@ -117,7 +123,7 @@ def save_checkpoint(
 
 def list_checkpoints(run_dir: str | Path) -> list[int]:
     """Steps that have a complete checkpoint (weights + state json), ascending."""
-    d = Path(run_dir) / CKPT_DIR
+    d = _folder(run_dir)
     if not d.is_dir():
         return []
     steps = []
@@ -131,13 +137,16 @@ def list_checkpoints(run_dir: str | Path) -> list[int]:
 
 def _named_step(run_dir: str | Path) -> int | None:
     """The step checkpoints/latest.json names; None where there is no latest.json, a CheckpointError naming it where
-    it is damaged."""
-    p = Path(run_dir) / CKPT_DIR / LATEST
+    it is damaged: no non-negative integer step, or a step of which no file exists (latest.json is written last, so
+    it never names a checkpoint that was not written; one whose files are there but damaged is the loader's to name)."""
+    p = _folder(run_dir) / LATEST
     if not p.exists():
         return None
     step = read_json_object(p).get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"{p} is corrupted: step must be a non-negative integer (got {step!r})")
+        raise CheckpointError(f"{p} is corrupted: step must be a non-negative integer (got {described(step)})")
+    if not any((p.parent / f"{_ckpt_name(step)}{suffix}").exists() for suffix in CKPT_SUFFIXES):
+        raise CheckpointError(f"{p} is corrupted: it names step {step:,}, of which there is no checkpoint")
     return step
 
 
@@ -178,7 +187,7 @@ def latest_step(run_dir: str | Path) -> int | None:
 
 def verify_checkpoint(run_dir: str | Path, step: int) -> None:
     """Check that checkpoint `step` is complete and matches its checksums (without building a model)."""
-    d = Path(run_dir) / CKPT_DIR
+    d = _folder(run_dir)
     meta_path = d / f"{_ckpt_name(step)}{_META}"
     sha = _checksums(read_json_object(meta_path), meta_path)
     _read_safetensors(d / f"{_ckpt_name(step)}{_WEIGHTS}", sha["weights"])
@@ -200,7 +209,7 @@ def resume_step(run_dir: str | Path) -> int | None:
 
 
 def delete_checkpoint(run_dir: str | Path, step: int) -> None:
-    d = Path(run_dir) / CKPT_DIR
+    d = _folder(run_dir)
     for suffix in CKPT_SUFFIXES:
         with contextlib.suppress(FileNotFoundError):
             (d / f"{_ckpt_name(step)}{suffix}").unlink()
@@ -214,7 +223,7 @@ def load_checkpoint(
     restore_rng: bool = False,
 ) -> dict:
     """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
-    d = Path(run_dir) / CKPT_DIR
+    d = _folder(run_dir)
     name = _ckpt_name(step)
     meta_path = d / f"{name}{_META}"
     if not meta_path.exists():

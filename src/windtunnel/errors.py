@@ -4,8 +4,9 @@ bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `St
                         FileNotFoundError, ...: the command (or the cluster's storage, or the --out it names) was
                         wrong; fix it and run again
 corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
-                        match its config; `RunInUseError`: another live process is writing the run directory;
-                        `TrainingDiverged`: the loss or gradients became non-finite
+                        match its config (`NonFiniteOutputs`: its weights predict NaN or inf); `RunInUseError`:
+                        another live process is writing the run directory; `TrainingDiverged`: the loss or gradients
+                        became non-finite
 interrupted (130/143)   `TrainingInterrupted`: SIGINT or SIGTERM stopped training (exit 128 + the signal's number);
                         the run is resumable from the checkpoint it names
 """
@@ -25,6 +26,12 @@ from windtunnel.text import close_match
 class CheckpointError(RuntimeError):
     """A run-directory file is missing, corrupted, truncated or does not match the run; the message names the file
     (and the field or line where one is to blame)."""
+
+
+class NonFiniteOutputs(CheckpointError):
+    """A model's predictive distribution holds NaN or inf at a scored position although its weights are finite (weights
+    near float32's limit overflow): it is no prediction, and no number is reported for it. Corrupt data, like the
+    checkpoint it came from; the message names the run and the checkpoint where there is one."""
 
 
 class RunInUseError(RuntimeError):
@@ -78,6 +85,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 __all__ = [
     "CheckpointError",
+    "NonFiniteOutputs",
     "RunInUseError",
     "RunMismatchError",
     "StorageError",
@@ -128,6 +136,26 @@ _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 
 def shorten(text: str, limit: int) -> str:
     """`text` cut to `limit` characters (its end replaced by "…"): what an error line shows of something unbounded."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def described(value: Any) -> str:
+    """A value read from a file, as an error message may show it: a number, true/false or null as it is (what a
+    field of the wrong kind or range needs to be seen), anything else by its kind and size alone (`a string of 26
+    characters`, `a list of 3 items`), so no error line ever echoes text a file holds (a secret in a file planted in
+    a run directory)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return shorten(repr(value), MAX_SHOWN)
+    if isinstance(value, str):
+        return f"a string of {_many(len(value), 'character')}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {_many(len(value), 'item')}"
+    if isinstance(value, dict):
+        return f"a JSON object of {_many(len(value), 'key')}"
+    return f"a {type(value).__name__}"
+
+
+def _many(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def _shown(value: Any) -> str:

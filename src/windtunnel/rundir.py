@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from windtunnel.config import RunConfig, config_to_json, validate
-from windtunnel.errors import CheckpointError
+from windtunnel.errors import CheckpointError, described
 
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
@@ -46,6 +46,7 @@ LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"  # a writer's lo
 TEMP_SUFFIX = ".tmp"
 LATEST, CKPT_SUFFIXES = "latest.json", (".safetensors", ".state.safetensors", ".state.json")  # checkpoints.py
 TENSORBOARD, WANDB, WANDB_ID = "tensorboard", "wandb", "windtunnel-run-id"  # tracking.py's folders, wandb's run id
+FOLDERS = (CKPT_DIR, EVALS, FIGURES, TENSORBOARD, WANDB)  # the folders of a run directory, never followed (`folder`)
 
 
 def _read_umask() -> int:
@@ -145,7 +146,7 @@ def clean_temp_files(run_dir: str | Path) -> list[Path]:
     """Delete the temp files of writes a killed process never finished (`.NAME.XXXX.tmp`); returns them.
     Call only while holding the run's lock: a live writer's temp file is not stray."""
     removed = []
-    for d in (Path(run_dir), Path(run_dir) / CKPT_DIR):
+    for d in (Path(run_dir), folder(run_dir, CKPT_DIR)):
         for p in d.glob(f".*{TEMP_SUFFIX}") if d.is_dir() else ():
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
@@ -164,6 +165,26 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
                 errno.ELOOP, "is a symbolic link; a run directory's files are never opened through one", str(path)
             ) from None
         raise
+
+
+def folder(run_dir: str | Path, name: str) -> Path:
+    """`run_dir/name`, a folder of the run directory's layout (checkpoints/, evals/, figures/, tensorboard/, wandb/),
+    refused where it is a symbolic link: an OSError naming it, before anything is read from it or written into it, so
+    a link planted there (`evals -> /elsewhere`) neither receives a run's files nor feeds it another's. The run
+    directory itself may be reached through a link (a `runs/` on another disk)."""
+    path = Path(run_dir) / name
+    if path.is_symlink():
+        raise OSError(
+            errno.ELOOP, "is a symbolic link; a run directory's folders are never followed through one", str(path)
+        )
+    return path
+
+
+def check_folders(run_dir: str | Path) -> None:
+    """`folder` of each folder of the run directory's layout that is there: a writer refuses a link among them before
+    it touches the run directory."""
+    for name in FOLDERS:
+        folder(run_dir, name)
 
 
 def open_regular(path: str | Path) -> BinaryIO:
@@ -215,7 +236,7 @@ def _metrics_record(path: Path, lineno: int, line: str) -> dict:
         raise CheckpointError(f"{path}: line {lineno} is not a JSON object")
     step = rec.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"{path}: line {lineno}: step must be a non-negative integer (got {step!r})")
+        raise CheckpointError(f"{path}: line {lineno}: step must be a non-negative integer (got {described(step)})")
     return rec
 
 
@@ -280,7 +301,7 @@ def eval_file(run_dir: str | Path, extra: str | None = None) -> Path:
     name = _UNSAFE.sub("_", extra)
     if len(name) > _MAX_NAME or name != extra:  # shortened or changed: the hash keeps two names apart
         name = f"{name[:_MAX_NAME]}-{hashlib.sha256(extra.encode()).hexdigest()[:12]}"
-    return Path(run_dir) / EVALS / f"{name}.json"
+    return folder(run_dir, EVALS) / f"{name}.json"
 
 
 def contents(run_dir: Path) -> list[Path]:

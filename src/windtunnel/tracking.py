@@ -27,8 +27,8 @@ from typing import Any
 
 from windtunnel import rundir
 from windtunnel.config import RunConfig
-from windtunnel.errors import CheckpointError, shorten
-from windtunnel.rundir import MetricsLog, atomic_write, open_regular
+from windtunnel.errors import CheckpointError, described, shorten
+from windtunnel.rundir import MetricsLog, atomic_write, folder, open_regular
 
 TENSORBOARD_DIR, WANDB_DIR = rundir.TENSORBOARD, rundir.WANDB  # named in the run-directory layout
 _WANDB_ID = rundir.WANDB_ID  # in run_dir/wandb/: the wandb run a resumed run directory continues
@@ -111,7 +111,7 @@ class WandbLogger(Callback):
 
         run_dir = Path(run_dir)
         run_id = stored_wandb_id(run_dir) or secrets.token_hex(8)
-        atomic_write(run_dir / WANDB_DIR / _WANDB_ID, run_id + "\n")  # replaces whatever is there: never blocks
+        atomic_write(folder(run_dir, WANDB_DIR) / _WANDB_ID, run_id + "\n")  # replaces whatever is there: never blocks
         try:
             self.run = wandb.init(
                 dir=str(run_dir),  # wandb writes run_dir/wandb/
@@ -169,7 +169,7 @@ def _wandb_project() -> str:
 def stored_wandb_id(run_dir: Path) -> str | None:
     """The wandb run id kept in `run_dir/wandb/windtunnel-run-id` (None if there is none). A file there that is not a
     regular file (a FIFO would block the read for ever) or holds no wandb id is a CheckpointError naming it."""
-    path = run_dir / WANDB_DIR / _WANDB_ID
+    path = folder(run_dir, WANDB_DIR) / _WANDB_ID
     try:
         with open_regular(path) as f:
             text = f.read(200).decode("utf-8").strip()
@@ -178,7 +178,7 @@ def stored_wandb_id(run_dir: Path) -> str | None:
     except (OSError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{path} cannot be read: {getattr(err, 'strerror', None) or err}") from None
     if not _WANDB_ID_FORM.fullmatch(text):
-        raise CheckpointError(f"{path}: {text[:70]!r} is not a wandb run id (1 to 64 letters, digits, _ or -)")
+        raise CheckpointError(f"{path}: holds {described(text)}, not a wandb run id (1 to 64 letters, digits, _ or -)")
     return text
 
 
@@ -228,7 +228,7 @@ def check_callbacks(callbacks: Sequence[Any]) -> list[Any]:
 def make_logger(name: str, cfg: RunConfig, run_dir: Path, start: int) -> Callback:
     """The logger `name` (one of `train.loggers`), writing under `run_dir`, for a run (re)started at step `start`."""
     if name == "tensorboard":
-        return TensorBoardLogger(run_dir / TENSORBOARD_DIR, start, cfg.train.steps)
+        return TensorBoardLogger(folder(run_dir, TENSORBOARD_DIR), start, cfg.train.steps)
     if name == "wandb":
         return WandbLogger(run_dir, cfg)
     raise ValueError(f"train.loggers: unknown logger {name!r} (one of {', '.join(_REQUIRES)})")

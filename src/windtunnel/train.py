@@ -288,6 +288,7 @@ def train(
     # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
     check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
     callbacks = tracking.check_callbacks(callbacks)
+    rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
     tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
     # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
@@ -359,6 +360,7 @@ def _train_locked(
                     g["lr"] = lr
                 step_task = curriculum.task_at(step)
                 batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
+                check_posterior(cfg.task.name, batch, f"the training batch of step {step}")  # every batch trained on
                 with autocast(device, t.dtype):
                     out = fwd(batch.inputs)
                 if vocab_head is not None:  # ce_vocab: every token's logit, from the state this pass fed the head

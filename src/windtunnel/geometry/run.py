@@ -16,7 +16,7 @@ from windtunnel.geometry.probes import probe_model
 from windtunnel.geometry.registry import ProbeContext, probes, run_probe
 from windtunnel.models import is_baseline
 from windtunnel.records.run_dir import Geometry
-from windtunnel.rundir import check_writable
+from windtunnel.rundir import FIGURES, check_writable, folder
 from windtunnel.runs import build_model, load_run
 
 
@@ -55,6 +55,8 @@ def probe_run(
         raise ValueError(f"n: must be >= 2 (got {n})")
     out_dir = Path(out) if out is not None else Path(run_dir)
     check_writable(out_dir, "--out" if out is not None else "run_dir")  # fail before the work, not after it
+    if figures:
+        folder(out_dir, FIGURES)  # a link there is refused before the work too
     run = load_run(run_dir, trust_code=trust_code)
     steps = run.checkpoints()
     if not steps:
@@ -104,7 +106,7 @@ def probe_run(
         **results,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    if figures:
-        results["figures"] = write_figures(results, model, data, out_dir / "figures", init_model=init_model)
+    if figures:  # out_dir/figures, never through a link (`rundir.folder`)
+        results["figures"] = write_figures(results, model, data, folder(out_dir, FIGURES), init_model=init_model)
     Geometry.from_results(results, out_dir).write(out_dir)
     return results

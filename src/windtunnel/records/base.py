@@ -9,12 +9,14 @@
 A read is strict (no coercion: "3" is no number, a number no string), and every problem says it one way:
 
     PATH: FIELD: expected WHAT, got VALUE       runs/a/eval.json: default.run.notes[1]: expected a string, got 3
+
+VALUE is a number as it is, anything else only its kind and size (`got a string of 5 characters`): an error never
+echoes text a file holds.
 """
 
 from __future__ import annotations
 
 import math
-import reprlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic_core import CoreSchema, ErrorDetails, PydanticCustomError, core_schema
 
 from windtunnel import rundir
-from windtunnel.errors import MAX_SHOWN, CheckpointError, shorten
+from windtunnel.errors import MAX_SHOWN, CheckpointError, described, shorten
 
 # --- kinds of JSON values, checked and kept as they are ----------------------------------------------------------
 
@@ -61,8 +63,10 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def problem(expected: str, got: Any) -> str:
-    """What is wrong with one field, as every record's check says it: `expected a string, got 5`."""
-    return f"expected {expected}, got {reprlib.repr(got)}"
+    """What is wrong with one field, as every record's check says it: `expected a string, got 5`; a value that is no
+    number is told by its kind and size alone (`got a string of 26 characters`, `errors.described`): an error line
+    never echoes text a file holds."""
+    return f"expected {expected}, got {got!r}" if got is MISSING else f"expected {expected}, got {described(got)}"
 
 
 class Kind:

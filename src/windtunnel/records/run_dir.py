@@ -16,7 +16,6 @@ comment naming what wrote it.
 from __future__ import annotations
 
 import json
-import reprlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -304,8 +303,8 @@ class EvalFile(JsonFile, RootModel[dict[str, EvalEntry]]):
         for name, entry in found.root.items() if extra is None else ():
             if entry.extra is not None:
                 raise CheckpointError(
-                    f"{path}: {name}.extra: an evaluation at other settings than the run's "
-                    f"({reprlib.repr(entry.extra)}) is kept in {rundir.EVALS}/, never in {rundir.EVAL}; move it there"
+                    f"{path}: {name}.extra: an evaluation at other settings than the run's is kept in "
+                    f"{rundir.EVALS}/, never in {rundir.EVAL}; move it there"
                 )
         return found
 
