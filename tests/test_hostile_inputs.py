@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,14 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributions import Categorical
 from typer.testing import CliRunner
 
 from cli_args import train_args
-from windtunnel import checkpoints, plugins, rundir, runs, tasks, tracking
+from windtunnel import checkpoints, plugins, rundir, runs, seeds, tasks, tracking
 from windtunnel.cli import app
 from windtunnel.config import MAX_FILE_BYTES, MAX_NODES, read_file
 from windtunnel.evaluate import score_predictor
 from windtunnel.recipes import get_recipe
+from windtunnel.seeds import DRAW_BLOCK
 from windtunnel.suites.paper import suite
 
 runner = CliRunner()
@@ -54,9 +57,15 @@ class BrokenParams(TaskParams):
 
 
 class Broken(Task[BrokenParams]):
-    """A fair coin whose posterior is broken at position 3 as `fault` says."""
+    """A fair coin whose posterior is broken at position 3 as `fault` says: in every sequence, or for "late" in every
+    sequence of the fourth batch it samples and after, or for "rare" in the sequences whose flips 3 to 11 are heads (1
+    in 512)."""
 
     name, Params = "wt_broken", BrokenParams
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.batches = 0
 
     @property
     def spec(self):
@@ -76,8 +85,13 @@ class Broken(Task[BrokenParams]):
             scale[:, 3] = 0.0
             return Batch(inputs, mask, flips.float(), Normal(torch.zeros_like(scale), scale, validate_args=False))
         probs = torch.full((batch_size, n, 2), 0.5, device=device)
-        if fault == "negative":
+        self.batches += 1
+        if fault == "negative" or (fault == "late" and self.batches >= 4):
             probs[:, 3] = torch.tensor([1.5, -0.5])
+        if fault == "rare":
+            probs[flips[:, 2:11].all(1), 3] = torch.tensor([1.5, -0.5])
+        if fault == "given":  # torch normalises what it is given: the sum it was given is checked
+            probs[:, 3] = torch.tensor([1.0, 0.5])
         if fault == "nan":
             probs[:, 3, 0] = float("nan")
         post = Categorical(probs=probs, validate_args=False)
@@ -91,6 +105,7 @@ tasks.register("wt_broken", Broken)
 
 FAULTS = {
     "sum": "must sum to 1 within 1e-04 (its sum: 1.5)",
+    "given": "must sum to 1 within 1e-04 (its sum: 1.5); torch's Categorical normalises the probabilities it is given",
     "negative": "must hold no negative probability (its least: -0.5)",
     "nan": "must hold finite probabilities (no NaN or inf)",
     "scale": "must have a positive, finite scale (its scale: 0)",
@@ -129,11 +144,51 @@ def test_a_plugin_posterior_that_is_no_distribution_is_refused_before_training(b
 def test_evaluation_checks_the_posterior_of_its_first_batch(broken_task, fault):
     plugins.import_plugins([broken_task])
     task = tasks.make("wt_broken", fault=fault)
-    with pytest.raises(ValueError, match="task 'wt_broken': its posterior at position 3 of sequence 0"):
+    where = "" if fault == "given" else " in test block 0"  # `given` is refused as it is sampled
+    with pytest.raises(ValueError, match=f"task 'wt_broken': its posterior{where} at position 3 of sequence 0"):
         score_predictor(task, lambda batch: batch.posterior, n=8, n_boot=10)
     assert score_predictor(tasks.make("wt_broken"), lambda b: b.posterior, n=8, n_boot=10)["metrics_point"][
         "entropy_mae_bits"
     ] == pytest.approx(0.0)
+
+
+def test_every_batch_trained_on_is_checked_not_only_the_first(broken_task, tmp_path):
+    """A posterior that breaks only from the fourth batch sampled passes the check before training (the first
+    batch) and is refused at the step that trains on it (the third: the check before training sampled one)."""
+    out = tmp_path / "run"
+    args = ["train", "--import", broken_task, "--task", "wt_broken", "--arch", "transformer", "--out", str(out)]
+    r = runner.invoke(app, [*args, *PLAIN, "--steps", "5", "--set", "task.fault=late"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]  # after the line saying what trains
+    assert "task 'wt_broken': its posterior in the training batch of step 3 at position 3" in line
+    assert FAULTS["negative"] in line
+    assert checkpoints.latest_step(out) is None  # nothing was trained on it
+
+
+def test_every_batch_scored_is_checked_so_a_posterior_broken_in_one_sequence_of_512_is_named(broken_task):
+    """1 sequence in 512 with a negative probability: none in the first block of the test stream, so a check of the
+    first block alone scored the oracle 0 and a uniform predictor a garbage KL; every block is checked now."""
+    plugins.import_plugins([broken_task])
+    task = tasks.make("wt_broken", fault="rare", n=12)
+    first = task.sample(DRAW_BLOCK, seed=seeds.stream_seed("test", 0, 0))
+    assert not bool(first.inputs[:, 3:12].eq(1).all(1).any())  # the first block is sound: the old check passed
+    named = r"its posterior in test block [1-9]\d* at position 3 of sequence \d+ must hold no negative probability"
+    for predict in (lambda b: b.posterior, lambda b: Categorical(logits=torch.zeros(*b.target_mask.shape, 2))):
+        with pytest.raises(ValueError, match=named):
+            score_predictor(task, predict, n=2000, n_boot=10)
+
+
+def test_a_posterior_given_to_torch_unnormalised_is_refused_where_it_is_sampled(broken_task):
+    """`Categorical(probs=p)` keeps p / p.sum(): the sum a plugin computed is noted as it builds its posterior, and
+    the note is taken only while a task samples (torch's constructor is its own again afterwards, on every thread)."""
+    plugins.import_plugins([broken_task])
+    init = torch.distributions.Categorical.__init__
+    with pytest.raises(ValueError, match=re.escape(f"its posterior at position 3 of sequence 0 {FAULTS['given']}")):
+        tasks.make("wt_broken", fault="given").sample(4, seed=0)
+    assert torch.distributions.Categorical.__init__ is init
+    assert torch.distributions.Categorical(probs=torch.tensor([1.0, 0.5])).probs.sum() == pytest.approx(1.0)
+    built = tasks.make("wt_broken").sample(4, seed=0)  # a sound one samples as before
+    tasks.check_posterior("wt_broken", built)
 
 
 def test_a_posterior_of_the_wrong_shape_or_kind_is_named():
@@ -175,6 +230,24 @@ def test_nan_weights_written_with_their_checksums_are_refused_naming_the_weight(
     checkpoints.save_checkpoint(out, step, model)  # consistent with its checksums
     line = _one_error(runner.invoke(app, ["eval", str(out)]), str(out), f"weight {name!r} holds NaN", code=1)
     assert f"checkpoint of step {step}" in line
+
+
+def test_finite_weights_whose_outputs_are_not_finite_are_named_not_scored(tmp_path):
+    """Weights of 3e38, finite and written with their checksums, overflow to NaN outputs: eval names the run, the
+    checkpoint and the first position, exit 1, and writes nothing; before, eval.json had a finite entropy error."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, train_args(out)).exit_code == 0
+    model = runs.load_run(out).model
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.fill_(3e38)
+    step = checkpoints.latest_step(out)
+    checkpoints.save_checkpoint(out, step, model)
+    before = (out / rundir.EVAL).read_bytes()
+    for args in (["eval", str(out)], ["eval", str(out), "--n", "16"]):
+        line = _one_error(runner.invoke(app, args), f"{out}: checkpoint of step {step}", code=1)
+        assert "the model's outputs are not finite (NaN at position" in line and "cannot be evaluated" in line
+    assert (out / rundir.EVAL).read_bytes() == before and not (out / rundir.EVALS).exists()
 
 
 # --- trackers never hang or half-make a run -------------------------------------------------------------------
@@ -242,7 +315,8 @@ def test_a_stored_wandb_id_that_wandb_would_refuse_is_named_before_anything_is_d
     (out / tracking.WANDB_DIR).mkdir()
     (out / tracking.WANDB_DIR / "windtunnel-run-id").write_text("abc/def\n")
     r = runner.invoke(app, ["train", "--resume", str(out), "--logger", "wandb", "--steps", "4", "--no-progress"])
-    _one_error(r, "windtunnel-run-id: 'abc/def' is not a wandb run id", code=1)
+    line = _one_error(r, "windtunnel-run-id: holds a string of 7 characters, not a wandb run id", code=1)
+    assert "abc" not in line  # what the file holds is never echoed
     assert (out / rundir.EVAL).is_file()
 
 

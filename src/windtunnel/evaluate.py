@@ -18,24 +18,20 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributions import Distribution
+from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel import checkpoints, marks, metrics, models, resume, runs
 from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
+from windtunnel.errors import NonFiniteOutputs
 from windtunnel.models import baselines
 from windtunnel.models.base import predictive
 from windtunnel.records.run_dir import EvalFile
 from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
-from windtunnel.seeds import stream_seed
+from windtunnel.seeds import DRAW_BLOCK, stream_seed
 from windtunnel.tasks.base import Batch, check_posterior
 
 Predict = Callable[[Batch], Distribution]
-# Held-out sequences per draw: a stream's n sequences are drawn as blocks of this many (the last one shorter), block i
-# with seeds.stream_seed(stream, seed, i), whatever the forward batch size, so `eval --batch-size` changes no
-# sequence. It is eval.batch_size's default, which drew chunks of this size: a run evaluated at the default batch
-# size draws exactly the sequences it drew before the two were separated.
-DRAW_BLOCK = 250
 
 
 class ModelPredictor:
@@ -153,6 +149,26 @@ def bayes_gap(table: metrics.ScoreTable, n_boot: int = 1000, seed: int = 0) -> d
     return {"level": marks.INVALID_LEVEL, "nll_bits": ivs[0], "accuracy": ivs[1] if len(ivs) > 1 else None}
 
 
+def check_finite_prediction(pred: Distribution, batch: Batch, where: str) -> None:
+    """`NonFiniteOutputs` where the predictive distribution `pred` holds NaN or inf at a scored position of `batch`
+    (probabilities of a Categorical; mean or scale of a Normal), naming the first and `where` ("test block 0"): the
+    metrics would read such a position as unscored, or as a number, and report a finite score for no prediction."""
+    if isinstance(pred, Categorical):
+        bad, value = ~torch.isfinite(pred.probs).all(-1), pred.probs.sum(-1)  # (B,T)
+    elif isinstance(pred, Normal):
+        bad, value = ~(torch.isfinite(pred.loc) & torch.isfinite(pred.scale)), pred.loc + pred.scale  # (B,T)
+    else:
+        return
+    bad = bad & batch.target_mask.bool()
+    if bool(bad.any()):
+        i, t = (int(x) for x in bad.nonzero()[0])
+        kind = "NaN" if bool(value[i, t].isnan()) else "inf"
+        raise NonFiniteOutputs(
+            f"the model's outputs are not finite ({kind} at position {t} of sequence {i} of {where}); the model "
+            "cannot be evaluated"
+        )
+
+
 @torch.inference_mode()
 def score(
     predict: Predict,
@@ -169,9 +185,10 @@ def score(
     `ModelPredictor` (the sequences do not depend on it: `_blocks`); the same predictions also feed
     `approximations`."""
     tables: list[metrics.ScoreTable] = []
-    for batch, pred in _predictions(predict, task, seed, n, batch_size, device, stream):
-        if not tables:  # the first batch: a task's posterior is checked before anything is scored against it
-            check_posterior(getattr(task, "name", type(task).__name__), batch)
+    name = getattr(task, "name", type(task).__name__)
+    for i, (batch, pred) in enumerate(_predictions(predict, task, seed, n, batch_size, device, stream)):
+        check_posterior(name, batch, f"{stream} block {i}")  # every batch, before anything is scored against it
+        check_finite_prediction(pred, batch, f"{stream} block {i}")
         tables.append(metrics.score_table(pred, batch))
         if approximations is not None:
             approximations.add(task, batch, pred)
@@ -402,7 +419,13 @@ def evaluate(
     results: dict[str, Any] = {}
     for o in settings:
         t = task if not o else check_override(cfg, o)  # a setting may change lengths, not the model's shape
-        r = evaluate_model(model, t, cfg, n=count, batch_size=forward, device=device, n_boot=n_boot, dtype=precision)
+        try:
+            r = evaluate_model(
+                model, t, cfg, n=count, batch_size=forward, device=device, n_boot=n_boot, dtype=precision
+            )
+        except NonFiniteOutputs as err:
+            where = f"{run.path}: checkpoint of step {step}" if run is not None else f"model.arch {cfg.model.arch!r}"
+            raise NonFiniteOutputs(f"{where} ({eval_name(o)}): {err}") from None
         r.pop("metrics_point")
         results[eval_name(o)] = {"step": step, "arch": cfg.model.arch, "batch_size": forward, **r, **record}
         if run is not None:

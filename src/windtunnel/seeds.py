@@ -36,6 +36,13 @@ def test_seed(index: int) -> int:
 test_seed.__test__ = False  # type: ignore[attr-defined]  # a library function, not a pytest test
 
 
+# Held-out sequences per draw: a stream's n sequences are drawn as blocks of this many (the last one shorter), block i
+# with stream_seed(stream, seed, i), whatever the forward batch size (`evaluate._blocks`), so `eval --batch-size`
+# changes no sequence. It is eval.batch_size's default, which drew chunks of this size: a run evaluated at the default
+# batch size draws exactly the sequences it drew before the two were separated.
+DRAW_BLOCK = 250
+
+
 def stream_seed(stream: str, seed: int, index: int) -> int:
     """Data seed of chunk `index` of the "validation" or "test" stream."""
     if stream == "validation":
@@ -54,6 +61,7 @@ def _mix32(x: int) -> int:
 
 
 __all__ = [
+    "DRAW_BLOCK",
     "STREAMS",
     "TEST_RANGE",
     "TRAIN_RANGE",

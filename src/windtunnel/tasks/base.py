@@ -6,6 +6,9 @@ user's own task that fills these in runs through the whole toolkit unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
@@ -95,22 +98,31 @@ class Batch:
 POSTERIOR_TOL = 1e-4  # how far from 1 a categorical posterior's mass may sum (float32 rounding is ~1e-6)
 
 
-def check_posterior(name: str, batch: Batch) -> None:
+def _tolerance(probs: torch.Tensor) -> float:
+    """How far from 1 probabilities (...,K) of `probs`' dtype may sum: POSTERIOR_TOL, or K x the dtype's epsilon if
+    larger (a low-precision dtype)."""
+    return max(POSTERIOR_TOL, probs.shape[-1] * torch.finfo(probs.dtype).eps)
+
+
+def check_posterior(name: str, batch: Batch, where: str = "") -> None:
     """A ValueError naming task `name`, the first bad position and what is wrong there, unless `batch.posterior` is a
     distribution of batch shape (B,T) at every position: a Categorical with finite, non-negative probabilities summing
     to 1 (within POSTERIOR_TOL, wider for a low-precision dtype) or a Normal with a finite mean and a finite, positive
-    scale. Training and evaluation run it on their first batch: a plugin's broken posterior would otherwise be scored
-    as the exact one (the oracle reads 0)."""
-    post, where = batch.posterior, f"task {name!r}: its posterior"
+    scale. Training runs it on every batch it trains on, evaluation on every batch it scores (`where` says which, e.g.
+    "the training batch of step 3"): a plugin's broken posterior, even in one sequence of one batch, would otherwise be
+    trained on or scored as the exact one (the oracle reads 0). Cheap: a few reductions over the batch, and on a GPU
+    one synchronisation where the posterior is sound."""
+    post, at_batch = batch.posterior, f" in {where}" if where else ""
+    what = f"task {name!r}: its posterior{at_batch}"
     shape = tuple(batch.target_mask.shape)
     if not isinstance(post, (Categorical, Normal)):
-        raise ValueError(f"{where} is a {type(post).__name__}; it must be a torch Categorical or Normal")
+        raise ValueError(f"{what} is a {type(post).__name__}; it must be a torch Categorical or Normal")
     if tuple(post.batch_shape) != shape:
-        raise ValueError(f"{where} has batch shape {tuple(post.batch_shape)}, not the batch's (B,T) = {shape}")
+        raise ValueError(f"{what} has batch shape {tuple(post.batch_shape)}, not the batch's (B,T) = {shape}")
     checks: list[tuple[torch.Tensor, str, str, torch.Tensor]]  # (bad (B,T), what it must be, what is shown, value)
     if isinstance(post, Categorical):
         probs = post.probs.detach()  # (B,T,K)
-        tol = max(POSTERIOR_TOL, probs.shape[-1] * torch.finfo(probs.dtype).eps)
+        tol = _tolerance(probs)
         total, lowest = probs.sum(-1, dtype=torch.float64), probs.amin(-1).double()  # no float64 copy of (B,T,K)
         checks = [
             (~torch.isfinite(probs).all(-1), "must hold finite probabilities (no NaN or inf)", "sum", total),
@@ -123,11 +135,84 @@ def check_posterior(name: str, batch: Batch) -> None:
             (~torch.isfinite(loc), "must have a finite mean", "mean", loc),
             (~(torch.isfinite(scale) & (scale > 0)), "must have a positive, finite scale", "scale", scale),
         ]
+    if not bool(torch.stack([bad for bad, *_ in checks]).any()):  # the one synchronisation of a sound posterior
+        return
     for bad, rule, label, value in checks:
         if bool(bad.any()):
-            idx = tuple(int(i) for i in bad.nonzero()[0])
-            at = f"position {idx[1]} of sequence {idx[0]}" if len(idx) == 2 else f"index {idx}"
-            raise ValueError(f"{where} at {at} {rule} (its {label}: {float(value[idx]):.6g})")
+            raise ValueError(f"{what} at {_position(bad)} {rule} (its {label}: {float(value[_first(bad)]):.6g})")
+
+
+def _first(bad: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def _position(bad: torch.Tensor) -> str:
+    """The first True entry of `bad` (B,T) in words: "position 3 of sequence 0"."""
+    idx = _first(bad)
+    return f"position {idx[1]} of sequence {idx[0]}" if len(idx) == 2 else f"index {idx}"
+
+
+# --- what a task gave torch's Categorical: its probabilities before torch normalised them -------------------------
+#
+# `Categorical(probs=p)` keeps p / p.sum(-1), so a posterior a plugin computed wrong by a factor (a sum of 1.5) reaches
+# `check_posterior` summing to 1. `Task.sample` therefore notes, while its `_sample` runs on this thread, the sums of
+# the probabilities each Categorical is given (`_given_sums`), and refuses a batch whose posterior was built from
+# probabilities that do not sum to 1. torch keeps no copy of them, so the note is taken in Categorical's constructor:
+# installed only while some thread samples (reference-counted), a plain pass-through on every other thread.
+
+_GIVEN = threading.local()  # .sums: {id(distribution): (distribution, sums (...) float64)} while this thread samples
+_INSTALL = threading.Lock()
+_INSTALLED = 0  # threads sampling now: the note is installed while this is above 0
+_TORCH_INIT = Categorical.__init__
+
+
+def _noting_init(
+    self: Categorical,
+    probs: torch.Tensor | None = None,
+    logits: torch.Tensor | None = None,
+    validate_args: bool | None = None,
+) -> None:
+    _TORCH_INIT(self, probs=probs, logits=logits, validate_args=validate_args)
+    sums = getattr(_GIVEN, "sums", None)
+    if sums is not None and probs is not None:
+        sums[id(self)] = (self, probs.detach().sum(-1, dtype=torch.float64), _tolerance(probs))
+
+
+@contextlib.contextmanager
+def _given_sums() -> Iterator[dict[int, tuple[Categorical, torch.Tensor, float]]]:
+    """While inside, each Categorical this thread builds from `probs` is noted with the sums of the probabilities it
+    was given (and their tolerance), keyed by its id."""
+    global _INSTALLED
+    with _INSTALL:
+        if _INSTALLED == 0:
+            Categorical.__init__ = _noting_init  # type: ignore[method-assign]
+        _INSTALLED += 1
+    outer, _GIVEN.sums = getattr(_GIVEN, "sums", None), {}
+    try:
+        yield _GIVEN.sums
+    finally:
+        _GIVEN.sums = outer
+        with _INSTALL:
+            _INSTALLED -= 1
+            if _INSTALLED == 0:
+                Categorical.__init__ = _TORCH_INIT  # type: ignore[method-assign]
+
+
+def check_given_probs(name: str, batch: Batch, given: dict[int, tuple[Categorical, torch.Tensor, float]]) -> None:
+    """A ValueError naming task `name` and the first position where `batch.posterior`, a Categorical built from
+    probabilities (`given`: `_given_sums`), was given probabilities that do not sum to 1: torch normalised them, so
+    the posterior a plugin computed is not the one it would be scored against."""
+    noted = given.get(id(batch.posterior))
+    if noted is None or noted[0] is not batch.posterior:
+        return
+    _, sums, tol = noted
+    bad = (sums - 1).abs() > tol
+    if tuple(sums.shape) == tuple(batch.target_mask.shape) and bool(bad.any()):
+        raise ValueError(
+            f"task {name!r}: its posterior at {_position(bad)} must sum to 1 within {tol:.0e} (its sum: "
+            f"{float(sums[_first(bad)]):.6g}); torch's Categorical normalises the probabilities it is given, which "
+            "would hide that: give it probabilities that sum to 1 (or logits=, which need not)"
+        )
 
 
 def make_generator(seed: int | None, generator: torch.Generator | None, device: torch.device) -> torch.Generator:
@@ -204,8 +289,9 @@ class WindTunnel(Protocol):
     probe reports the mass there), `value_positions(inputs) -> (mask (B,T), entropy bits (B,T))` (a second set of
     positions for the manifold probe, with the entropy attached to each), `observation_slots(inputs) -> (positions
     (B,K), symbols (n,))` (where each observation sits and the tokens it may take: what the memory probe resamples),
-    `describe(batch, i)` (tokens for
-    `windtunnel tasks show`).
+    `sample_bytes(batch_size) -> int` (the bytes `sample` holds at its peak where that is more than the batch it
+    returns: counted by the memory bound before anything is sampled, `budget.sampled_bytes`), `describe(batch, i)`
+    (tokens for `windtunnel tasks show`).
     """
 
     name: str
@@ -274,7 +360,8 @@ class Task(Generic[P]):
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
     ) -> Batch:
-        """Sample `batch_size` fresh sequences, vectorised over the batch; deterministic for a seed."""
+        """Sample `batch_size` fresh sequences, vectorised over the batch; deterministic for a seed. A posterior built
+        as `Categorical(probs=...)` from probabilities that do not sum to 1 is a ValueError (`check_given_probs`)."""
         if int(batch_size) < 1:
             raise ValueError(f"{self.name}.batch_size: must be >= 1 (got {batch_size})")
         dev = (
@@ -283,7 +370,10 @@ class Task(Generic[P]):
             else (generator.device if generator is not None else torch.device("cpu"))
         )
         g = make_generator(seed, generator, dev)
-        return self._sample(int(batch_size), g, dev)
+        with _given_sums() as given:
+            batch = self._sample(int(batch_size), g, dev)
+        check_given_probs(self.name, batch, given)
+        return batch
 
     def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
         raise NotImplementedError
