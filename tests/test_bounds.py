@@ -14,10 +14,11 @@ import torch
 from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE, train_args
-from windtunnel import budget, models, tasks
+from windtunnel import budget, models, runs, tasks
 from windtunnel.cli import app
 from windtunnel.config import validate
 from windtunnel.resolve import resolve_config
+from windtunnel.tasks.regression import Regression
 from windtunnel.train import is_checkpoint_step
 
 runner = CliRunner()
@@ -122,6 +123,57 @@ def test_eval_of_a_stored_run_is_bounded(tmp_path):
     (run / "config.json").write_text(json.dumps(config))
     assert _refused(_one_error(runner.invoke(app, ["eval", str(run)]))) == ["eval.n"]
     assert (run / "eval.json").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "refusal"),
+    [
+        ("n_layers", 100_000, "model.size.n_layers: must be at most 1,000 (got 100,000)"),
+        ("d_model", 10**8, "model.size: this run needs at least"),
+    ],
+)
+def test_every_command_that_builds_a_stored_run_s_model_holds_it_to_the_bounds(tmp_path, key, value, refusal):
+    """A shared run whose config.json says n_layers: 100000 hung eval, probe and compare (the bound was checked only
+    when training); now each names the file and the field in one line, exit 2, at once, as does `runs.build_model`
+    (every path that builds a model from a record)."""
+    run, other = tmp_path / "run", tmp_path / "other"
+    assert runner.invoke(app, train_args(run)).exit_code == 0
+    assert runner.invoke(app, train_args(other)).exit_code == 0
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["size"][key] = value
+    (run / "config.json").write_text(json.dumps(config))
+    for args in (["eval", str(run)], ["probe", str(run), "--n", "4"], ["compare", str(other), str(run)]):
+        line = _one_error(runner.invoke(app, args))
+        assert line.startswith(f"error: {run / 'config.json'}: {refusal}"), line
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        runs.build_model(validate(config), tasks.make("bijection", V=5, L=4).spec)
+
+
+def test_the_inputs_and_the_sampling_a_config_allocates_are_counted(monkeypatch):
+    """Regression at d = 1e8: the bound counted seq_len x output_dim, not the inputs (B x T x d) nor what sampling
+    holds, and the process grew to 24 GB before it was killed (counting scored positions sampled one sequence of
+    it). Now the refusal names task.params.d, and nothing of that size is sampled."""
+    sampled: list[int] = []
+    original = Regression._sample
+
+    def spy(self, batch_size, g, device):
+        sampled.append(self.params.d)
+        if self.params.d > 4:  # what the old bound did: never let the test allocate it
+            raise MemoryError(f"sampled at d={self.params.d}")
+        return original(self, batch_size, g, device)
+
+    monkeypatch.setattr(Regression, "_sample", spy)
+    base = {"task": {"name": "regression"}, "model": {"arch": "transformer", "preset": "smoke"}}
+    base["train"] = {"steps": 5, "batch_size": 8, "device": "cpu"}
+    refused = r"^task.params.d: this run needs at least [\d,.]+ GB of memory to train \(sampling a block of 250 "
+    for d, inputs in ((10**8, "1e+08 inputs"), (10**4, "10,002 inputs")):
+        with pytest.raises(ValueError, match=refused + f"sequences x 47 positions x {re.escape(inputs)}: ") as err:
+            resolve_config({**base, "task": {"name": "regression", "params": {"d": d}}})
+        assert _refused("error: " + str(err.value)) == ["task.params.d"]
+    assert max(sampled, default=0) <= 4  # only the default d was sampled, to count the refusal's variants
+    task = tasks.make("regression", d=1000)
+    assert budget.sampled_bytes(task, 250) == 2 * 250 * 24 * 1000**2 * 8  # (B, n, d, d) in float64, twice
+    assert budget.batch_bytes(task.spec, 250) == 250 * 47 * (1002 * 4 + 1 + 8 + 2 * 4)
 
 
 BUILT_INS = ("transformer", "mamba", "lstm", "mlp", "mlp-pointwise")

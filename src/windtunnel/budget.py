@@ -8,10 +8,17 @@ exactly: it is built on torch's "meta" device (no memory, no init, the global RN
 a run holds at the least at its peak, training or evaluating:
 
   training    every parameter with its gradient and optimiser state (`OPTIMISER_FLOATS`), then the larger of a
-              training step (activations: `ACTIVATION_FLOATS` per sequence, position, d_model unit and layer;
-              outputs: `OUTPUT_FLOATS` per position and class) and a validation pass (below, `train.eval_size`);
-  evaluation  the weights, one forward pass's outputs and the score tables of `eval.n` sequences (`TABLE_BYTES` per
-              sequence and scored position: docs/reliability.md, "Bounded memory in evaluation").
+              training step (its batch as sampled, `sampled_bytes`; activations: `ACTIVATION_FLOATS` per sequence,
+              position, d_model unit and layer; outputs: `OUTPUT_FLOATS` per position and class) and a validation
+              pass (below, `train.eval_size`);
+  evaluation  the weights, the score tables of `eval.n` sequences (`TABLE_BYTES` per sequence and scored position:
+              docs/reliability.md, "Bounded memory in evaluation"), and the larger of one forward pass (its inputs
+              and outputs) and one block of held-out sequences as sampled (`seeds.DRAW_BLOCK`, `sampled_bytes`).
+
+What a batch holds is counted from the task's spec: its inputs (`input_dim` floats, or a token id, per position),
+mask, targets and the posterior's parameters; a task whose sampling holds more at its peak says so with
+`sample_bytes(batch_size)` (regression's exact predictive holds (B, n, d, d) matrices), so no tensor a configuration
+allocates, inputs included, goes uncounted: `task.params.d: 1e8` is refused, not sampled.
 
 It is checked against `machine.memory`: the RAM, or for a run on CUDA the larger of the RAM and the GPU's memory.
 """
@@ -31,6 +38,7 @@ import torch
 from windtunnel import models, tasks
 from windtunnel.config import RunConfig, config_to_json, validate
 from windtunnel.machine import memory
+from windtunnel.seeds import DRAW_BLOCK
 
 FLOAT = 4  # bytes of a float32 weight, gradient, optimiser state or activation
 # Floats per trained parameter: the weight, its gradient and the optimiser's state (AdamW's two moments; Muon's
@@ -54,9 +62,10 @@ MAX_LAYERS = 1000
 # Deeper models are built at EXACT_LAYERS - 1 and EXACT_LAYERS layers and their count extrapolated per layer (their
 # layers are alike), so that n_layers: 100000 costs no more to count than a small model.
 EXACT_LAYERS = 4
-# A task whose sequences hold at most this many positions x classes is sampled (one sequence) to count its scored
+# A task whose one sequence takes at most this many bytes to sample (`sampled_bytes`) is sampled to count its scored
 # positions; a larger one counts one, the least it can have.
-SAMPLE_LIMIT = 2**22
+SAMPLE_LIMIT = 2**26
+TOKEN_BYTES = 8  # a token id (int64), an input position of a token task; its target too
 
 
 @dataclass(frozen=True)
@@ -129,12 +138,27 @@ def model_size(factory: Any, spec: Any, size: Any) -> tuple[int, int]:
         return 0, 0
 
 
+def batch_bytes(spec: Any, batch_size: int) -> float:
+    """Bytes a batch of `batch_size` sequences of a task of `spec` holds: per sequence and position its inputs
+    (`input_dim` floats, or a token id), mask, target and the posterior's parameters (K probabilities, or a mean and a
+    scale)."""
+    inputs = spec.input_dim * FLOAT if spec.input_kind == "real" and spec.input_dim else TOKEN_BYTES
+    return float(batch_size) * spec.seq_len * (inputs + 1 + TOKEN_BYTES + spec.output_dim * FLOAT)
+
+
+def sampled_bytes(task: Any, batch_size: int) -> float:
+    """Bytes `task.sample(batch_size)` holds at its peak, at the least: its batch (`batch_bytes`), or where the task's
+    own `sample_bytes(batch_size)` says its sampling holds more (regression's (B, n, d, d) statistics), that."""
+    least = batch_bytes(task.spec, batch_size)
+    own = getattr(task, "sample_bytes", None)
+    return max(least, float(own(int(batch_size)))) if callable(own) else least
+
+
 def scored_positions(task: Any) -> int:
     """The scored positions of a sequence of `task`, from one sampled sequence (the global RNG left as it was); 1,
-    the least there can be, for a task too large to sample here or one whose sampling fails (the run's own sampling
-    reports that)."""
-    spec = task.spec
-    if spec.seq_len * spec.output_dim > SAMPLE_LIMIT:
+    the least there can be, for a task too large to sample here (`SAMPLE_LIMIT`) or one whose sampling fails (the
+    run's own sampling reports that)."""
+    if sampled_bytes(task, 1) > SAMPLE_LIMIT:
         return 1
     try:
         with torch.random.fork_rng(devices=[]):
@@ -144,20 +168,32 @@ def scored_positions(task: Any) -> int:
     return max(int(mask.sum(1).max()), 1)
 
 
+def _inputs(spec: Any, b: int) -> str:
+    """`b` sequences' inputs, in words: "x 47 positions x 6 inputs" for real vectors."""
+    per = f" x {_count(spec.input_dim)} inputs" if spec.input_kind == "real" and spec.input_dim else ""
+    return f"{_count(b)} sequences x {_count(spec.seq_len)} positions{per}"
+
+
 def _scoring(n: int, batch_size: int, scored: Sequence[tuple[Any, int]], field: str) -> tuple[Part, ...]:
     """What scoring `n` sequences of the most demanding of the tasks in `scored` (each with its scored positions per
-    sequence) holds: its score tables and one forward pass's outputs (at most `batch_size` sequences)."""
+    sequence) holds: its score tables, and the larger of one forward pass (at most `batch_size` sequences: their
+    inputs as sampled and their outputs) and one block of sequences as sampled (at most `DRAW_BLOCK`)."""
     best: tuple[Part, ...] = ()
     for task, s in scored:
-        spec, b = task.spec, min(batch_size, n)
-        parts = (
-            Part(f"score tables of {_count(n)} sequences x {_count(s)} scored positions", n * s * TABLE_BYTES, field),
+        spec, b, drawn = task.spec, min(batch_size, n), min(DRAW_BLOCK, n)
+        forward = (
+            Part(f"inputs of {_inputs(spec, b)}", batch_bytes(spec, b), "eval.batch_size"),
             Part(
                 f"outputs of {_count(b)} sequences x {_count(spec.seq_len)} positions x {_count(spec.output_dim)} "
                 "classes",
                 b * spec.seq_len * spec.output_dim * OUTPUT_FLOATS * FLOAT,
                 "eval.batch_size",
             ),
+        )
+        block = (Part(f"sampling a block of {_inputs(spec, drawn)}", sampled_bytes(task, drawn), field),)
+        parts = (
+            Part(f"score tables of {_count(n)} sequences x {_count(s)} scored positions", n * s * TABLE_BYTES, field),
+            *max(forward, block, key=lambda group: sum(p.bytes for p in group)),
         )
         if sum(p.bytes for p in parts) > sum(p.bytes for p in best):
             best = parts
@@ -175,7 +211,7 @@ def _estimate(text: str) -> Need:
     cfg = validate(json.loads(text))
     task = tasks.make(cfg.task.name, **cfg.task.params)
     spec = task.spec
-    lengths = [tasks.make(cfg.task.name, **{**cfg.task.params, **s.params}).spec.seq_len for s in cfg.train.curriculum]
+    stages = [tasks.make(cfg.task.name, **{**cfg.task.params, **s.params}) for s in cfg.train.curriculum]
     evaluated = [task, *(tasks.make(cfg.task.name, **{**cfg.task.params, **o}) for o in cfg.eval.overrides if o)]
     scored = [(t, scored_positions(t)) for t in evaluated]
     built = typed_size(cfg)
@@ -192,9 +228,14 @@ def _estimate(text: str) -> Need:
         trained * floats * FLOAT + other,
         "model.size",
     )
-    B, T = t.batch_size, max([spec.seq_len, *lengths])
+    B, T = t.batch_size, max([spec.seq_len, *(stage.spec.seq_len for stage in stages)])
     d, layers = (getattr(built[1], "d_model", 0), getattr(built[1], "n_layers", 0)) if built else (0, 0)
     step = (
+        Part(
+            f"a training batch of {_inputs(spec, B)}, as sampled",
+            max(sampled_bytes(stage, B) for stage in [task, *stages]),
+            "train.batch_size",
+        ),
         Part(
             f"activations of {_count(B)} sequences x {_count(T)} positions x d_model {_count(d)} x {_count(layers)} "
             "layers",
@@ -295,15 +336,47 @@ def check(cfg: RunConfig, resolved: RunConfig, resolve: Callable[[dict[str, Any]
             "smallest model are weeks of training"
         )
     built = typed_size(resolved)
-    layers = getattr(built[1], "n_layers", None) if built else None
+    if built is not None:
+        check_depth(built[1])
+    have, need = memory(on_cuda(resolved)), estimate(resolved)
+    if have is not None and need.total > have[0]:
+        raise _too_large(culprits(cfg, need, have[0], resolve) or [_largest(need)], need, have)
+
+
+def check_depth(size: Any) -> None:
+    """ValueError where a typed model size has more than MAX_LAYERS layers (`n_layers`)."""
+    layers = getattr(size, "n_layers", None)
     if isinstance(layers, int) and layers > MAX_LAYERS:
         raise ValueError(
             f"model.size.n_layers: must be at most {MAX_LAYERS:,} (got {layers:,}): a model that deep builds for "
             "minutes and trains for years"
         )
-    have, need = memory(on_cuda(resolved)), estimate(resolved)
-    if have is not None and need.total > have[0]:
-        raise _too_large(culprits(cfg, need, have[0], resolve) or [_largest(need)], need, have)
+
+
+def check_model(cfg: RunConfig) -> None:
+    """ValueError where the model of the resolved config `cfg` has more than MAX_LAYERS layers or its weights alone
+    need more memory than this machine has: the bounds a model built from a record passes (`runs.build_model`: eval,
+    probe and compare of a shared run directory, whose config.json no training path has checked), before it is
+    built. Its weights are counted on the meta device, once per config (`_weights`)."""
+    built = typed_size(cfg)
+    if built is None:
+        return
+    check_depth(built[1])
+    have, weights = memory(on_cuda(cfg)), _weights(config_to_json(cfg))
+    if have is not None and weights.bytes > have[0]:
+        raise _too_large(["model.size"], Need("build its model", (weights,)), have)
+
+
+@functools.lru_cache(maxsize=256)
+def _weights(text: str) -> Part:
+    """The weights of a config's model (its JSON), counted on the meta device (`model_size`)."""
+    cfg = validate(json.loads(text))
+    built = typed_size(cfg)
+    if built is None:
+        return Part("no parameters", 0.0, "model.size")
+    trained, other = model_size(built[0], tasks.make(cfg.task.name, **cfg.task.params).spec, built[1])
+    buffers = f", {_gb(other)} of buffers" if other else ""
+    return Part(f"{_count(trained)} parameters{buffers}", trained * FLOAT + other, "model.size")
 
 
 # Evaluation settings `windtunnel eval` takes as options: the field, and the option that sets it.
@@ -330,12 +403,16 @@ __all__ = [
     "MAX_STEPS",
     "Need",
     "Part",
+    "batch_bytes",
     "check",
+    "check_depth",
     "check_evaluation",
+    "check_model",
     "culprits",
     "estimate",
     "model_size",
     "on_cuda",
+    "sampled_bytes",
     "scored_positions",
     "typed_size",
 ]

@@ -17,7 +17,7 @@ import torch
 from pydantic import BaseModel
 from torch import nn
 
-from windtunnel import models, plugins, rundir, tasks
+from windtunnel import budget, models, plugins, rundir, tasks
 from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoint, save_checkpoint
 from windtunnel.config import RunConfig, validate
 from windtunnel.errors import CheckpointError
@@ -44,8 +44,10 @@ def build_model(
     check: bool = True,
 ) -> nn.Module:
     """The run's predictor, freshly initialised (seeded by cfg.seed): an architecture or a baseline, built from its
-    typed size (`model.size` with `model.max_len` and `model.reserved_positions`). check: refuse a model that sees
-    the future (`models.check_causal`, CausalityError) -- before anything trains, plugins included.
+    typed size (`model.size` with `model.max_len` and `model.reserved_positions`), once it is within the bounds a
+    training config is held to (`budget.check_depth`, `budget.check_model`: a shared config.json is read by eval,
+    probe and compare without being trained). check: refuse a model that sees the future (`models.check_causal`,
+    CausalityError) -- before anything trains, plugins included.
 
     trust_code: allow `model.arch` to be an import string (importing runs code; see `models.resolve`), never from
     the current directory or the directories in `exclude`.
@@ -53,6 +55,8 @@ def build_model(
     factory = models.resolve(cfg.model.arch, trust_code=trust_code, exclude=exclude)
     reserved = {"reserved_positions": cfg.model.reserved_positions} if cfg.model.reserved_positions else {}
     size = factory.Size.of({"max_len": cfg.model.max_len, **reserved, **cfg.model.size}, where="model.size.")
+    budget.check_depth(size)  # a plugin's size too; then a registered architecture's weights (`budget.check_model`)
+    budget.check_model(cfg)
     torch.manual_seed(cfg.seed)
     model = factory(spec, size, task=task) if models.is_baseline(factory) else factory(spec, size)
     return models.check_causal(model, spec, name=f"model.arch: {cfg.model.arch!r}") if check else model
@@ -130,7 +134,8 @@ class Run:
 
 
 def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
-    """Open a run directory for reading (error if it has no config.json). Importing nothing: an import-string
+    """Open a run directory for reading (error if it has no config.json, or one whose model is beyond the bounds of
+    `budget.check_model`, naming the file). Importing nothing: an import-string
     architecture is only built when `trust_code=True`, and the modules its config records (`imports`) must be
     imported already (`--import`) or are imported from an installed package with `trust_code=True`
     (windtunnel.plugins)."""
@@ -138,6 +143,10 @@ def load_run(run_dir: str | Path, *, trust_code: bool = False) -> Run:
     cfg = ConfigFile.read(p)
     # the modules it records: imported already (--import), or from an installed package with trust_code
     plugins.require(cfg.imports, trust_code=trust_code, exclude=(p, p.parent), where=str(p / CONFIG))
+    try:  # a shared config.json is held to a training config's bounds before anything reads on (`build_model` too)
+        budget.check_model(cfg)
+    except ValueError as err:
+        raise ValueError(f"{p / CONFIG}: {err}") from None
     return Run(path=p, config=cfg, trust_code=trust_code)
 
 

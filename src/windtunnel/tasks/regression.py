@@ -108,6 +108,13 @@ class Regression(Task[RegressionParams]):
             latent={"w": w, "xs": xs, "ys": ys},
         )
 
+    def sample_bytes(self, batch_size: int) -> int:
+        """Bytes `sample(batch_size)` holds at its peak, at the least: the exact predictive's prefix statistics, the
+        outer products x x^T of every x (B,n,d,d) and their running sums, in float64 (`regression_predictive`);
+        what a memory bound counts before sampling (`budget.sampled_bytes`)."""
+        p = self.params
+        return 2 * int(batch_size) * p.n * p.d * p.d * 8
+
     def _scored(self, inputs: torch.Tensor) -> torch.Tensor:
         """(B,T) bool: the x positions."""
         mask = torch.zeros(inputs.shape[:2], dtype=torch.bool, device=inputs.device)
