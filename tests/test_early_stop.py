@@ -86,6 +86,33 @@ def test_stops_at_the_nth_consecutive_exact_verdict_and_a_resume_trains_no_furth
     assert again["default"]["run"]["status"] == "finished"
 
 
+def test_a_run_that_stopped_early_is_not_extended_by_a_resume_that_trains_nothing(tmp_path, monkeypatch):
+    """A resume trains a run that stopped early no further, so a longer train.steps would only have recorded it
+    "extended" (its schedule changed before the checkpoint) with nothing trained: it is refused, naming the early stop,
+    and the run and its record are as they were."""
+    levels = {2: "fail", 4: "exact", 6: "exact", 8: "exact", 10: "exact", 12: "exact"}
+    run = tmp_path / "r"
+    _verdicts(monkeypatch, run, levels)
+    _train(run, **{"train.early_stop": 3, "train.schedule": "cosine"})
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    with pytest.raises(ValueError, match=r"^train.steps: .* stopped early at step 8 \(train.early_stop") as err:
+        _train(run, resume=True, **{"train.early_stop": 3, "train.schedule": "cosine", "train.steps": 400})
+    assert "train.steps 12 → 400 would change its record and not its weights" in str(err.value)
+    assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")} == before
+    assert run_record(run, 8)["status"] == "finished"
+
+
+@pytest.mark.parametrize(
+    ("eval_every", "why"), [(0, "0 (only the final evaluation)"), (12, "12, not below"), (50, "50, not below")]
+)
+def test_an_early_stop_that_could_never_stop_the_run_is_refused_naming_the_fields(eval_every, why):
+    with pytest.raises(ValueError, match="^train.early_stop: can never stop the run: train.eval_every is ") as err:
+        validate({"train": {"steps": 12, "eval_every": eval_every, "early_stop": 3}})
+    assert why in str(err.value) and "set train.eval_every between 1 and 11" in str(err.value)
+    assert validate({"train": {"steps": 12, "eval_every": 11, "early_stop": 3}}).train.early_stop == 3
+    assert validate({"train": {"steps": 12, "eval_every": eval_every}}).train.early_stop is None  # off: any cadence
+
+
 def test_exact_verdicts_that_are_not_consecutive_do_not_stop(tmp_path, monkeypatch):
     levels = {2: "exact", 4: "exact", 6: "approximate", 8: "exact", 10: "exact", 12: "invalid"}
     _verdicts(monkeypatch, tmp_path / "r", levels)

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from cli_args import train_args
 from test_resume_cli import _signal_cfg, _SignalAt
-from windtunnel import seeds
+from windtunnel import models, seeds, tasks
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
 from windtunnel.evaluate import DRAW_BLOCK
 from windtunnel.resume import TRAINED
+from windtunnel.runs import save_run
 from windtunnel.tasks.bijection import Bijection
 from windtunnel.train import train
 
@@ -157,6 +158,34 @@ def test_an_edit_of_config_json_outside_the_resumable_keys_is_refused_naming_it(
     rec = _record(cut)
     assert rec["status"] == "unfinished" and any(n.startswith("edited: config.json differs") for n in rec["notes"])
     assert change in " ".join(rec["notes"])
+
+
+@pytest.mark.parametrize("made_by", ["train", "save_run"])
+def test_a_resume_without_the_record_it_compares_against_is_refused_naming_it(tmp_path, made_by):
+    """trained.json deleted (and weight_decay edited in config.json): the edit cannot be told from the run's own
+    setting, so the resume is refused, exit 1, naming the file; before, it went on with 0.5 recorded and the
+    optimiser's 0.01 used. A save_run export without it was trained from step 0 as "resumed", its marking lost."""
+    run = tmp_path / "run"
+    if made_by == "train":
+        _interrupted(run)
+        cfg = json.loads((run / "config.json").read_text())
+        cfg["train"]["weight_decay"] = 0.5
+        (run / "config.json").write_text(json.dumps(cfg))
+    else:
+        task = tasks.make("bijection", V=5, L=4)
+        model = models.make("transformer", task.spec, {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32})
+        save_run(model, task, run, {"eval": {"n": 8}, "train": {"steps": 4}}, steps=4)
+    (run / TRAINED).unlink()
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    r = runner.invoke(app, ["train", "--resume", str(run), "--no-progress", "--steps", "8"])
+    assert r.exit_code == 1, r.output
+    line = r.output.strip()
+    assert line == (
+        f"error: resume: {str(run / TRAINED)!r} is missing: it records the config the run's checkpoints were "
+        "trained with (and whether it was trained outside windtunnel), so without it an edit of config.json cannot "
+        "be told from the run's own settings; train the config anew (--overwrite, or another --out)"
+    )
+    assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")} == before
 
 
 def test_an_edit_of_a_resumable_key_is_a_recorded_change_like_set(tmp_path):

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
 )
@@ -131,7 +132,9 @@ class TrainConfig(_Strict):
     writes its checkpoint at that step and its final (test-stream) evaluation as at its last step, and is a finished
     run that stopped early, not an interrupted one (`resume.run_record`); a resume trains it no further. The
     learning-rate schedule stays the config's, over `steps`: an early stop cuts it where it stands (a cosine schedule
-    has not decayed). config.json omits the field when off (a run's stored text and hash are as before it existed).
+    has not decayed). It counts evaluations before the last step only, so it needs `eval_every` between 1 and
+    `steps` - 1 (anything else is refused: it could never stop the run). config.json omits the field when off (a
+    run's stored text and hash are as before it existed).
     """
 
     _OMIT_EMPTY = ("loggers", "early_stop")
@@ -175,8 +178,19 @@ class TrainConfig(_Strict):
 
     @field_validator("early_stop")
     @classmethod
-    def _early_stop(cls, v: int | None) -> int | None:
-        return v or None  # 0 and None are one setting (off), stored as None: omitted from config.json
+    def _early_stop(cls, v: int | None, info: ValidationInfo) -> int | None:
+        """0 and None are one setting (off), stored as None: omitted from config.json. On, it needs a validation
+        evaluation before the last step (the rule counts only those: the last step ends the run anyway), so
+        train.eval_every must be at least 1 and below train.steps, else the setting could never stop the run."""
+        steps, every = info.data.get("steps"), info.data.get("eval_every")
+        if v and steps and every is not None and not 0 < every < steps:
+            why = "0 (only the final evaluation)" if every == 0 else f"{every:,}, not below train.steps ({steps:,})"
+            fix = f"set train.eval_every between 1 and {steps - 1:,}, or" if steps > 1 else "a one-step run cannot:"
+            raise ValueError(
+                f"can never stop the run: train.eval_every is {why}, so no validation evaluation runs before its "
+                f"last step; {fix} leave train.early_stop off"
+            )
+        return v or None
 
     @field_validator("betas")
     @classmethod

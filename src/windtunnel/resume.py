@@ -17,6 +17,7 @@ from typing import Any
 
 from windtunnel import checkpoints, manifest, rundir
 from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
+from windtunnel.errors import CheckpointError
 from windtunnel.lock import DirLock
 from windtunnel.optim import lr_at
 from windtunnel.records.run_dir import (
@@ -108,14 +109,9 @@ def _changes(old: RunConfig, new: RunConfig) -> list[tuple[str, Any, Any]]:
     return manifest.config_changes(run_identity(old), run_identity(new))
 
 
-def _edited(run_dir: Path) -> tuple[RunConfig, set[str]]:
-    """The config `run_dir` trained with (trained.json; config.json for a run made before it was recorded) and the
-    keys whose value config.json has changed since (edited by hand)."""
-    stored = ConfigFile.read(run_dir)
-    trained = read_trained(run_dir)
-    if trained is None:
-        return stored, set()
-    return trained, {path for path, _, _ in _changes(trained, stored)}
+def _edited(run_dir: Path, trained: RunConfig) -> set[str]:
+    """The keys whose value `run_dir`'s config.json has changed since it trained with `trained` (edited by hand)."""
+    return {path for path, _, _ in _changes(trained, ConfigFile.read(run_dir))}
 
 
 def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str | None]:
@@ -130,7 +126,14 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
             f"resume: {str(run_dir)!r} holds a model trained outside windtunnel (windtunnel.save_run), with no "
             "optimiser state or training history to continue; train a new run (another --out) instead"
         )
-    stored, edited = _edited(run_dir)
+    stored = read_trained(run_dir)
+    if stored is None:
+        raise CheckpointError(
+            f"resume: {str(run_dir / TRAINED)!r} is missing: it records the config the run's checkpoints were trained "
+            f"with (and whether it was trained outside windtunnel), so without it an edit of {rundir.CONFIG} cannot be "
+            "told from the run's own settings; train the config anew (--overwrite, or another --out)"
+        )
+    edited = _edited(run_dir, stored)
     changes = _changes(stored, cfg)
     refused = [
         manifest.change_line(*c) + (f" (edited in {rundir.CONFIG})" if c[0] in edited else "")
@@ -138,11 +141,10 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
         if c[0] not in RESUMABLE_KEYS
     ]
     if refused:
-        record = TRAINED if Trained.exists(run_dir) else rundir.CONFIG
         undo = f"put back the values edited in {rundir.CONFIG} and " if any(c[0] in edited for c in changes) else ""
         raise ValueError(
             f"resume: {len(refused)} {'keys differ' if len(refused) > 1 else 'key differs'} from the config the run "
-            f"trained with ({str(run_dir / record)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
+            f"trained with ({str(run_dir / TRAINED)!r}): {'; '.join(refused)}. only {', '.join(RESUMABLE_KEYS)} may "
             f"change on resume: {undo}drop the other changes to continue this run (`windtunnel train --resume RUN` "
             "alone uses its own config), or train the new config as a new run (another --out, or --overwrite)"
         )
@@ -155,6 +157,13 @@ def _check_resumable(run_dir: Path, cfg: RunConfig) -> tuple[int, list[str], str
     step = checkpoints.resume_step(run_dir) or 0
     if step > cfg.train.steps:
         raise ValueError(f"train.steps: the run already has a checkpoint at step {step} > {cfg.train.steps}")
+    if stored.train.steps != cfg.train.steps and step and early_stop(run_dir, step) is not None:
+        raise ValueError(
+            f"train.steps: {str(run_dir)!r} stopped early at step {step:,} (train.early_stop: its validation was ✓ "
+            f"{stored.train.early_stop} evaluations in a row), and a resume trains such a run no further, so "
+            f"train.steps {stored.train.steps:,} → {cfg.train.steps:,} would change its record and not its weights; "
+            "train the longer run as a new run (another --out, or --overwrite)"
+        )
     note = _schedule_note(stored, cfg, step) if stored.train.steps != cfg.train.steps else None
     return step, [manifest.change_line(*c) for c in changes], note
 
@@ -186,7 +195,7 @@ def _reopen(
         return step, changed
     if exists:
         rundir.clear(run_dir)  # overwrite (checked by refuse_existing before the lock was taken)
-    (run_dir / rundir.FIGURES).mkdir(exist_ok=True)
+    rundir.folder(run_dir, rundir.FIGURES).mkdir(exist_ok=True)
     Versions.current().write(run_dir)
     ConfigFile.write(run_dir, cfg)
     write_trained(run_dir, cfg, optimizer, exported)
