@@ -120,6 +120,7 @@ class Dice(Task):
 
     def _sample(self, batch_size, g, device):
         probs = torch.rand(batch_size, 5, self.K, generator=g, device=device) ** 3
+        probs = probs / probs.sum(-1, keepdim=True)  # a posterior sums to 1 (`tasks.check_given_probs`)
         x = torch.zeros(batch_size, 5, dtype=torch.long, device=device)
         return Batch(x, torch.ones_like(x, dtype=torch.bool), x, Categorical(probs=probs))
 
