@@ -35,7 +35,7 @@ def test_every_readme_command_runs_through_the_entry_point(tmp_path):
 def test_demo_runs_the_smoke_tier_to_its_report(tmp_path):
     """`make demo` runs `windtunnel demo`; `--tier smoke --out DIR` is the same command at its smallest size: every
     cell of the smoke tier is trained, evaluated, probed and reported."""
-    from windtunnel.suites import suite
+    from windtunnel.suites import TIER_CAVEATS, suite
 
     args = ["demo", "--tier", "smoke", "--out", "d", "--no-progress"]
     done = run_cli(args, tmp_path)
@@ -46,6 +46,11 @@ def test_demo_runs_the_smoke_tier_to_its_report(tmp_path):
     results = json.loads((tmp_path / "d" / "results.json").read_text())
     assert {r["name"] if isinstance(r, dict) else r for r in results["runs"]} >= {e.name for e in suite("smoke")}
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["tier"] == "smoke"
+    # the tier says what it is first in its report and last on the terminal; no library's warning reaches the log
+    caveat = TIER_CAVEATS["smoke"]
+    assert report.splitlines()[2] == f"> **{caveat}**" and done.stdout.rstrip().endswith(caveat)
+    assert "class='banner'>Smoke tier: a plumbing test" in (tmp_path / "d" / "report.html").read_text()
+    assert "warning" not in done.stderr.lower() and "sklearn" not in done.stderr, done.stderr
 
 
 def test_demo_and_reproduce_share_every_option():

@@ -53,7 +53,7 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
             from windtunnel.executors import ExecutorOptions
             from windtunnel.reproduce import default_out
             from windtunnel.reproduce import reproduce as run
-            from windtunnel.suites import TIERS
+            from windtunnel.suites import TIER_CAVEATS, TIERS
 
         import_modules(imports)
 
@@ -71,6 +71,8 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
             fresh=fresh,
         )
         typer.echo(f"done in {meta['total_wall_s']:.0f} s; report: {out / 'report.md'} and {out / 'report.html'}")
+        if tier in TIER_CAVEATS:
+            typer.echo(TIER_CAVEATS[tier])
 
     command.__doc__ = doc
     return guarded(command)

@@ -18,7 +18,8 @@ from windtunnel.metric_specs import METRICS
 from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import claims, figures, prose, tables
 from windtunnel.report.collect import RunRecord, find_runs
-from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table, Verdicts
+from windtunnel.report.document import Banner, Bullets, Document, Figure, Heading, Paragraph, Table, Verdicts
+from windtunnel.suites import TIER_CAVEATS
 
 
 def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]:
@@ -133,6 +134,7 @@ def build_report(
     seed_rows, seed_geometry = geometry_across_seeds(records)
     verdicts = claims.judge_claims(records, data, seed_geometry)
     task_note = tables.task_labels(records)[1]
+    _tier_caveat(doc, meta)
     _verdicts_section(doc, verdicts)
     _table1_section(doc, header, rows, data)
     mixed = _table1_notes(doc, records, data)
@@ -276,6 +278,13 @@ def _controls_section(doc: Document, records: list[RunRecord], task_note: str) -
 def _time_to_bayes_section(doc: Document, records: list[RunRecord]) -> None:
     """Time to Bayes: training seconds until the validation-stream headline metric first reached each mark."""
     _table_section(doc, "Time to Bayes", tables.time_to_bayes_table(records), prose.TIME_TO_BAYES)
+
+
+def _tier_caveat(doc: Document, meta: ReproduceRecord | None) -> None:
+    """First in the report: what the tier's numbers can carry, where the tier declares it (`suites.TIER_CAVEATS`)."""
+    caveat = TIER_CAVEATS.get(meta.tier) if meta is not None else None
+    if caveat:
+        doc.add(Banner(caveat))
 
 
 def _geometry_section(doc: Document, records: list[RunRecord]) -> None:

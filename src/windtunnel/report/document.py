@@ -37,6 +37,7 @@ _CSS = (
     "img{max-width:100%}figcaption,.cap{color:#555;font-size:0.9em}code{background:#f5f5f5}"
     ".mark{font-weight:bold}.mark.exact{color:#1a7f37}.mark.approximate{color:#9a6700}.mark.fail{color:#cf222e}"
     ".mark.invalid{color:#8250df}"
+    ".banner{font-weight:bold;background:#fff8c5;border-left:4px solid #9a6700;padding:0.6em 1em}"
     ".verdicts li{margin:0.3em 0}.verdict{font-weight:bold;padding:0 0.3em;border-radius:3px}"
     ".verdict.reproduced{color:#1a7f37;background:#dafbe1}.verdict.refuted{color:#cf222e;background:#ffebe9}"
     ".verdict.undecided{color:#6e5600;background:#fff8c5}.why{color:#555}"
@@ -56,6 +57,13 @@ class Heading:
 
 @dataclass
 class Paragraph:
+    text: str
+
+
+@dataclass
+class Banner:
+    """A caveat the reader must see before anything else (a plumbing tier's numbers mean nothing)."""
+
     text: str
 
 
@@ -101,6 +109,8 @@ class Document:
                 out += ["#" * b.level + " " + esc(b.text), ""]
             elif isinstance(b, Paragraph):
                 out += [esc(b.text), ""]
+            elif isinstance(b, Banner):
+                out += [f"> **{esc(b.text)}**", ""]
             elif isinstance(b, Bullets):
                 out += [f"- {esc(item)}" for item in b.items] + [""]
             elif isinstance(b, Verdicts):
@@ -131,6 +141,8 @@ class Document:
                 parts.append(f"<h{b.level}>{esc(b.text)}</h{b.level}>")
             elif isinstance(b, Paragraph):
                 parts.append(f"<p>{esc(b.text)}</p>")
+            elif isinstance(b, Banner):
+                parts.append(f"<p class='banner'>{esc(b.text)}</p>")
             elif isinstance(b, Bullets):
                 parts.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in b.items) + "</ul>")
             elif isinstance(b, Verdicts):

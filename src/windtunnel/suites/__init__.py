@@ -3,6 +3,7 @@
 from windtunnel.suites.paper import (
     ARCHS,
     TASKS,
+    TIER_CAVEATS,
     TIERS,
     SuiteRun,
     deviations,
@@ -12,4 +13,15 @@ from windtunnel.suites.paper import (
     suite,
 )
 
-__all__ = ["ARCHS", "TASKS", "TIERS", "SuiteRun", "deviations", "earlier_seeds", "more_seeds", "run_config", "suite"]
+__all__ = [
+    "ARCHS",
+    "TASKS",
+    "TIER_CAVEATS",
+    "TIERS",
+    "SuiteRun",
+    "deviations",
+    "earlier_seeds",
+    "more_seeds",
+    "run_config",
+    "suite",
+]

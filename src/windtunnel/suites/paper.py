@@ -38,6 +38,14 @@ TASKS = ("bijection", "hmm", "hmm-sticky", "recall", "regression")
 ARCHS = tuple(built_ins(baseline=False))  # the trained architectures, in report-row order (models.info)
 BASELINE_ARCHS = tuple(built_ins(baseline=True))  # the built-in baselines, once per task (models.is_baseline)
 
+# What a tier's numbers can carry, said first in its report and last in its terminal output: the smoke tier trains each
+# run for a few steps so that every path of the pipeline runs, and its marks are what a few steps give.
+TIER_CAVEATS: dict[str, str] = {
+    "smoke": "Smoke tier: a plumbing test. Every run trains for a few steps so that every path of the pipeline runs; "
+    "no number or mark in this report says anything about any model or about the paper. For results, run the quick "
+    "tier (`windtunnel demo`) or the standard tier.",
+}
+
 # The most training seeds a cell may have (reproduce --seeds, a time-to-bayes cell's seeds), checked before anything is
 # built: an interval over 100 seeds is already ~6x narrower than over 3 (1/sqrt(n)), and a quick-tier table at 100
 # seeds is many hours of CPU; a larger number is a typo, not an experiment (docs/reliability.md).
