@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import adjusted_rand_score
 
 from windtunnel.geometry import stats
 
@@ -95,6 +97,19 @@ def test_well_separated_clusters_ari_one():
     bad = stats.cluster_stats(x, shuffled, k=5)
     assert -1 <= bad["ari"] < 0.1
     assert bad["silhouette"] < 0.1
+
+
+def test_a_collapsed_representation_is_clustered_as_far_as_it_goes_and_says_so():
+    """Fewer distinct points than k (a dead model): as many clusters as there are points, a note, no library warning."""
+    labels = np.repeat(np.arange(4), 50)
+    x = np.repeat(np.eye(3)[[0, 1]], 100, axis=0)  # (200,3): two distinct points, split along the labels 0-1 / 2-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        two = stats.cluster_stats(x, labels, k=4)
+        one = stats.cluster_stats(np.ones((200, 3)), labels, k=4)
+    assert two["ari"] == pytest.approx(adjusted_rand_score(labels // 2, labels)) and "only 2 distinct" in two["note"]
+    assert one["ari"] == 0.0 and "only 1 distinct" in one["note"]
+    assert "note" not in stats.cluster_stats(np.eye(4)[labels], labels, k=4)
 
 
 def test_first_step_where_settles():

@@ -392,11 +392,12 @@ def gaussian_manifold_baseline(n: int, d: int, entropy: Any, seed: int = 0, posi
 # --------------------------------------------------------------------------------------------- clusters
 
 
-def cluster_stats(x: Any, labels: Any, k: int, seed: int = 0, max_silhouette: int = 3000) -> dict[str, float]:
+def cluster_stats(x: Any, labels: Any, k: int, seed: int = 0, max_silhouette: int = 3000) -> dict[str, Any]:
     """k-means (k clusters) on rows of `x` (n,d) against reference `labels` (n,).
 
     Returns the adjusted Rand index between k-means clusters and `labels` (1 = same partition, ~0 = chance)
-    and the silhouette of `labels` in the representation space (on at most `max_silhouette` points).
+    and the silhouette of `labels` in the representation space (on at most `max_silhouette` points); where the rows
+    take fewer than k distinct values, that many clusters and a `note` saying so.
     """
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score, silhouette_score
@@ -406,8 +407,17 @@ def cluster_stats(x: Any, labels: Any, k: int, seed: int = 0, max_silhouette: in
         raise ValueError(f"x, labels: need x (n,d) and labels (n,) (got {a.shape} and {lab.shape})")
     if not 2 <= int(k) <= a.shape[0]:
         raise ValueError(f"k: must be in [2, {a.shape[0]}] (got {k})")
-    km = KMeans(n_clusters=int(k), n_init=4, random_state=seed).fit(a)
-    out = {"ari": float(adjusted_rand_score(lab, km.labels_)), "n_points": int(lab.size)}
+    # A collapsed representation (an untrained or dead model) has fewer distinct points than k: k-means cannot make
+    # more clusters than that, so it makes as many as there are, and the record says so.
+    distinct = int(np.unique(a, axis=0).shape[0])
+    found = (
+        KMeans(n_clusters=min(distinct, int(k)), n_init=4, random_state=seed).fit(a).labels_
+        if distinct > 1
+        else np.zeros(lab.size)
+    )
+    out: dict[str, Any] = {"ari": float(adjusted_rand_score(lab, found)), "n_points": int(lab.size)}
+    if distinct < int(k):
+        out["note"] = f"only {distinct} distinct representations among {lab.size} points: {distinct} clusters, not {k}"
     n_lab = np.unique(lab).size
     if 2 <= n_lab < lab.size:
         idx = np.random.default_rng(seed).permutation(lab.size)[:max_silhouette]
