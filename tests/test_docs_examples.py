@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel import models, tasks
+from windtunnel.geometry import registry as geometry_registry
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BLOCK = re.compile(r"(?:<!-- docs test: (?P<kind>file|first) (?P<arg>.+?) -->\n)?```python\n(?P<code>.*?)```", re.S)
@@ -32,6 +33,7 @@ def test_the_python_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     known_tasks, known_models, known_modules = set(tasks.names()), set(models.names()), set(sys.modules)
+    known_probes = {p.name for p in geometry_registry.probes()}
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     try:
         for block in BLOCK.finditer(page.read_text()):
@@ -45,7 +47,9 @@ def test_the_python_blocks_of_a_page_run(page, tmp_path, monkeypatch):
                 done = CliRunner().invoke(app, [*args[1:], "--no-progress"])
                 assert done.exit_code == 0, done.output
             exec(compile(block["code"], str(page), "exec"), namespace)  # noqa: S102 - our own documentation
-    finally:  # the pages register tasks and models and write modules; leave everything as it was
+    finally:  # the pages register tasks, models and probes and write modules; leave everything as it was
+        for name in {p.name for p in geometry_registry.probes()} - known_probes:
+            geometry_registry.unregister_probe(name)
         for name in set(tasks.names()) - known_tasks:
             tasks.registry.unregister(name)
         for name in set(models.names()) - known_models:

@@ -288,7 +288,8 @@ def train(
     # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
     check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
     callbacks = tracking.check_callbacks(callbacks)
-    rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
+    if not overwrite:  # --overwrite refuses a directory holding any link itself, naming it (exit 2)
+        rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
     tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
     # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
