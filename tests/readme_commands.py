@@ -41,6 +41,7 @@ KNOWN = {
     "time-to-bayes",
     "sweep",
     "compare",
+    "--help",  # the root help: nothing to shrink
 }
 
 
