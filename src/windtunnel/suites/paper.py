@@ -481,6 +481,15 @@ def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = Non
     return runs
 
 
+def first_seeds(arch: str, size_preset: str | None) -> int | None:
+    """How many seeds a trained cell of the tier whose size preset is `size_preset` (config model.preset: the quick
+    and standard tiers share "quick") starts with before `more_seeds` adds any on a disagreement, or None where that
+    tier adds none (the paper tier, a run of no tier)."""
+    if size_preset not in SEEDS_ON_DISAGREEMENT or is_baseline(arch):
+        return None
+    return seeds_for(arch, size_preset)
+
+
 def more_seeds(tier: str, levels: dict[tuple[str, str], list[str]]) -> list[SuiteRun]:
     """The runs that bring each cell (task, arch) whose seeds' levels disagree (`levels`: the verdict level of each
     finished seed, in seed order) to `SEEDS_ON_DISAGREEMENT[tier]` seeds; none for a tier without that limit, a cell
