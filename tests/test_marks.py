@@ -139,39 +139,59 @@ def test_crossings_skip_nan_and_read_horizons():
     assert c[marks.EXACT_FILTER] == {"step": 1, "train_s": 1.0}
 
 
-def gap(nll: tuple[float, float, float], acc: tuple[float, float, float] | None = None) -> dict:
-    """A `bayes_gap` as `evaluate.bayes_gap` writes it: NLL(model) - NLL(exact), accuracy difference (mean, lo, hi)."""
-    return {"level": marks.INVALID_LEVEL, "nll_bits": iv(*nll), "accuracy": None if acc is None else iv(*acc)}
+def gap(
+    nll: tuple[float, float, float],
+    acc: tuple[float, float, float] | None = None,
+    evidence: tuple[float | None, float | None] = (0.0, None),
+) -> dict:
+    """A `bayes_gap` as `evaluate.bayes_gap` writes it: NLL(model) - NLL(exact), accuracy difference (mean, lo, hi),
+    and the bits of evidence (NLL, accuracy) against reading only the input."""
+    return {
+        "level": marks.INVALID_LEVEL,
+        "nll_bits": iv(*nll),
+        "accuracy": None if acc is None else iv(*acc),
+        "evidence_bits": {"nll": evidence[0], "accuracy": evidence[1]},
+    }
 
 
-def test_measurably_better_than_the_exact_posterior_is_invalid():
-    """⚠ overrides every other level where the NLL of the realised answers is below the exact posterior's at the upper
-    end of its interval, or the accuracy above the exact argmax's at the lower end; rounding (NUMERICAL_BITS) and an
-    interval reaching zero are not evidence."""
-    cheat = marks.verdict(BIJ, scores(2.4, 3.4, bayes_gap=gap((-3.07, -3.1, -3.0), (0.86, 0.84, 0.88))))
+def test_invalid_needs_evidence_not_an_interval():
+    """⚠ overrides every other level where the evidence against reading only the input (log2 of an e-value, NLL or
+    accuracy) reaches INVALID_EVIDENCE_BITS (9.97 bits at 99.9%); an interval below zero without that evidence, a gap
+    without evidence, rounding and NaN accuse nothing."""
+    assert marks.INVALID_EVIDENCE_BITS == pytest.approx(math.log2(1000)) == marks.evidence_threshold()
+    cheat = marks.verdict(BIJ, scores(2.4, 3.4, bayes_gap=gap((-3.07, -3.1, -3.0), (0.86, 0.84, 0.88), (900, 400))))
     assert (cheat.level, cheat.mark) == ("invalid", "⚠") and "sees the answer" in cheat.reasons[0]
     assert len([r for r in cheat.reasons if "sees the answer" in r]) == 2
-    assert marks.verdict(BIJ, scores(0.001, 0.001, bayes_gap=gap((-0.2, -0.3, -0.1)))).level == "invalid"
-    assert marks.verdict(BIJ, scores(0.5, 0.5, bayes_gap=gap((0.1, 0.05, 0.2), (0.02, 0.001, 0.04)))).level == "invalid"
-    oracle = scores(0.0, 0.0, bayes_gap=gap((0.0, 0.0, 0.0), (0.0, 0.0, 0.0)))
+    assert "900 bits of evidence on the NLL" in cheat.reasons[0]
+    assert marks.verdict(BIJ, scores(0.001, 0.001, bayes_gap=gap((-0.2, -0.3, -0.1), None, (12, None)))).level == (
+        "invalid"
+    )
+    by_accuracy = gap((0.1, 0.05, 0.2), (0.02, 0.001, 0.04), (-3.0, 10.5))
+    assert marks.verdict(BIJ, scores(0.5, 0.5, bayes_gap=by_accuracy)).level == "invalid"
+    below = scores(0.001, 0.001, bayes_gap=gap((-2.5e-4, -5.6e-4, -3.8e-6), (0, 0, 0), (0.03, 0.0)))
+    assert marks.verdict(BIJ, below).level == "exact"  # the interval is below zero, the evidence is not there
+    no_evidence = scores(0.001, 0.001, bayes_gap={"level": 0.999, "nll_bits": iv(-1.0, -1.1, -0.9)})
+    assert marks.verdict(BIJ, no_evidence).level == "exact"
+    just_short = scores(0.001, 0.001, bayes_gap=gap((-0.2, -0.3, -0.1), None, (9.9, None)))
+    assert marks.verdict(BIJ, just_short).level == "exact"
+    oracle = scores(0.0, 0.0, bayes_gap=gap((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0)))
     assert marks.verdict(BIJ, oracle).level == "exact"
-    rounding = scores(0.0, 0.0, bayes_gap=gap((-1e-16, -2e-16, -1e-16)))
-    assert marks.verdict(BIJ, rounding).level == "exact"
-    noisy = scores(0.004, 0.004, bayes_gap=gap((-0.01, -0.03, 0.01), (0.01, -0.01, 0.03)))
-    assert marks.verdict(BIJ, noisy).level == "exact"
-    assert marks.verdict(BIJ, scores(0.0, 0.0, bayes_gap=gap((math.nan, math.nan, math.nan)))).level == "exact"
+    assert marks.verdict(BIJ, scores(0.0, 0.0, bayes_gap=gap((math.nan,) * 3, None, (math.nan, None)))).level == (
+        "exact"
+    )
     assert "invalid" in marks.LEVELS and marks.MARK["invalid"] == "⚠"
 
 
-def test_pool_takes_the_envelope_of_the_seeds_invalid_checks():
-    """Seeds share the test stream, so the invalid check pools the seeds' own intervals (their envelope), never a
-    Student-t over seed means that would shrink to a point for seeds that agree."""
-    a = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.001)))
-    b = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.0005)))
+def test_pool_accuses_only_on_evidence_every_seed_carries():
+    """Seeds share the test stream, so their evidence does not add up: the pooled cell keeps the least of the seeds'
+    evidence (and the envelope of their intervals, as a description), never a Student-t over seed means."""
+    a = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.001), None, (14.0, None)))
+    b = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.0005), None, (3.0, None)))
     pooled = marks.pool([a, b])
     assert pooled["bayes_gap"]["nll_bits"] == pytest.approx({"mean": -0.002, "lo": -0.004, "hi": 0.001})
+    assert pooled["bayes_gap"]["evidence_bits"] == {"nll": 3.0, "accuracy": None}
     assert marks.verdict(BIJ, pooled).level == "exact"
-    both = marks.pool([scores(0.3, 0.3, bayes_gap=gap((-1.0, -1.1, -0.9)))] * 2)
+    both = marks.pool([scores(0.3, 0.3, bayes_gap=gap((-1.0, -1.1, -0.9), None, (50.0, None)))] * 2)
     assert marks.verdict(BIJ, both).level == "invalid"
     assert "bayes_gap" not in marks.pool([scores(0.0, 0.0), scores(0.0, 0.0)])
 
@@ -198,3 +218,48 @@ def test_a_tunnel_with_windows_is_never_exact_without_their_scores():
 def test_gains_within_rounding_are_not_measurable():
     tiny = windows({0: 0.4, 1: 0.03, 2: 5e-7})  # a float64 copy of the 2-observation window beats its float32 self
     assert marks.belief_horizon(tiny) == (1, 2)
+
+
+def per_position(gains: dict[int, list[tuple[float, float]]], average: float = 0.05) -> dict:
+    """HMM-like approximations measured position by position: per depth, (mean, lower end) of the gain at each of its
+    positions 10, 11, ...; each with an average gain `average` that on its own would be measurable."""
+    out = windows(dict.fromkeys(gains, average))
+    for depth, at in gains.items():
+        name = marks.CONTEXT_BLIND if depth == 0 else f"last {depth} obs"
+        worst = min(range(len(at)), key=lambda j: at[j][1])
+        out[name].update(
+            positions=list(range(10, 10 + len(at))),
+            gain_by_position=[m for m, _ in at],
+            gain_worst={"position": 10 + worst, **iv(at[worst][0], at[worst][1], at[worst][0] + 0.01)},
+        )
+    return out
+
+
+def test_the_horizon_reads_every_position_where_a_window_is_outside():
+    """Measured position by position, a window is beaten only where the gain's interval clears rounding at every one of
+    its positions -- the average gain no longer decides; the point horizon (time to Bayes) reads each position's mean.
+    """
+    good = per_position({0: [(0.4, 0.3)], 1: [(0.03, 0.02), (0.03, 0.02)], 2: [(0.01, 0.005), (0.012, 0.004)]})
+    assert marks.belief_horizon(good) == (2, 2) == marks.belief_horizon(good, point=True)
+    late = per_position({0: [(0.4, 0.3)], 1: [(0.03, 0.02)], 2: [(0.01, 0.005), (0.0, -1e-9)]})
+    assert marks.belief_horizon(late) == (1, 2) == marks.belief_horizon(late, point=True)
+    v = marks.verdict(BIJ, scores(0.002, 0.001, approximations=late))
+    assert v.level == "approximate" and "after observation 12" in v.reasons[0]
+    noisy = per_position({0: [(0.4, 0.3)], 1: [(0.03, 0.02)], 2: [(0.01, 0.005), (0.004, -0.001)]})
+    assert marks.belief_horizon(noisy) == (1, 2) and marks.belief_horizon(noisy, point=True) == (2, 2)
+    assert not marks.beats({"positions": [3], "gain_worst": None, "gain_bits": iv(0.1)})
+    assert marks.beats({"gain_bits": iv(0.1)}) and not marks.beats({"gain_bits": iv(0.1, -0.01)})
+
+
+def test_pool_keeps_each_positions_gain_over_seeds():
+    a = per_position({0: [(0.4, 0.3)], 2: [(0.01, 0.005), (0.004, 0.001)]})
+    b = per_position({0: [(0.4, 0.3)], 2: [(0.012, 0.005), (0.006, 0.001)]})
+    c = per_position({0: [(0.4, 0.3)], 2: [(0.011, 0.005), (0.005, 0.001)]})
+    pooled = marks.pool([scores(0.002, 0.001, approximations=x) for x in (a, b, c)])["approximations"]["last 2 obs"]
+    assert pooled["positions"] == [10, 11]
+    assert pooled["gain_by_position"] == pytest.approx([0.011, 0.005])
+    t = stats.t.ppf(0.975, 2) * 0.001 / math.sqrt(3)
+    assert pooled["gain_worst"] == pytest.approx({"position": 11, "mean": 0.005, "lo": 0.005 - t, "hi": 0.005 + t})
+    moved = per_position({0: [(0.4, 0.3)], 2: [(0.01, 0.005)]})  # measured at other positions: no per-position pool
+    mixed = marks.pool([scores(0.002, 0.001, approximations=x) for x in (a, moved)])["approximations"]["last 2 obs"]
+    assert "positions" not in mixed and "gain_worst" not in mixed

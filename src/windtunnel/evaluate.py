@@ -12,6 +12,7 @@ Held-out sequences are drawn in fixed blocks (`DRAW_BLOCK`), so the forward batc
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,18 @@ class ApproximationScores:
     context-blind reference and window filters), accumulated per sequence over batches: per approximation, KL(
     approximation ‖ model) (the predictor is closest to the smallest), the approximation's own entropy error and
     KL(exact ‖ approximation), and the predictor's gain over it, KL(exact ‖ approximation) − KL(exact ‖ model), with
-    paired bootstrap intervals over sequences (`metrics.ratio_intervals`)."""
+    paired bootstrap intervals over sequences (`metrics.ratio_intervals`); and for an approximation with `positions`
+    (where it is outside the exact level: `approximation_positions`), the gain at each of those scored positions
+    ("positions", "gain_by_position": the means) and the interval of the position whose lower end is lowest
+    ("gain_worst": {"position", "mean", "lo", "hi"}), what the belief horizon reads (`marks.belief_horizon`)."""
 
-    def __init__(self, depths: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, depths: dict[str, int] | None = None, positions: dict[str, tuple[int, ...]] | None = None
+    ) -> None:
         self.depths = dict(depths or {})
-        self.parts: dict[str, list[torch.Tensor]] = {}  # name -> (B,4) per-sequence sums, one tensor per batch
+        self.positions = {name: tuple(int(k) for k in p) for name, p in (positions or {}).items()}
+        self.parts: dict[str, list[torch.Tensor]] = {}  # name -> (B,3) per-sequence sums, one tensor per batch
+        self.by_position: dict[str, list[torch.Tensor]] = {}  # name -> (B,P) gain at each of its positions
         self.exact: list[torch.Tensor] = []  # (B,) per-sequence sums of KL(exact ‖ model)
         self.counts: list[torch.Tensor] = []  # (B,) scored positions per sequence
 
@@ -97,18 +105,26 @@ class ApproximationScores:
             return torch.where(mask, x.double(), torch.zeros((), dtype=torch.float64, device=x.device)).sum(1).cpu()
 
         self.counts.append(mask.sum(1).double().cpu())
-        self.exact.append(per_seq(metrics.kl_divergence_bits(batch.posterior, pred)))
+        kl_model = metrics.kl_divergence_bits(batch.posterior, pred)  # (B,T)
+        self.exact.append(per_seq(kl_model))
         h_exact = metrics.entropy_bits(batch.posterior)
         for name, approx in task.approximations(batch).items():
+            kl_approx = metrics.kl_divergence_bits(batch.posterior, approx)  # (B,T)
             cols = [
                 per_seq(metrics.kl_divergence_bits(approx, pred)),
                 per_seq((metrics.entropy_bits(approx) - h_exact).abs()),
-                per_seq(metrics.kl_divergence_bits(batch.posterior, approx)),
+                per_seq(kl_approx),
             ]
             self.parts.setdefault(name, []).append(torch.stack(cols, 1))  # (B,3)
+            where = self.positions.get(name)
+            if where:
+                table = metrics.to_table(kl_approx - kl_model, mask).cpu()  # (B,S) by scored-position index
+                table = torch.nn.functional.pad(table, (0, max(0, max(where) + 1 - table.shape[1])), value=math.nan)
+                self.by_position.setdefault(name, []).append(table[:, list(where)])  # (B,P), NaN where unscored
 
     def result(self, n_boot: int = 1000, seed: int = 0) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-        """({name: {"depth", "kl_from_model_bits", "entropy_mae_bits", "kl_bits", "gain_bits"}}, closest)."""
+        """({name: {"depth", "kl_from_model_bits", "entropy_mae_bits", "kl_bits", "gain_bits"[, "positions",
+        "gain_by_position", "gain_worst"]}}, closest)."""
         counts, exact = torch.cat(self.counts), torch.cat(self.exact)  # (N,)
         n = float(counts.sum().clamp_min(1.0))
         parts = {name: torch.cat(p) for name, p in self.parts.items()}  # name -> (N,3)
@@ -125,6 +141,14 @@ class ApproximationScores:
             }
             for (name, p), gain in zip(parts.items(), gains, strict=True)
         }
+        if self.by_position:
+            tables = {name: torch.cat(t) for name, t in self.by_position.items()}  # name -> (N,P)
+            joined = torch.cat(list(tables.values()), 1)  # (N, sum P): one bootstrap, the same draws for every column
+            scored = ~joined.isnan()
+            ivs = iter(metrics.ratio_intervals(joined.nan_to_num(0.0), scored.double(), n_boot, seed))
+            for name, t in tables.items():
+                per = [next(ivs) for _ in range(t.shape[1])]
+                out[name].update(position_gains(self.positions[name], per))
         kl = {marks.EXACT: exact, **{name: p[:, 0] for name, p in parts.items()}}  # KL(candidate ‖ model) sums
         means = {c: float(v.sum()) / n for c, v in kl.items()}
         best = min(means, key=means.__getitem__)
@@ -132,21 +156,51 @@ class ApproximationScores:
         return out, {"name": best, "margins": dict(zip(kl, diffs, strict=True))}
 
 
+def position_gains(positions: tuple[int, ...], intervals: list[dict[str, float]]) -> dict[str, Any]:
+    """{"positions", "gain_by_position" (the means), "gain_worst"}: an approximation's gains at its positions, the
+    worst being the interval with the lowest lower end (with its "position")."""
+    worst = min(range(len(intervals)), key=lambda j: intervals[j]["lo"]) if intervals else None
+    return {
+        "positions": list(positions),
+        "gain_by_position": [iv["mean"] for iv in intervals],
+        "gain_worst": None if worst is None else {"position": positions[worst], **intervals[worst]},
+    }
+
+
 def bayes_gap(table: metrics.ScoreTable, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """How much better than the exact posterior a predictor does on the realised answers, paired by answer: per scored
     position, NLL(model) − NLL(exact) in bits ("nll_bits"; its expectation is KL(exact ‖ model) >= 0 for any predictor
     that reads only the input) and argmax accuracy of the model minus the exact posterior's ("accuracy", None for real
-    answers), each with a paired bootstrap interval over sequences at `marks.INVALID_LEVEL` (`marks.sees_the_answer`
-    reads it). None without a bootstrap (n_boot = 0): no predictor is called invalid on point estimates."""
+    answers), each with a paired bootstrap interval over sequences at `marks.INVALID_LEVEL` (a description), and the
+    evidence that decides ⚠ (`marks.sees_the_answer`): "evidence_bits" {"nll", "accuracy"}, log2 of an e-value over
+    the sequences (`metrics.evidence_bits`). For the NLL a sequence's e-value is the mean over its scored positions of
+    the likelihood ratio q(answer) / p(answer) = 2^-(NLL(model) − NLL(exact)): for a predictor that reads only the
+    input its expectation is the model's total probability on the answers the exact posterior allows, at most 1,
+    whatever its tails; for the accuracy it is 1 + the sequence's mean accuracy difference (expectation at most 1: no
+    predictor of the input beats the exact argmax on average). None without a bootstrap (n_boot = 0): no predictor is
+    called invalid on point estimates."""
     if n_boot <= 0 or table.bayes_nll_bits is None:
         return None
     cols = [table.nll_bits - table.bayes_nll_bits]  # (N,S) each
     if table.correct is not None and table.bayes_correct is not None:
         cols.append(table.correct - table.bayes_correct)
     scored = ~table.nll_bits.isnan()  # (N,S)
+    counts = scored.sum(1)  # (N,)
     sums = torch.stack([torch.where(scored, c, torch.zeros_like(c)).sum(1) for c in cols], 1)  # (N,M)
-    ivs = metrics.ratio_intervals(sums, scored.sum(1), n_boot, seed, level=marks.INVALID_LEVEL)
-    return {"level": marks.INVALID_LEVEL, "nll_bits": ivs[0], "accuracy": ivs[1] if len(ivs) > 1 else None}
+    ivs = metrics.ratio_intervals(sums, counts, n_boot, seed, level=marks.INVALID_LEVEL)
+    keep = counts > 0
+    log_ratio = torch.where(scored, -cols[0].double() * metrics.LN2, torch.full_like(cols[0].double(), -math.inf))
+    log_e = (log_ratio.logsumexp(1) - counts.double().clamp_min(1).log())[keep]  # (N,) log mean likelihood ratio
+    evidence = {"nll": metrics.evidence_bits(log_e), "accuracy": None}
+    if len(cols) > 1:
+        mean_diff = (sums[:, 1] / counts.clamp_min(1)).double()[keep]  # (N,) in [-1, 1]
+        evidence["accuracy"] = metrics.evidence_bits(mean_diff.clamp_min(-1.0).log1p())
+    return {
+        "level": marks.INVALID_LEVEL,
+        "nll_bits": ivs[0],
+        "accuracy": ivs[1] if len(ivs) > 1 else None,
+        "evidence_bits": evidence,
+    }
 
 
 def check_finite_prediction(pred: Distribution, batch: Batch, where: str) -> None:
@@ -218,8 +272,9 @@ def score_predictor(
     if int(batch_size) < 1:
         raise ValueError(f"batch_size: must be >= 1 (got {batch_size})")
     depths = getattr(task, "approximation_depths", None)
+    positions = getattr(task, "approximation_positions", None)
     approx = (
-        ApproximationScores(depths() if callable(depths) else None)
+        ApproximationScores(depths() if callable(depths) else None, positions() if callable(positions) else None)
         if approximations and hasattr(task, "approximations")
         else None
     )

@@ -4,28 +4,48 @@
 eval.json holds it (`evaluate.score_predictor`), or a cell's seeds pooled by `pool`:
 
     ✓ exact        entropy error ≤ 0.01 bits AND KL(exact ‖ model) ≤ 0.01 bits, each at the conservative (upper) end
-                   of its interval; accuracy ≥ 99% (lower end) where accuracy is the task's headline; and, for a task
+                   of its interval; accuracy ≥ 99% (lower end) where accuracy is the headline; and, for a task
                    whose approximate posteriors have depths (the HMMs' window filters "last w obs", the best
                    predictors of the last w observations, for every w below the tunnel's transport demand W), a belief
-                   horizon that covers every one of them
+                   horizon that covers every one of them, position by position
     ◐ approximate  both ≤ 0.1 bits, accuracy ≥ 90% where it is the headline, and (with depths) a horizon of at least
                    the shallowest window: measurably better than the best one-observation predictor
-    ⚠ invalid      measurably better than the exact posterior on the realised answers (NLL below the exact
-                   posterior's, or accuracy above its argmax's, at the conservative end of a paired interval at
-                   INVALID_LEVEL): no predictor that reads only the input can be, so this one sees the answer
+    ⚠ invalid      evidence that it sees the answer: an e-value against "reads only the input" of at least
+                   1 / (1 − INVALID_LEVEL) (INVALID_EVIDENCE_BITS, 9.97 bits at 99.9%), on the NLL of the realised
+                   answers or on the accuracy of its argmax (`sees_the_answer`)
     ✗ otherwise    -- including any number that is missing or not finite.
 
+The transport certificate is per position. W (`tasks.hmm.transport_demand`) is the shortest window within the exact
+level on its own at every scored position (entropy error and KL, each averaged over a fixed reference sample at that
+position); every window w < W is outside it at some positions (`approximation_positions`). The model beats window w
+(`beats`) when its gain KL(exact ‖ window) − KL(exact ‖ model) has its interval above float rounding (NUMERICAL_BITS)
+at every one of those positions ("gain_worst": the lowest lower end), and the belief horizon is the largest depth w
+such that the model beats every approximation of depth ≤ w. So a predictor that is exact early and reads only the
+last few observations late is held to the windows where it forgets; an approximation scored without positions is
+judged on its average gain ("gain_bits").
+
 What ✓ certifies on a tunnel (`certifies`): exactness at the exact level, and with windows, memory beyond the last
-W - 1 observations (a predictor measurably closer to the exact posterior than the best predictor of the last w
-observations reads further back than w). A task may set its own thresholds (`mark_thresholds = {"exact_bits": ...}`
-on the task). Entropy error alone certifies nothing: a predictor can match the posterior's entropy everywhere without
-reading the context (each task's `controls`), so KL is always part of the rule. The belief horizon is the largest
-depth w such that the model is measurably closer to the exact posterior than every approximation of depth ≤ w is
-(`gain_bits`: KL(exact ‖ approximation) − KL(exact ‖ model), its interval above float rounding, NUMERICAL_BITS). The
-closest posterior is the KL-nearest reference, the candidate minimising KL(· ‖ model), with paired intervals of every
-other candidate's margin over it: a description of the predictor, never a memory claim (the horizon is); where the
-model is not measurably better than the context-blind reference it is "none: no better than context-blind" -- unless
-a seed of a pooled cell is on its own ("seeds disagree: 1 of 2 measurably better than context-blind").
+W - 1 observations at every position where fewer are not enough (a predictor measurably closer to the exact posterior
+than the best predictor of the last w observations at a position reads further back than w there). A task may set its
+own thresholds (`mark_thresholds = {"exact_bits": ...}` on the task). Entropy error alone certifies nothing: a
+predictor can match the posterior's entropy everywhere without reading the context (each task's `controls`), so KL is
+always part of the rule. The closest posterior is the KL-nearest reference, the candidate minimising KL(· ‖ model),
+with paired intervals of every other candidate's margin over it: a description of the predictor, never a memory claim
+(the horizon is); where the model is not measurably better than the context-blind reference on average it is "none:
+no better than context-blind" -- unless a seed of a pooled cell is on its own ("seeds disagree: 1 of 2 measurably
+better than context-blind").
+
+⚠ rests on evidence, never on an interval. Per test sequence, the e-value of its NLL is the mean over its scored
+positions of the likelihood ratio q(answer) / p(answer) (model over exact posterior); for the accuracy it is 1 plus
+the sequence's mean accuracy difference from the exact argmax. The assumption, and the only one: the answers are drawn
+from the exact posterior given the input (true of every tunnel by construction) and the sequences are independent.
+Then for any predictor that reads only the input each sequence's e-value has expectation at most 1 (its NLL one is the
+predictor's probability on the answers the exact posterior allows), so a product over sequences has too, and
+`metrics.evidence_bits` (the average of such products over a few stakes) reaches 1 / alpha with probability at most
+alpha (Markov's inequality). No variance, normal limit or bootstrap is assumed: a few rare answers the exact posterior
+gave 1e-4 (a smoothed exact posterior's gains: heavy tails) cannot produce it. Pooled seeds keep the least of their
+evidence (they share the test sequences). The paired intervals of the NLL and accuracy differences stay in the scores
+as a description.
 
 Small numbers of seeds (`too_few_seeds`): a Student-t interval over two seeds has one degree of freedom (t = 12.7 at
 95%) and covers almost anything, so where such an interval reaches a reference the words say "too few seeds to
@@ -48,9 +68,12 @@ from windtunnel.tasks.base import EXACT_BITS
 
 LEVELS = ("exact", "approximate", "fail", "invalid")  # best first; "invalid" overrides every other level
 MARK = {"exact": "✓", "approximate": "◐", "fail": "✗", "invalid": "⚠"}
-# The interval level of the invalid check (`bayes_gap` in the scores): stricter than the 95% of the other marks, since
-# ⚠ accuses the predictor of seeing the answer; the exact posterior's own differences are zero by construction.
+# The level of the invalid check (`bayes_gap` in the scores): a predictor that reads only the input reaches the evidence
+# ⚠ needs with probability at most 1 - INVALID_LEVEL, stricter than the 95% of the other marks, since ⚠ accuses the
+# predictor of seeing the answer (the gap's descriptive intervals are drawn at this level too).
 INVALID_LEVEL = 0.999
+# The bits of evidence ⚠ needs (`sees_the_answer`): log2 of the e-value 1 / (1 - INVALID_LEVEL).
+INVALID_EVIDENCE_BITS = math.log2(1.0 / (1.0 - INVALID_LEVEL))
 # Differences in bits smaller than this are float rounding (posteriors and approximations are stored in float32, ~1e-7
 # relative), never evidence: a gain over an approximation, or an NLL below the exact posterior's, must exceed it.
 NUMERICAL_BITS = 1e-6
@@ -137,20 +160,47 @@ def level_of_value(metric: str, value: float, th: Thresholds | None = None) -> s
     return "exact" if value <= th.exact_bits else "approximate" if value <= th.approx_bits else "fail"
 
 
-def belief_horizon(approximations: Mapping[str, Any]) -> tuple[int | None, int | None]:
+def belief_horizon(approximations: Mapping[str, Any], point: bool = False) -> tuple[int | None, int | None]:
     """(horizon, deepest window) from approximations with a "depth": the largest depth w such that the model beats
-    (gain interval above NUMERICAL_BITS) every approximation of depth ≤ w; horizon None where it does not beat the
-    shallowest. (None, None) when no approximation has a depth."""
+    every approximation of depth ≤ w (`beats`); horizon None where it does not beat the shallowest. (None, None) when
+    no approximation has a depth. point: read the gains' means instead of their intervals (a training-time curve)."""
     ordered = sorted((int(a["depth"]), name) for name, a in approximations.items() if a.get("depth") is not None)
     if not ordered:
         return None, None
     horizon = None
     for depth, name in ordered:
-        gain = finite(approximations[name].get("gain_bits"))
-        if gain is None or not gain["lo"] > NUMERICAL_BITS:
+        if not beats(approximations[name], point):
             break
         horizon = depth
     return horizon, ordered[-1][0]
+
+
+def beats(approximation: Mapping[str, Any], point: bool = False) -> bool:
+    """Whether the model is measurably closer to the exact posterior than `approximation`: where its scores have the
+    positions at which it is outside the exact level ("positions", `evaluate.ApproximationScores`), its gain interval
+    above float rounding (NUMERICAL_BITS) at every one of them ("gain_worst", the lowest lower end); otherwise its
+    average gain ("gain_bits"). point: the means instead (every position's mean gain, or the average's)."""
+    if approximation.get("positions"):
+        if point:
+            gains = approximation.get("gain_by_position") or []
+            return bool(gains) and all(
+                isinstance(g, (int, float)) and math.isfinite(g) and g > NUMERICAL_BITS for g in gains
+            )
+        return measurably_better(approximation.get("gain_worst"))
+    if point:
+        f = finite(approximation.get("gain_bits"))
+        return f is not None and f["mean"] > NUMERICAL_BITS
+    return measurably_better(approximation.get("gain_bits"))
+
+
+def _where(approximation: Mapping[str, Any]) -> str:
+    """ " after observation 17 (gain 0.0002 [-0.001, 0.002] bits)": the position where a model fails to beat an
+    approximation measured position by position ("" where it is not)."""
+    worst = finite(approximation.get("gain_worst")) if approximation.get("positions") else None
+    if worst is None:
+        return ""
+    k = int(approximation["gain_worst"].get("position", -1)) + 1
+    return f" after observation {k} (gain {worst['mean']:.2g} [{worst['lo']:.2g}, {worst['hi']:.2g}] bits)"
 
 
 def too_few_seeds(seeds: Any, interval: Any = "seeds") -> bool:
@@ -257,20 +307,27 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
         shallowest = min(int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > 0)
         if horizon is None or horizon < shallowest:
             what = f"the best {shallowest}-observation predictor"
+            first = min(
+                (a for a in approx.values() if a.get("depth") is not None and int(a["depth"]) > (horizon or -1)),
+                key=lambda a: int(a["depth"]),
+            )
             cap(
                 "fail",
                 f"belief horizon {'none' if horizon is None else horizon}: "
-                + unseparated(what, seeds, interval, "not measurably better than"),
+                + unseparated(what, seeds, interval, "not measurably better than")
+                + (_where(first) if int(first["depth"]) == shallowest else ""),
             )
         elif horizon < deepest:
             beyond = min(
                 int(a["depth"]) for a in approx.values() if a.get("depth") is not None and a["depth"] > horizon
             )
             what = f"the best {beyond}-observation predictor"
+            window = next(a for a in approx.values() if a.get("depth") is not None and int(a["depth"]) == beyond)
             cap(
                 "approximate",
                 f"belief horizon {horizon} of {deepest}: "
-                + unseparated(what, seeds, interval, "not measurably better than"),
+                + unseparated(what, seeds, interval, "not measurably better than")
+                + _where(window),
             )
     else:
         for name, a in approx.items():
@@ -327,26 +384,40 @@ def certifies(th: Thresholds, metric: str = "entropy_mae_bits", depth: int = 0) 
 
 
 def sees_the_answer(gap: Any) -> list[str]:
-    """Why a predictor is invalid, from its `bayes_gap` (paired by answer against the exact posterior; []
-    where it is not): its NLL of the realised answers below the exact posterior's, or its accuracy above the exact
-    argmax's, at the conservative end of the interval."""
+    """Why a predictor is invalid, from its `bayes_gap` (paired by answer against the exact posterior; [] where it is
+    not): its evidence against reading only the input ("evidence_bits", log2 of an e-value: `evaluate.bayes_gap`) at
+    least `INVALID_EVIDENCE_BITS`, on the NLL of the realised answers or on the accuracy of its argmax. A gap without
+    evidence (intervals alone) accuses nothing."""
     if not isinstance(gap, Mapping):
         return []
+    evidence = gap.get("evidence_bits")
+    if not isinstance(evidence, Mapping):
+        return []
     level = float(gap.get("level") or INVALID_LEVEL)
+    chance = f"{100 * (1 - level):.2g}%"
     out = []
-    nll = finite(gap.get("nll_bits"))
-    if nll is not None and nll["hi"] < -NUMERICAL_BITS:
+    for key, what in (("nll", "NLL"), ("accuracy", "accuracy")):
+        bits = evidence.get(key)
+        if not isinstance(bits, (int, float)) or not math.isfinite(bits) or bits < evidence_threshold(level):
+            continue
+        m = finite(gap.get("nll_bits" if key == "nll" else "accuracy"))
+        if m is None:
+            gap_words = ""
+        elif key == "nll":
+            gap_words = f"NLL of the realised answers {-m['mean']:.3g} bits below the exact posterior's; "
+        else:
+            gap_words = f"accuracy {100 * m['mean']:.1f} points above the exact posterior's argmax; "
         out.append(
-            f"NLL of the realised answers {-nll['mean']:.3g} bits below the exact posterior's (upper end "
-            f"{nll['hi']:.3g}, {100 * level:g}% interval): it sees the answer"
-        )
-    acc = finite(gap.get("accuracy"))
-    if acc is not None and acc["lo"] > 0:
-        out.append(
-            f"accuracy {100 * acc['mean']:.1f} points above the exact posterior's argmax (lower end "
-            f"{100 * acc['lo']:.1f}, {100 * level:g}% interval): it sees the answer"
+            f"{gap_words}{bits:.3g} bits of evidence on the {what} against reading only the input (≥ "
+            f"{evidence_threshold(level):.3g}: at most {chance} chance for any predictor of the input, whatever the "
+            "tails): it sees the answer"
         )
     return out
+
+
+def evidence_threshold(level: float = INVALID_LEVEL) -> float:
+    """The bits of evidence (log2 e-value) ⚠ needs at `level`: log2(1 / (1 - level)), 9.97 bits at 99.9%."""
+    return math.log2(1.0 / (1.0 - level))
 
 
 def rule_text(th: Thresholds | None = None) -> str:
@@ -357,15 +428,19 @@ def rule_text(th: Thresholds | None = None) -> str:
         f"the upper end of their intervals), accuracy ≥ {100 * th.exact_accuracy:.0f}% where accuracy is the headline, "
         "and, for the HMMs, measurably closer to the exact filter (paired interval) than the best predictor of the "
         "last w observations for every w below the tunnel's transport demand W (the shortest window within "
-        f"{th.exact_bits:g} bits on its own): ✓ certifies exactness at {th.exact_bits:g} bits, and on the HMMs "
-        f"memory beyond the last W − 1 observations; ◐ approximate = both ≤ {th.approx_bits:g} bits, accuracy ≥ "
-        f"{100 * th.approx_accuracy:.0f}% where it is the headline, and for the HMMs measurably better than the best "
-        "one-observation predictor; ⚠ invalid = measurably better than the exact posterior on the realised answers "
-        f"(NLL below the exact posterior's, or accuracy above its argmax's, at the conservative end of a paired "
-        f"{100 * INVALID_LEVEL:g}% interval): it sees the answer; ✗ otherwise (a missing or non-finite number "
+        f"{th.exact_bits:g} bits on its own at every scored position), at every position where that window is outside "
+        f"{th.exact_bits:g} bits: ✓ certifies exactness at {th.exact_bits:g} bits, and on the HMMs memory beyond the "
+        f"last W − 1 observations wherever fewer are not enough; ◐ approximate = both ≤ {th.approx_bits:g} bits, "
+        f"accuracy ≥ {100 * th.approx_accuracy:.0f}% where it is the headline, and for the HMMs measurably better "
+        "than the best one-observation predictor at every position where it is outside the exact level; ⚠ invalid = "
+        "evidence that it sees the answer: an e-value against 'reads only the input' (per test sequence the mean "
+        "likelihood ratio model / exact posterior of the realised answers, or 1 + its accuracy gain over the exact "
+        f"argmax; multiplied over sequences) of at least {1 / (1 - INVALID_LEVEL):,.0f} ({INVALID_EVIDENCE_BITS:.3g} "
+        f"bits), which a predictor of the input reaches with probability ≤ {100 * (1 - INVALID_LEVEL):.2g}% whatever "
+        "the tails of its gains; ✗ otherwise (a missing or non-finite number "
         "included). Intervals: the 95% Student-t interval over training seeds (≥ 2 seeds), or the run's bootstrap "
         "interval over test sequences (1 seed: evaluation noise only); the invalid check takes over seeds the "
-        "envelope of each seed's own interval (seeds share the test sequences). Intervals are never clipped to a "
+        "least of the seeds' own evidence (seeds share the test sequences). Intervals are never clipped to a "
         "metric's range: a lower end below 0 bits or an accuracy past 100% is what the seeds give, and says how "
         f"little they pin the value; over fewer than {MIN_SEPARATING_SEEDS} seeds the Student-t interval (1 degree of "
         "freedom at 2 seeds) covers almost anything, and where it reaches a reference the report says 'too few seeds "
@@ -409,6 +484,7 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out["bayes_gap"] = {
             "level": gaps[0].get("level"),
             **{k: _envelope([g.get(k) for g in gaps]) for k in ("nll_bits", "accuracy")},
+            "evidence_bits": {k: _least([g.get("evidence_bits") for g in gaps], k) for k in ("nll", "accuracy")},
         }
     approx_sets = [s.get("approximations") or {} for s in settings]
     names = [n for n in approx_sets[0] if all(n in a for a in approx_sets)]
@@ -421,6 +497,7 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 **{k: fmean(float(a[n].get(k, math.nan)) for a in approx_sets) for k in _APPROX_NUMBERS},
                 "gain_bits": seed_stats([_mean_or_nan(a[n].get("gain_bits")) for a in approx_sets]),
                 "seed_gains": [finite(a[n].get("gain_bits")) for a in approx_sets],
+                **_pool_positions([a[n] for a in approx_sets]),
             }
         out["approximations"] = pooled
         kl = {EXACT: [_mean_or_nan(s.get("metrics", {}).get("kl_bits")) for s in settings]}
@@ -432,6 +509,25 @@ def pool(settings: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 _APPROX_NUMBERS = ("entropy_mae_bits", "kl_bits", "kl_from_model_bits")  # per approximation, averaged over seeds
 
 
+def _pool_positions(seeds: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """An approximation's per-position gains pooled over seeds: at each position the mean of the seeds' means with
+    its Student-t interval (`seed_stats`), the worst being the lowest lower end; {} where a seed lacks them or the
+    seeds were measured at different positions (then the average gain decides: `beats`)."""
+    where = [tuple(s.get("positions") or ()) for s in seeds]
+    if not where[0] or any(w != where[0] for w in where):
+        return {}
+    means = [list(s.get("gain_by_position") or []) for s in seeds]
+    if any(len(m) != len(where[0]) for m in means):
+        return {}
+    intervals = [seed_stats([float(m[j]) for m in means]) for j in range(len(where[0]))]
+    worst = min(range(len(intervals)), key=lambda j: intervals[j]["lo"] if math.isfinite(intervals[j]["lo"]) else -1e9)
+    return {
+        "positions": list(where[0]),
+        "gain_by_position": [iv["mean"] for iv in intervals],
+        "gain_worst": {"position": where[0][worst], **intervals[worst]},
+    }
+
+
 def _envelope(intervals: list[Any]) -> dict[str, float] | None:
     """The seeds' own intervals joined: mean of the means, the lowest lower and the highest upper end (None where one is
     missing). For the invalid check: the seeds share the test stream, so their spread is not its evaluation noise."""
@@ -440,6 +536,14 @@ def _envelope(intervals: list[Any]) -> dict[str, float] | None:
         return None
     ok = [m for m in found if m is not None]
     return {"mean": fmean(m["mean"] for m in ok), "lo": min(m["lo"] for m in ok), "hi": max(m["hi"] for m in ok)}
+
+
+def _least(evidence: list[Any], key: str) -> float | None:
+    """The smallest of the seeds' evidence `key` (None where a seed has none): a pooled cell is accused only on
+    evidence every seed carries on its own (the seeds share the test sequences, so their evidence does not add up)."""
+    found = [e.get(key) if isinstance(e, Mapping) else None for e in evidence]
+    numbers = [float(v) for v in found if isinstance(v, (int, float))]
+    return min(numbers) if numbers and len(numbers) == len(found) else None
 
 
 def _mean_of(m: Any) -> float | None:
@@ -524,6 +628,7 @@ __all__ = [
     "CONTEXT_BLIND",
     "EXACT_FILTER",
     "INVALID_LEVEL",
+    "INVALID_EVIDENCE_BITS",
     "LEVELS",
     "NUMERICAL_BITS",
     "MARK",
@@ -532,8 +637,10 @@ __all__ = [
     "Thresholds",
     "VERDICT_MARKS",
     "Verdict",
+    "beats",
     "belief_horizon",
     "certifies",
+    "evidence_threshold",
     "closest_posterior",
     "closest_text",
     "measurably_better",

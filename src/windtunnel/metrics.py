@@ -119,6 +119,12 @@ def _to_table(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out[:, :S] if S else out[:, :0]
 
 
+def to_table(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-(b,t) values (B,T) as (B,S) float64 by scored-position index (the s-th scored position of each row), NaN
+    where a row has fewer scored positions."""
+    return _to_table(x, mask)
+
+
 def score_table(pred: Distribution, batch: Batch) -> ScoreTable:
     """Score a predictive distribution (batch shape (B,T)) against a batch's exact posterior and targets."""
     mask = batch.target_mask.bool()
@@ -307,16 +313,19 @@ def ratio_intervals(
     sums: torch.Tensor, counts: torch.Tensor, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> list[dict[str, float]]:
     """Per column of `sums` (N,M) -- per-sequence sums of a per-position quantity, e.g. a difference of two KLs --
-    its mean over scored positions (sum of sums / sum of `counts` (N,)) with a bootstrap interval over whole
-    sequences. Every column is resampled with the same draws, so differences are paired by sequence."""
+    its mean over scored positions (sum of sums / sum of `counts`: (N,) shared by every column, or (N,M) one per
+    column, e.g. 1 where a sequence is scored at one position) with a bootstrap interval over whole sequences. Every
+    column is resampled with the same draws, so differences are paired by sequence."""
     sums, counts = sums.double().cpu(), counts.double().cpu()
-    means = sums.sum(0) / counts.sum().clamp_min(1.0)  # (M,)
+    cols = counts if counts.dim() == 2 else counts[:, None].expand_as(sums)  # (N,M) scored positions per column
+    means = sums.sum(0) / cols.sum(0).clamp_min(1.0)  # (M,)
     if n_boot <= 0 or sums.shape[0] < 2:
         return [{"mean": float(m), "lo": float(m), "hi": float(m)} for m in means]
-    acc = torch.zeros(n_boot, sums.shape[1] + 1, dtype=torch.float64)  # (R,M+1) resampled sums, then counts
+    M = sums.shape[1]
+    acc = torch.zeros(n_boot, 2 * M, dtype=torch.float64)  # (R,2M) resampled sums, then counts
     for rows, draws in _bootstrap_blocks(sums.shape[0], n_boot, seed):
-        acc += draws @ torch.cat([sums[rows], counts[rows, None]], 1)
-    boots = acc[:, :-1] / acc[:, -1:].clamp_min(1.0)  # (R,M)
+        acc += draws @ torch.cat([sums[rows], cols[rows]], 1)
+    boots = acc[:, :M] / acc[:, M:].clamp_min(1.0)  # (R,M)
     alpha = (1 - level) / 2
     q = torch.quantile(boots, torch.tensor([alpha, 1 - alpha], dtype=torch.float64), dim=0)  # (2,M)
     return [{"mean": float(m), "lo": float(q[0, j]), "hi": float(q[1, j])} for j, m in enumerate(means)]
@@ -329,3 +338,31 @@ def seed_interval(values: list[float], level: float = 0.95) -> tuple[float, floa
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return m - half, m + half
+
+
+# --- evidence against "reads only the input", valid whatever the tails -------------------------------------------
+
+# The bets of `evidence_bits`: the e-value is the average of one product per fraction staked, so it is within
+# log2(len(BETS)) bits of the best of them in hindsight and a single sequence with nothing to show ruins none.
+BETS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625)
+
+
+def evidence_bits(log_e: torch.Tensor) -> float:
+    """log2 of an e-value over independent units, from each unit's own log e-value `log_e` (N,), natural log: a
+    nonnegative e_i whose expectation is at most 1 under the null hypothesis. The e-value is the average over the
+    fractions lambda of `BETS` of prod_i (1 - lambda + lambda e_i): each product has expectation at most 1 for
+    independent units, so their average does, and by Markov's inequality it reaches 1/alpha with probability at most
+    alpha under the null hypothesis -- whatever the distribution of the e_i, heavy tails included (no variance, no
+    normal or bootstrap approximation is assumed). 0 bits for no units."""
+    log_e = log_e.double().cpu()
+    if log_e.numel() == 0:
+        return 0.0
+    per_bet = []
+    for lam in BETS:
+        if lam == 1.0:
+            per_bet.append(log_e.sum())
+            continue
+        stake = torch.logaddexp(torch.full_like(log_e, math.log1p(-lam)), log_e + math.log(lam))  # log(1-l+l e)
+        per_bet.append(stake.sum())
+    total = torch.stack(per_bet).logsumexp(0) - math.log(len(BETS))
+    return float(total) / LN2

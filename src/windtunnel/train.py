@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shlex
 import signal
 import sys
 import threading
@@ -33,9 +34,9 @@ from windtunnel import checkpoints, marks, models, plugins, rundir, runs, tracki
 from windtunnel.config import RunConfig, validate
 from windtunnel.curriculum import Curriculum
 from windtunnel.devices import autocast, resolve_device
-from windtunnel.errors import TrainingDiverged, TrainingInterrupted
+from windtunnel.errors import TrainingDiverged, TrainingInterrupted, UserCodeError
 from windtunnel.evaluate import evaluate, evaluate_model
-from windtunnel.models.base import predictive
+from windtunnel.models.base import check_output, predictive
 from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import describe, lr_at, make_optimizer
 from windtunnel.progress import StepLines
@@ -87,16 +88,10 @@ def validation_line(result: dict[str, Any]) -> dict[str, Any]:
     if result.get("approximations"):
         line["closest"] = v.get("closest")
         if v.get("horizon_max") is not None:
-            point = {n: {**a, "gain_bits": _point(a.get("gain_bits"))} for n, a in result["approximations"].items()}
-            line["horizon"], line["horizon_max"] = marks.belief_horizon(point)
+            line["horizon"], line["horizon_max"] = marks.belief_horizon(result["approximations"], point=True)
     if v.get("level") is not None:
         line["verdict"] = v["level"]
     return line
-
-
-def _point(interval: Any) -> Any:
-    """An interval {"mean", "lo", "hi"} collapsed to its mean (anything else as it is)."""
-    return {"mean": interval["mean"], "lo": interval["mean"], "hi": interval["mean"]} if interval else interval
 
 
 def exact_streak(records: list[dict[str, Any]]) -> int:
@@ -227,6 +222,25 @@ def _vocab_head(model: nn.Module) -> OutputHead:
     return head
 
 
+def _stopped(err: BaseException, cfg: RunConfig, run_dir: Path, context: str, trust_code: bool, trained: bool) -> str:
+    """The error line of a run that a model or task of the user's stopped by calling sys.exit (or raising another
+    BaseException that is no Exception) `context` (" at training step 3"): the code that did it
+    (`plugins.user_fault`), what is kept of the run (the checkpoints written before: the run is unfinished, as after
+    a second Ctrl-C) and the command that goes on: a resume, or once training is done (`trained`) an evaluation."""
+    who = plugins.user_fault(err, context=context)
+    if who is None:  # none of its frames in a module known as the user's
+        did = f"called sys.exit({err.code!r})" if isinstance(err, SystemExit) else f"raised {type(err).__name__}"
+        who = f"the run's model or task {did}{context}"
+    kept = checkpoints.latest_step(run_dir)
+    flags = [f"--import {shlex.quote(m)}" for m in cfg.imports] + (["--trust-code"] if trust_code else [])
+    command = "windtunnel eval" if trained else "windtunnel train --resume"
+    again = " ".join([command, shlex.quote(str(run_dir)), *flags])
+    if trained:
+        return f"{who}; training had finished: the checkpoint of step {kept} is kept; evaluate it with: {again}"
+    what = f"the checkpoint of step {kept} is kept" if kept is not None else "no checkpoint had been written yet"
+    return f"{who}; the run stopped unfinished: {what}; continue with: {again}"
+
+
 @contextlib.contextmanager
 def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
     """While inside, each forward pass through `head` appends the hidden state it reads (B,T,d) to the yielded list,
@@ -352,6 +366,7 @@ def _train_locked(
     streak = exact_streak(previous)
     stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
     with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(vocab_head) as head_input:
+        step = start  # the step in progress (for an error raised before the first)
         try:
             model.train()
             for step in range(start + 1, (start if stopped else t.steps) + 1):
@@ -362,8 +377,8 @@ def _train_locked(
                 step_task = curriculum.task_at(step)
                 batch = step_task.sample(t.batch_size, seed=train_seed(cfg.seed, step), device=device)
                 check_posterior(cfg.task.name, batch, f"the training batch of step {step}")  # every batch trained on
-                with autocast(device, t.dtype):
-                    out = fwd(batch.inputs)
+                with autocast(device, t.dtype):  # a plugin's output of the wrong shape is named here, not in the loss
+                    out = check_output(model, step_task.spec, batch.inputs, fwd(batch.inputs), f"training step {step}")
                 if vocab_head is not None:  # ce_vocab: every token's logit, from the state this pass fed the head
                     out = vocab_head.vocab_logits(head_input.pop())
                 loss = compute_loss(loss_kind, step_task.spec, out, batch)
@@ -426,13 +441,22 @@ def _train_locked(
                     raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
                 if stopped:
                     break
+        except (Exception, KeyboardInterrupt):  # Ctrl-C and SIGTERM are TrainingInterrupted, as they were
+            raise
+        except BaseException as err:  # noqa: BLE001 - sys.exit, or another BaseException, of a user's model or task
+            raise UserCodeError(_stopped(err, cfg, run_dir, f" at training step {step}", trust_code, False)) from err
         finally:
             log.close()
             if bar is not None:
                 bar.close()
         stop.final = True  # the last step's checkpoint is written: a signal now stops the final evaluation at once
         model.eval()
-        return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
+        try:
+            return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named
+            raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
 
 
 __all__ = ["compute_loss", "exact_streak", "start_line", "train", "validation_line"]

@@ -279,7 +279,9 @@ class WindTunnel(Protocol):
     `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
     exact one: the report's KL-nearest-reference column and the ✓ rule) and `approximations_note` (what they are, for
     the report), `approximation_depths() -> {name: int}` (how many observations each approximation keeps: the model's
-    belief horizon; the HMMs list the windows below their `transport_demand`), `controls(batch) -> {name:
+    belief horizon; the HMMs list the windows below their `transport_demand`), `approximation_positions() -> {name:
+    (scored positions, 0-based)}` (where each approximation is outside the exact level: the belief horizon compares
+    a model with it there, position by position), `controls(batch) -> {name:
     distribution}` (adversarial controls: predictors that do not infer but match the exact posterior's entropy, which
     must never earn an exact mark; `Task` gives generic ones) and
     `controls_note`, `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),

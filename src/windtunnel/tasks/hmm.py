@@ -9,7 +9,8 @@ exactly the matrices the model sees (`HMM.posterior_for` recomputes it from any 
 Which filter does a model compute? "last w obs" is p(s_t | o_t-w+1..t): the best predictor of all that read the
 matrices and only the last w observations (its prior at the window's start is the state's exact marginal u T^s, so
 in expected KL from the exact filter none of them beats it). The tunnel's transport demand W is the shortest window
-within the exact level on its own (`transport_demand`): an exact mark must beat every shorter window.
+within the exact level on its own at every scored position (`transport_demand`): an exact mark must beat every
+shorter window at every position where that window is outside the exact level.
 """
 
 from __future__ import annotations
@@ -237,50 +238,70 @@ def _kl_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TransportDemand:
-    """How far a tunnel needs belief carried: W, the shortest window whose filter is within `exact_bits` of the exact
-    one on its own (mean entropy error AND mean KL(exact ‖ window), both <= exact_bits, over all K positions of the
-    reference sample), with the errors of windows 1..W as measured (w, entropy error bits, KL bits). W = K where no
-    shorter window is (window K is the exact filter). A predictor that reads only the last W - 1 observations cannot
-    be exact at that level on average; one measurably better than each of them reads further back."""
+    """How far a tunnel needs belief carried, position by position: W, the shortest window whose filter is within
+    `exact_bits` of the exact one on its own at every scored position (entropy error AND KL(exact ‖ window), each
+    averaged over the reference sample's sequences at that position, both <= exact_bits at each of the K positions),
+    with the errors of windows 1..W as measured at their worst position (w, entropy error bits, KL bits), and for
+    each window w < W the scored positions (0-based) where it is outside the exact level (`outside`, w -> positions),
+    and those of the context-blind reference (`blind_outside`). W = K where no shorter window is (window K is the
+    exact filter). A predictor that reads only the last W - 1 observations cannot be exact at that level at every
+    position; one measurably better than window w at each position where w is outside reads further back there."""
 
     window: int
     exact_bits: float
     errors: tuple[tuple[int, float, float], ...]
+    outside: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    blind_outside: tuple[int, ...] = ()
     sequences: int = REFERENCE_BATCH
     seed: int = REFERENCE_SEED
 
+    def positions(self, window: int) -> tuple[int, ...]:
+        """The scored positions (0-based) where window `window` is outside the exact level (() for w >= W)."""
+        return dict(self.outside).get(window, ())
+
     def text(self) -> str:
-        """`W = 3: the shortest window within 0.01 bits (entropy error / KL of each window in bits: w1 0.079 / 0.031,
-        ...; 1,000 reference sequences)`."""
+        """`W = 3: the shortest window within 0.01 bits at every position (worst position's entropy error / KL of each
+        window in bits: w1 0.087 / 0.035, ...; 1,000 reference sequences)`."""
         errs = ", ".join(f"w{w} {e:.2g} / {k:.2g}" for w, e, k in self.errors)
         return (
-            f"W = {self.window}: the shortest window within {self.exact_bits:g} bits (entropy error / KL of each "
-            f"window in bits: {errs or 'none'}; {self.sequences:,} reference sequences)"
+            f"W = {self.window}: the shortest window within {self.exact_bits:g} bits at every position (worst "
+            f"position's entropy error / KL of each window in bits: {errs or 'none'}; {self.sequences:,} reference "
+            "sequences)"
         )
+
+
+def _outside(ent: torch.Tensor, kl: torch.Tensor, exact_bits: float) -> tuple[int, ...]:
+    """The positions where a per-position entropy error or KL (K,) is above `exact_bits`."""
+    return tuple(int(k) for k in ((ent > exact_bits) | (kl > exact_bits)).nonzero().flatten())
 
 
 @functools.cache
 def transport_demand(params: HMMParams, exact_bits: float) -> TransportDemand:
-    """The `TransportDemand` of an HMM tunnel at `params`, measured on its fixed reference sample (REFERENCE_BATCH
-    sequences of REFERENCE_SEED; deterministic, cached per setting); windows tried in doubling chunks, each one
-    `window_filters` call."""
+    """The `TransportDemand` of an HMM tunnel at `params`, measured position by position on its fixed reference
+    sample (REFERENCE_BATCH sequences of REFERENCE_SEED; deterministic, cached per setting); windows tried in doubling
+    chunks, each one `window_filters` call."""
     K = params.K
     batch = HMM(**params.model_dump()).sample(REFERENCE_BATCH, seed=REFERENCE_SEED)
     log_T, log_E = _log_matrices(batch)
     obs = batch.latent["observations"]  # (B,K)
     exact = forward_filter(log_T, log_E, obs)  # (B,K,S)
     h_exact = _entropy_bits(exact)  # (B,K)
+    blind = torch.full_like(exact, 1.0 / exact.shape[-1])
+    blind_out = _outside((_entropy_bits(blind) - h_exact).abs().mean(0), _kl_bits(exact, blind).mean(0), exact_bits)
     errors: list[tuple[int, float, float]] = []
+    outside: list[tuple[int, tuple[int, ...]]] = []
     hi = 0
     while hi < K - 1:
         lo, hi = hi + 1, min(K - 1, max(8, 2 * hi))
         for w, post in window_filters(log_T, log_E, obs, range(lo, hi + 1)).items():  # (B,K,S) each
-            ent = float((_entropy_bits(post) - h_exact).abs().mean())
-            kl = float(_kl_bits(exact, post).mean())
-            errors.append((w, ent, kl))
-            if ent <= exact_bits and kl <= exact_bits:
-                return TransportDemand(w, exact_bits, tuple(errors))
-    return TransportDemand(K, exact_bits, tuple(errors))
+            ent = (_entropy_bits(post) - h_exact).abs().mean(0)  # (K,) per position, over the sequences
+            kl = _kl_bits(exact, post).mean(0)  # (K,)
+            errors.append((w, float(ent.max()), float(kl.max())))
+            where = _outside(ent, kl, exact_bits)
+            if not where:
+                return TransportDemand(w, exact_bits, tuple(errors), tuple(outside), blind_out)
+            outside.append((w, where))
+    return TransportDemand(K, exact_bits, tuple(errors), tuple(outside), blind_out)
 
 
 def log10_rows(n_cols: int, floor: int = MIN_CENTS) -> float:
@@ -302,8 +323,9 @@ class HMM(Task[HMMParams]):
         "symmetry of the prior), then 'last w obs', p(s_t | the last w observations): the best predictor of all that "
         "read the matrices and only those w observations (its window starts from the state's exact marginal u T^s), "
         "for w = 1..W-1, W the tunnel's transport demand: the shortest window whose own entropy error and KL are both "
-        "within the exact level. A model measurably better than 'last w obs' reads more than its last w observations; "
-        "the KL-nearest reference is a description, not a memory claim."
+        "within the exact level at every scored position. A model measurably better than 'last w obs' at every "
+        "position where that window is outside the exact level reads more than its last w observations there; the "
+        "KL-nearest reference is a description, not a memory claim."
     )
     controls_note = Task.controls_note + (
         " HMM: 'sorted posterior' (the exact filter's probabilities in descending order on states 0..S-1: the same "
@@ -458,7 +480,7 @@ class HMM(Task[HMMParams]):
 
     def windows(self) -> tuple[int, ...]:
         """The window filters a model is compared with: 1..W-1, W the transport demand (every window that is not
-        within the exact level on its own)."""
+        within the exact level on its own at some scored position)."""
         return tuple(range(1, self.transport_demand.window))
 
     def approximations(self, batch: Batch) -> dict[str, Categorical]:
@@ -479,6 +501,12 @@ class HMM(Task[HMMParams]):
     def approximation_depths(self) -> dict[str, int]:
         """How many observations each approximation keeps (0 for context-blind): a model's belief horizon."""
         return {"context-blind": 0, **{f"last {w} obs": w for w in self.windows()}}
+
+    def approximation_positions(self) -> dict[str, tuple[int, ...]]:
+        """Per approximation, the scored positions (0-based) where it is outside the exact level on the reference
+        sample (`TransportDemand.outside`): where a model must be measurably closer to the exact filter than it."""
+        demand = self.transport_demand
+        return {"context-blind": demand.blind_outside, **{f"last {w} obs": demand.positions(w) for w in self.windows()}}
 
     def controls(self, batch: Batch) -> dict[str, Distribution]:
         """The generic controls plus the exact filter's probabilities sorted onto states 0..S-1 (same entropy, wrong
