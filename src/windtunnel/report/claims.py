@@ -501,8 +501,9 @@ def _sharpening_cell(ev: Evidence, cell: Cell) -> Finding | None:
     drops = _numbers([dig(r.geometry, "attention", "drop_first_to_last_pct") for r in cell.runs])
     if not drops:
         return None
-    evidence = f"{cell.name}/{cell.task} attention entropy drop first → last layer " + ", ".join(
-        f"{number(d, '.0f')}%" for d in drops
+    evidence = f"{cell.name}/{cell.task} attention entropy, last layer against first: " + ", ".join(
+        f"{number(abs(d), '.0f')}% {'lower' if d >= 0 else 'higher'}"
+        for d in drops  # a negative drop is a rise
     )
     supports, contradicts = all(d >= SHARPENING_PCT for d in drops), all(d <= 0 for d in drops)
     why = f"a drop under {SHARPENING_PCT:g}%"
