@@ -180,7 +180,9 @@ def test_geometry_claims_are_judged_on_models_that_infer():
     exact = [run("bijection", "transformer", s, 0.004, geometry=keys_geometry(0.05 + s / 100, 80.0)) for s in range(3)]
     v = verdicts(exact)
     assert v[keys]["verdict"] == "reproduced" and "vs init 0.160, Gaussian 0.140" in v[keys]["evidence"]
-    assert v[sharpening]["verdict"] == "reproduced" and v[sharpening]["cells"].endswith("80% lower, 80% lower, 80% lower")
+    assert v[sharpening]["verdict"] == "reproduced" and v[sharpening]["cells"].endswith(
+        "80% lower, 80% lower, 80% lower"
+    )
     against = [run("bijection", "transformer", s, 0.004, geometry=keys_geometry(0.5, -5.0)) for s in range(3)]
     for r in against:  # at the paper's budget, keys measured with the paper's width-matched Gaussian baseline
         r.config["train"] = {"steps": 50_000, "batch_size": 256}

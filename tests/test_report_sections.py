@@ -12,9 +12,11 @@ from windtunnel.report import build, prose
 # The sections of report.md, in the order build_report writes them.
 SECTIONS = [
     "_verdicts_section",
+    "_glance_section",
     "_table1_section",
     "_table1_notes",
     "_reference_levels",
+    "_tunnels_section",
     "_figures_section",
     "_length_generalisation_section",
     "_capacity_sections",
@@ -87,6 +89,9 @@ def test_prose_templates_fill() -> None:
         "MARKED_RUNS_LEAD": {"mark"},
         "CAPACITY_TITLE": {"task", "metric", "what"},
         "CAPACITY": {"metric", "what", "param"},
+        "BEYOND_RANGE": {"mark"},
+        "FOREST_CAPTION": {"task"},
+        "APPROXIMATIONS_CAPTION": {"task"},
     }
     templates = {k: v for k, v in vars(prose).items() if isinstance(v, Template)}
     assert set(templates) == set(fields)

@@ -210,9 +210,11 @@ def test_intervals_are_printed_unclipped_and_the_legend_says_so(tmp_path):
     c = results["table1"]["transformer"]["bijection"]
     assert c["seeds"] == 2 and c["lo"] < 0  # the Student-t interval the seeds give, below 0 bits
     md = (tmp_path / "report" / "report.md").read_text()
-    row = next(line for line in md.splitlines() if line.startswith("| transformer |"))
-    assert f"0.026 [{tables.fmt(c['lo'], 'entropy_mae_bits')}, " in row and "[0.000, " not in row
+    row = next(line for line in md[md.index("## Table 1") :].splitlines() if line.startswith("| transformer |"))
+    assert f"0.026 [{tables.fmt(c['lo'], 'entropy_mae_bits')}{tables.BEYOND_RANGE}, " in row and "[0.000, " not in row
     assert "Intervals are never clipped to a metric's range" in md
+    # the end beyond the range is labelled, and the footnote under Table 1 says what the label means
+    assert f"{tables.BEYOND_RANGE} beyond the metric's range (below 0 bits, or past 100%)" in md
     # accuracy past 100% is printed as it is
     acc = [
         record("recall", "mamba", s, {"metrics": {"accuracy": iv(a), "entropy_mae_bits": iv(0.001)}})

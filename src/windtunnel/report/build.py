@@ -1,4 +1,4 @@
-"""Build the report (report.md, self-contained report.html, figures/*.png, results.json) from run directories."""
+"""Build the report (report.md, report.html with its figures/*.png beside it, results.json) from run directories."""
 
 from __future__ import annotations
 
@@ -18,7 +18,18 @@ from windtunnel.metric_specs import METRICS
 from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import claims, figures, prose, tables
 from windtunnel.report.collect import RunRecord, find_runs
-from windtunnel.report.document import Banner, Bullets, Document, Figure, Heading, Paragraph, Table, Verdicts
+from windtunnel.report.document import (
+    Banner,
+    Bullets,
+    Contents,
+    Details,
+    Document,
+    Figure,
+    Heading,
+    Paragraph,
+    Table,
+    Verdicts,
+)
 from windtunnel.suites import TIER_CAVEATS
 
 
@@ -135,10 +146,13 @@ def build_report(
     verdicts = claims.judge_claims(records, data, seed_geometry)
     task_note = tables.task_labels(records)[1]
     _tier_caveat(doc, meta)
+    doc.add(Contents())
     _verdicts_section(doc, verdicts)
+    _glance_section(doc, records, data)
     _table1_section(doc, header, rows, data)
     mixed = _table1_notes(doc, records, data)
     _reference_levels(doc, records)
+    _tunnels_section(doc, records, data, out)
     _figures_section(doc, records, out)
     _length_generalisation_section(doc, records)
     _capacity_sections(doc, records)
@@ -152,7 +166,7 @@ def build_report(
     _deviations_section(doc, meta)
 
     rundir.atomic_write(out / "report.md", doc.markdown(out))
-    rundir.atomic_write(out / "report.html", doc.html())
+    rundir.atomic_write(out / "report.html", doc.html(out))
     results = _results(records, verdicts, data, control_rows, mixed, seed_geometry, meta)
     rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
     return results
@@ -176,13 +190,67 @@ def _verdicts_section(doc: Document, verdicts: list[dict[str, str]]) -> None:
     doc.add(Paragraph(claims.RULES_TEXT))
 
 
+def _glance_section(doc: Document, records: list[RunRecord], data: dict[str, dict[str, Any]]) -> None:
+    """At a glance: each cell's mark and headline mean, a link to its row in its tunnel's details."""
+    if data:
+        doc.add(Heading("At a glance: architecture × tunnel"))
+        doc.add(Paragraph(prose.GLANCE))
+        doc.add(Table(*tables.glance_table(records, data), css="glance"))
+
+
 def _table1_section(doc: Document, header: list[str], rows: list[list[str]], data: dict[str, dict[str, Any]]) -> None:
-    """Table 1, architecture × inference primitive, with what its cells are."""
+    """Table 1, architecture × inference primitive, with what its cells are (folded away but for one sentence)."""
     doc.add(Heading("Table 1: architecture × inference primitive"))
-    doc.add(Paragraph(prose.TABLE1.substitute(rule=marks.rule_text())))
+    doc.add(Details(prose.TABLE1_SUMMARY, [Paragraph(prose.TABLE1.substitute(rule=marks.rule_text()))]))
     doc.add(Table(header, rows))
+    _beyond_range_note(doc, rows)
     if untimed := tables.untimed_note(data):
         doc.add(Paragraph(untimed))
+
+
+def _beyond_range_note(doc: Document, rows: list[list[Any]]) -> None:
+    """The footnote of `tables.BEYOND_RANGE`, under a table where some interval end carries it."""
+    if any(tables.BEYOND_RANGE in str(c) for row in rows for c in row):
+        doc.add(Paragraph(prose.BEYOND_RANGE.substitute(mark=tables.BEYOND_RANGE)))
+
+
+def _tunnels_section(doc: Document, records: list[RunRecord], data: dict[str, dict[str, Any]], out: Path) -> None:
+    """Each tunnel's cells in detail: a forest plot of every cell against the thresholds and the context-blind floor,
+    and a row per cell (the at-a-glance grid's links land there)."""
+    if not data:
+        return
+    doc.add(Heading("Each cell against the thresholds"))
+    doc.add(Paragraph(prose.TUNNELS))
+    for task, metric, _ in tables.columns(records):
+        built = tables.tunnel(task, records)
+        header, rows = tables.tunnel_details(task, metric, data)
+        if not rows:
+            continue
+        doc.add(Heading(tasks.info(task).title, 3, anchor=f"tunnel-{task}"))
+        th = marks.thresholds(built) if built is not None else marks.Thresholds()
+        metrics = [metric] + (["kl_bits"] if metric != "kl_bits" else [])
+        path = figures.forest_figure(task, metrics, data, th, _floors(task, records, data), out)
+        if path is not None:
+            doc.add(Figure(path, prose.FOREST_CAPTION.substitute(task=task)))
+        doc.add(Table(header, rows))
+        _beyond_range_note(doc, rows)
+
+
+def _floors(task: str, records: list[RunRecord], data: dict[str, dict[str, Any]]) -> list[figures.Floor]:
+    """The reference lines of a tunnel's forest plot: the uniform predictor's cell (the context-blind floor, as under
+    Reference levels) and the tunnel's own failure floors (`WindTunnel.references` with floor=True)."""
+    metric = tables.headline_metric(task)
+    c = data.get("uniform", {}).get(task)
+    out = []
+    if c is not None:
+        kl = {"kl_bits": c["kl_bits"]["mean"]} if c.get("kl_bits") else {}
+        out.append(figures.Floor("context-blind floor (uniform)", {metric: c["mean"], **kl}))
+    out += [
+        figures.Floor(ref.label, {metric: ref.value})
+        for ref in tables.task_references(task, records)
+        if ref.floor and ref.value is not None
+    ]
+    return out
 
 
 def _table1_notes(doc: Document, records: list[RunRecord], data: dict[str, dict[str, Any]]) -> list[str]:
@@ -252,15 +320,17 @@ def _capacity_sections(doc: Document, records: list[RunRecord]) -> None:
 
 
 def _filters_section(doc: Document, records: list[RunRecord]) -> None:
-    """Which filter does each model compute: the posterior each run is closest to, and its gain over each."""
+    """Which filter does each model compute: the posterior each run is closest to, and its gain over each (a table per
+    task, its windows in numeric order); what the columns are, each tunnel's note once, folded away."""
+    per_task = tables.approximations_tables(records)
+    if not per_task:
+        return
     present = tables.task_order({r.task for r in records})
     notes = [note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note", ""))]
-    _table_section(
-        doc,
-        "Which filter does each model compute?",
-        tables.approximations_table(records),
-        prose.APPROXIMATIONS + " ".join(notes),
-    )
+    doc.add(Heading("Which filter does each model compute?"))
+    doc.add(Details(prose.APPROXIMATIONS_SUMMARY, [Paragraph(prose.APPROXIMATIONS + " ".join(dict.fromkeys(notes)))]))
+    for task, header, rows in per_task:
+        doc.add(Table(header, rows, prose.APPROXIMATIONS_CAPTION.substitute(task=task)))
 
 
 def _controls_section(doc: Document, records: list[RunRecord], task_note: str) -> list[list[str]]:

@@ -332,8 +332,8 @@ def run_png(r: RunRecord, name: str) -> bytes | None:
 
 def probe_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, list[tuple[Path, str]]]]:
     """Per kind of `probe_figure_kinds` (its heading and paragraph; a kind with no figure left out): one figure per cell
-    whose probe applied, from its lowest probed seed that has the figure, captioned with the cell, the seed and what
-    it shows."""
+    whose probe applied, from its lowest probed seed that has the figure (or, for a kind that draws seeds overlaid,
+    `draw_seeds`, from every probed seed), captioned with the cell, the seeds and what it shows."""
     sections = []
     for kind in probe_figure_kinds():
         drawn = []
@@ -342,6 +342,13 @@ def probe_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, l
                 continue
             probed = [r for r in cell.runs if r.geometry]
             dest = out / "figures" / f"{kind.kind}_{cell.slug}.png"
+            if kind.draw_seeds is not None:  # every probed seed overlaid, each labelled
+                seeds = [(r.seed, dig(r.geometry, kind.probe)) for r in probed if _applies(r.geometry, kind.probe)]
+                if seeds and kind.draw_seeds(seeds, dest) is not None:
+                    which = ", ".join(str(s) for s, _ in seeds)
+                    which = f"seed {which}" if len(seeds) == 1 else f"seeds {which} overlaid"
+                    drawn.append((dest, f"{cell.caption}, {which}: {kind.what(probed[0].geometry or {})}"))
+                continue
             for r in probed:
                 if not _applies(r.geometry, kind.probe):
                     continue
@@ -398,3 +405,143 @@ def report_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, 
         )
     sections = [("", "", first)] if first else []
     return sections + probe_figures(records, out)
+
+
+# --- forest plots: every cell against the thresholds ---------------------------------------------------------------
+
+LEVEL_COLORS = {"exact": "#1a7f37", "approximate": "#9a6700", "fail": "#cf222e", "invalid": "#8250df"}
+FLOOR_STYLES = (":", "-.")  # the floors' lines, in order
+BITS_AXIS_FLOOR = 1e-3  # the left edge of a forest plot's log axis in bits, at least (an end below it: an arrow)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A reference line of a forest plot: `label`, and its `value` per metric (a metric it has no value for: none)."""
+
+    label: str
+    values: dict[str, float]
+
+
+def forest_figure(
+    task: str,
+    metrics: list[str],
+    data: dict[str, dict[str, Any]],
+    thresholds: Any,
+    floors: list[Floor],
+    out: Path,
+) -> Path | None:
+    """A forest plot of tunnel `task`: a panel per metric in `metrics` (its headline first, then KL), a row per Table 1
+    cell (`tables.primitives_table`'s data: seeds pooled), its mean as a dot coloured by its mark and its interval as a
+    bar, against the ◐ and ✓ thresholds (`marks.Thresholds`) and the `floors` (the context-blind predictor). Bits on a
+    log axis: an interval end at or below `BITS_AXIS_FLOOR` (0 bits and below included) is an arrow at the axis'
+    edge; an accuracy interval is drawn whole, the part past 100% over a grey band labelled beyond the range. None
+    where no cell has the task."""
+    rows = [(name, cells[task]) for name, cells in data.items() if task in cells]
+    if not rows:
+        return None
+    fig, axes = subplots(1, len(metrics), figsize=(4.6 * len(metrics) + 1.2, 0.42 * len(rows) + 1.6), squeeze=False)
+    ys = list(range(len(rows)))[::-1]  # the first row at the top
+    for k, (ax, metric) in enumerate(zip(axes[0], metrics, strict=True)):
+        spec = METRICS[metric]
+        points = [
+            (y, c["level"], _finite(c if metric == c.get("metric", metric) else c.get(metric)))
+            for y, (_, c) in zip(ys, rows, strict=True)
+        ]
+        if spec.unit == "fraction":
+            _forest_fraction(ax, points)
+            marks_at = [(thresholds.exact_accuracy, "✓"), (thresholds.approx_accuracy, "◐")]
+        else:
+            _forest_bits(ax, points)
+            marks_at = [(thresholds.exact_bits, "✓"), (thresholds.approx_bits, "◐")]
+        for (value, sym), ha in zip(marks_at, ("left", "right"), strict=True):  # ✓ and ◐ apart where they are close
+            ax.axvline(value, color="#555", ls="--", lw=1)
+            ax.annotate(
+                f"{sym} {spec.fmt(value)}",
+                (value, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                ha=ha,
+                va="bottom",
+                color="#555",
+            )
+        for k_floor, floor in enumerate(floors):
+            style = FLOOR_STYLES[k_floor % len(FLOOR_STYLES)]
+            if metric in floor.values and math.isfinite(floor.values[metric]):
+                ax.axvline(floor.values[metric], color="#888", ls=style, lw=1.5, label=_label(floor.label))
+        ax.set_xlabel(spec.title)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([_label(name) for name, _ in rows] if k == 0 else [], fontsize=8)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.grid(axis="x", alpha=0.3)
+    handles: dict[str, Any] = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=len(handles))
+    fig.suptitle(f"{_label(task)}: every cell (seeds pooled) against the ◐/✓ thresholds", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
+    return _save(fig, out / "figures" / f"forest_{_slug(task)}.png")
+
+
+Point = tuple[int, str, "dict[str, float] | None"]  # (row, the cell's level, its interval {"mean", "lo", "hi"})
+
+
+def _finite(m: Any) -> dict[str, float] | None:
+    """An interval {"mean", "lo", "hi"} of finite numbers, else None (nothing drawn)."""
+    try:
+        vals = {k: float(m[k]) for k in ("mean", "lo", "hi")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return vals if all(math.isfinite(v) for v in vals.values()) else None
+
+
+def _dot(ax: Any, y: float, c: dict[str, float], level: str) -> None:
+    ax.plot([c["mean"]], [y], "o", color=LEVEL_COLORS.get(level, "k"), ms=6, zorder=3)
+
+
+def _forest_bits(ax: Any, points: list[Point]) -> None:
+    """Bits on a log axis from `BITS_AXIS_FLOOR` (or lower, to show the smallest positive value): an end at or below
+    the edge is an arrow there, labelled "≤ 0 ‡" where it is beyond the range (below 0 bits)."""
+    positive = [v for _, _, c in points if c for v in (c["mean"], c["lo"], c["hi"]) if v > 0]
+    edge = min([BITS_AXIS_FLOOR, *(v / 2 for v in positive)])
+    right = max([1.0, *(v * 1.5 for v in positive)])
+    ax.set_xscale("log")
+    ax.set_xlim(edge, right)
+    for y, level, c in points:
+        if not c:
+            continue
+        lo, hi = max(c["lo"], edge), max(c["hi"], edge)
+        ax.plot([lo, hi], [y, y], "-", color=LEVEL_COLORS.get(level, "k"), lw=2, alpha=0.7)
+        if c["lo"] <= edge:
+            ax.plot([edge], [y], "<", color=LEVEL_COLORS.get(level, "k"), ms=6)
+            if c["lo"] < 0:
+                ax.annotate("lower end < 0 ‡", (edge, y), xytext=(8, 4), textcoords="offset points", fontsize=6)
+        if c["mean"] > 0:
+            _dot(ax, y, c, level)
+
+
+def _forest_fraction(ax: Any, points: list[Point]) -> None:
+    """Accuracy as a percentage, each interval whole; past 100% a grey band, labelled beyond the metric's range."""
+    hi = max([1.0, *(c["hi"] for _, _, c in points if c)])
+    lo = min([0.0, *(c["lo"] for _, _, c in points if c)])
+    ax.set_xlim(lo - 0.02, hi + 0.02)
+    if hi > 1.0:
+        ax.axvspan(1.0, hi + 0.02, color="#ddd", zorder=0)
+        ax.annotate(
+            "beyond the range ‡",
+            (1.0, 0.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=6,
+            color="#555",
+        )
+    if lo < 0.0:
+        ax.axvspan(lo - 0.02, 0.0, color="#ddd", zorder=0)
+    ax.xaxis.set_major_formatter(lambda x, _: f"{100 * x:.0f}%")
+    for y, level, c in points:
+        if not c:
+            continue
+        ax.plot([c["lo"], c["hi"]], [y, y], "-", color=LEVEL_COLORS.get(level, "k"), lw=2, alpha=0.7)
+        _dot(ax, y, c, level)

@@ -7,6 +7,37 @@ from string import Template
 
 TITLE = "windtunnel report: is each architecture doing exact Bayesian inference?"
 
+# The at-a-glance grid, under its heading.
+GLANCE = (
+    "Each cell: its mark and its headline number (the mean over training seeds; entropy error in bits, or accuracy); "
+    "click a cell for its interval, seeds and why it is not one level higher."
+)
+
+# In view above Table 1, its definitions (TABLE1) folded away under it.
+TABLE1_SUMMARY = (
+    "Each cell: the mark, the mean over training seeds [its 95% interval], KL, the range of the seed means, how many "
+    "seeds are ✓ on their own and the time to verdict (definitions and the marking rule: open)."
+)
+
+# Under a table where an interval end lies beyond its metric's range; `$mark` is `tables.BEYOND_RANGE`.
+BEYOND_RANGE = Template(
+    "$mark beyond the metric's range (below 0 bits, or past 100%): the Student-t interval over training seeds is "
+    "printed as the seeds give it, never clipped; an end past the range says too few seeds, or seeds too far apart, "
+    "to bound the value on that side."
+)
+
+# The section of each tunnel's forest plot and its cells in detail; FOREST_CAPTION's `$task` is the tunnel.
+TUNNELS = (
+    "Per tunnel, every cell of Table 1 (its seeds pooled, as the mark is) as a dot coloured by its mark with its 95% "
+    "interval, against the ✓ and ◐ thresholds (dashed) and the context-blind floor (dotted), and a row per cell: "
+    "the at-a-glance grid links here."
+)
+FOREST_CAPTION = Template(
+    "$task: each cell's mean and 95% interval (seeds pooled), headline metric and KL(exact ‖ model), against the ✓ "
+    "and ◐ thresholds and the context-blind floor; on a log axis an arrow at the left edge is an interval reaching "
+    "0 bits or below (‡: below 0, beyond the range)"
+)
+
 # Table 1; `$rule` is `marks.rule_text()`.
 TABLE1 = Template(
     "Entropy error = mean over test sequences and scored positions of |H_model − H_Bayes| in bits "
@@ -62,6 +93,13 @@ CAPACITY = Template(
     "also positions never trained), and the largest $param at which each architecture is exact or "
     "approximate: how far its memory reaches."
 )
+
+# In view above the approximations tables; APPROXIMATIONS folded away under it.
+APPROXIMATIONS_SUMMARY = (
+    "Per run: the posterior it is closest to, its belief horizon, and its gain in bits over each approximate "
+    "posterior (> 0: measurably closer to the exact posterior than that approximation; what each column is: open)."
+)
+APPROXIMATIONS_CAPTION = Template("$task: windows 'last w obs' in order of w.")
 
 # Followed by each present tunnel's `approximations_note`.
 APPROXIMATIONS = (

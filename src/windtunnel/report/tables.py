@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from windtunnel import marks, models, tasks
 from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord, validation_evals
+from windtunnel.report.document import Cell, slug
 from windtunnel.resume import STATUSES
 from windtunnel.suites.settings import paper_result, paper_setting, values
 
@@ -291,10 +293,32 @@ def fmt(value: float, metric: str) -> str:
     return METRICS[metric].fmt(value)
 
 
-def _interval(m: dict[str, float] | None, metric: str) -> str:
+# Beside an interval end past the range the metric's values can take (`RANGES`): the interval is printed as the seeds
+# give it, never clipped (`marks.seed_stats`), and labelled so (`prose.BEYOND_RANGE`).
+BEYOND_RANGE = "‡"
+RANGES = {
+    "accuracy": (0.0, 1.0),
+    "entropy_mae_bits": (0.0, math.inf),
+    "entropy_mae_curve_bits": (0.0, math.inf),
+    "kl_bits": (0.0, math.inf),
+}
+
+
+def beyond_range(value: float, metric: str) -> bool:
+    """Whether `value` lies outside the values `metric` can take (below 0 bits, an accuracy past 100%)."""
+    lo, hi = RANGES.get(metric, (-math.inf, math.inf))
+    return value < lo or value > hi
+
+
+def interval_text(m: dict[str, float] | None, metric: str) -> str:
+    """ "mean [lo, hi]", an end beyond the metric's range labelled `BEYOND_RANGE` ("78.8% [32.0%, 125.6%‡]")."""
     if not m:
         return "—"
-    return f"{fmt(m['mean'], metric)} [{fmt(m['lo'], metric)}, {fmt(m['hi'], metric)}]"
+    ends = (fmt(m[k], metric) + (BEYOND_RANGE if beyond_range(m[k], metric) else "") for k in ("lo", "hi"))
+    return f"{fmt(m['mean'], metric)} [{', '.join(ends)}]"
+
+
+_interval = interval_text
 
 
 def _cell_text(c: dict[str, Any], metric: str) -> str:
@@ -559,35 +583,44 @@ def memorisation_table(records: list[RunRecord]) -> list[list[str]]:
     return rows
 
 
-def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
-    """Which approximate posterior each model computes (tasks whose eval.json has "approximations": the HMM's
-    context-blind reference and window filters): per run, the KL-nearest reference (paired intervals), the belief
-    horizon, and per approximation the model's gain over it, KL(exact ‖ approximation) − KL(exact ‖ model) in bits
-    with its interval (> 0: the model is measurably closer to the exact posterior than the approximation is); a last
-    row per task gives each approximation's own entropy error and KL against the exact posterior."""
-    with_approx = [r for r in records if r.default.get("approximations")]
-    if not with_approx:
-        return None
-    names = list(dict.fromkeys(n for r in with_approx for n in r.default["approximations"]))
-    header = ["Task", "Run", "KL-nearest reference", "Belief horizon", *(f"gain over '{n}'" for n in names)]
-    rows = []
-    for r in sorted(with_approx, key=lambda r: (r.task, r.arch, r.seed)):
-        c = cell_value([r], headline_metric(r.task)) or {}
-        approx = r.default["approximations"]
-        rows.append(
-            [
-                r.task,
-                r.path.name + runs_tag([r]),
-                c.get("closest_text") or "—",
-                horizon_text(c),
-                *(
-                    _interval(marks.finite(approx[n].get("gain_bits")), "kl_bits") if n in approx else "—"
-                    for n in names
-                ),
-            ]
-        )
-    for task in sorted({r.task for r in with_approx}):
-        ref = next(r for r in with_approx if r.task == task).default["approximations"]
+def approximation_order(name: str) -> tuple[int, float, str]:
+    """Sort key of an approximation's name: 'context-blind' first, then the windows 'last w obs' by w as a number
+    (1, 2, ..., 10, not 1, 10, 11, 2), then any other name."""
+    if name == marks.CONTEXT_BLIND:
+        return (0, 0.0, name)
+    m = re.fullmatch(r"last (\d+) obs", name)
+    return (1, float(m.group(1)), name) if m else (2, 0.0, name)
+
+
+def approximations_tables(records: list[RunRecord]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Which approximate posterior each model computes, one table per task whose eval.json has "approximations" (the
+    HMMs' context-blind reference and window filters), as (task, header, rows): per run, the KL-nearest reference
+    (paired intervals), the belief horizon, and per approximation (in `approximation_order`) the model's gain over
+    it, KL(exact ‖ approximation) − KL(exact ‖ model) in bits with its interval (> 0: the model is measurably closer
+    to the exact posterior than the approximation is); a last row gives each approximation's own entropy error and
+    KL against the exact posterior."""
+    out = []
+    for task in task_order({r.task for r in records if r.default.get("approximations")}):
+        runs = [r for r in records if r.task == task and r.default.get("approximations")]
+        names = sorted({n for r in runs for n in r.default["approximations"]}, key=approximation_order)
+        header = ["Task", "Run", "KL-nearest reference", "Belief horizon", *(f"gain over '{n}'" for n in names)]
+        rows = []
+        for r in sorted(runs, key=lambda r: (arch_row(r.arch), r.arch, r.seed, r.path.name)):
+            c = cell_value([r], headline_metric(r.task)) or {}
+            approx = r.default["approximations"]
+            rows.append(
+                [
+                    r.task,
+                    r.path.name + runs_tag([r]),
+                    c.get("closest_text") or "—",
+                    horizon_text(c),
+                    *(
+                        _interval(marks.finite(approx[n].get("gain_bits")), "kl_bits") if n in approx else "—"
+                        for n in names
+                    ),
+                ]
+            )
+        ref = runs[0].default["approximations"]
         rows.append(
             [
                 task,
@@ -600,7 +633,8 @@ def approximations_table(records: list[RunRecord]) -> tuple[list[str], list[list
                 ),
             ]
         )
-    return header, rows
+        out.append((task, header, rows))
+    return out
 
 
 def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[str]]] | None:
@@ -645,3 +679,63 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
 def _mark_text(m: dict[str, Any]) -> str:
     """`marks.format_mark`, less the seed count of a one-seed cell that did not get there ("—", not "— (0/1)")."""
     return "—" if m["of"] == 1 and not m["reached"] else marks.format_mark(m)
+
+
+# --- at a glance, and each cell in detail ---------------------------------------------------------------------------
+
+
+def cell_anchor(task: str, name: str) -> str:
+    """The anchor of a Table 1 cell's row in its tunnel's details (`tunnel_details`), which the at-a-glance grid
+    links to."""
+    return "cell-" + slug(f"{task}-{name}")
+
+
+def glance_table(records: list[RunRecord], data: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The at-a-glance grid: a row per Table 1 row (`primitives_table`'s data), a column per tunnel; each cell its mark
+    and headline mean (`Cell`, coloured by its level), a link to its row in the tunnel's details."""
+    cols = columns(records)
+    header = ["Architecture", *(f"{tasks.info(task).title}: {METRICS[metric].short_title}" for task, metric, _ in cols)]
+    rows: list[list[Any]] = []
+    for name, cells in data.items():
+        row: list[Any] = [name]
+        for task, metric, _ in cols:
+            c = cells.get(task)
+            if c is None:
+                row.append("—")
+                continue
+            text = f"{marks.MARK[c['level']]} {fmt(c['mean'], metric)}{' ' + STATUS_MARK if c['statuses'] else ''}"
+            row.append(Cell(text, href="#" + cell_anchor(task, name), level=c["level"]))
+        rows.append(row)
+    return header, rows
+
+
+def tunnel_details(task: str, metric: str, data: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """One tunnel's cells in detail, a row each (the anchor `cell_anchor` on its first column): the mark, the headline
+    and KL intervals (ends beyond the metric's range labelled, `interval_text`), the seeds and how many are ✓ on
+    their own, and why the cell is not one level higher (`marks.shortfall`)."""
+    title = METRICS[metric].title
+    header = [
+        "Architecture",
+        "Mark",
+        title[:1].upper() + title[1:],
+        "KL(exact ‖ model) (bits)",
+        "Seeds (✓ on their own)",
+        "Why not one level higher",
+    ]
+    rows: list[list[Any]] = []
+    for name, cells in data.items():
+        c = cells.get(task)
+        if c is None:
+            continue
+        v = c.get("verdict") or {}
+        rows.append(
+            [
+                Cell(name, anchor=cell_anchor(task, name)),
+                f"{marks.MARK[c['level']]} {c['level']}{status_tag(c['statuses'])}",
+                interval_text(c, metric),
+                interval_text(c.get("kl_bits"), "kl_bits") if metric != "kl_bits" else "—",
+                f"{c['seeds']} ({c['seeds_exact']} ✓)",
+                marks.shortfall(c["level"], v.get("reasons") or ()) or "—",
+            ]
+        )
+    return header, rows

@@ -31,6 +31,15 @@ def _quantities(layer: int, which: str) -> list[tuple[Any, ...]]:
     ]
 
 
+def change_cell(drop_pct: Any, geometry: dict[str, Any] | None = None) -> str:
+    """The Geometry table's cell of the attention entropy's change from the first layer to the last, signed so that it
+    reads as a change: "-13%" where it fell by 13%, "+574%" where it rose 6.7-fold; "—" where there is no number."""
+    if not isinstance(drop_pct, (int, float)) or isinstance(drop_pct, bool) or drop_pct != drop_pct:
+        return "—"
+    change = -float(drop_pct)
+    return f"{'+' if change > 0 else '−' if change < 0 else ''}{abs(change):.0f}%"
+
+
 def _compute(ctx: ProbeContext) -> dict[str, Any]:
     return sharpening(ctx.data, ctx.task, ctx.init_data)
 
@@ -39,7 +48,7 @@ PROBE = Probe(
     "attention",
     compute=_compute,
     init_data=True,
-    columns=(Column("attn entropy drop %", ("attention", "drop_first_to_last_pct")),),
+    columns=(Column("attn entropy change first → last layer", ("attention", "drop_first_to_last_pct"), change_cell),),
     seed_quantities=(*_quantities(0, "first"), *_quantities(-1, "last")),
     seed_rank=2,
     figures=(RunFigure("attention_entropy.png", lambda ctx, result, path: figures.attention_entropy(result, path)),),
