@@ -15,14 +15,19 @@ from tiny_runs import train_checkpointed
 from windtunnel import tasks
 from windtunnel.cli import app
 from windtunnel.cli.probe_cmd import _summary
+from windtunnel.geometry import figures
+from windtunnel.geometry import memory as memory_module
 from windtunnel.geometry.data import heldout_batch
-from windtunnel.geometry.memory import make_edits, memory_probe
+from windtunnel.geometry.memory import make_edits, memory_probe, reach_ratios, window_predictors
 from windtunnel.geometry.probes import PROBES
+from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.geometry.stats import bootstrap_ratios
 from windtunnel.tasks._util import scatter_posterior
 from windtunnel.tasks.hmm import window_filters
 
 SMALL_HMM = {"S": 3, "O": 3, "K": 8}
+# The standard tier's HMM transformer at lag 1, seeds 0..4: one seed carries nothing, four carry the exact filter's move
+LAG1 = [4e-6, 0.070, 0.067, 0.067, 0.063]
 
 
 def current_only(task):
@@ -156,3 +161,71 @@ def test_summary_line_reads_each_lag_beside_the_exact_move():
         line
         == "  memory: lag 1 model 0.081 / exact 0.085; lag 2 model 0 / exact 0.03; lag 3 model 0.002 / exact 0.013 bits"
     )
+
+
+def test_a_window_filter_moves_as_much_as_the_exact_filter_below_its_window_and_not_at_all_from_it():
+    """A ratio of 1 to the exact filter's move is not exactness: "last 2 obs" scores about 1 at lag 1 too, and the
+    probe reports that ratio (the shortest window reading each lag, "reach_ratio") beside the model's."""
+    task = tasks.make("hmm")
+    windows = window_predictors(task, 3)
+    assert list(windows) == ["last 1 obs", "last 2 obs", "last 3 obs"]
+    assert window_predictors(tasks.make("bijection", V=5, L=4), 3) == {}  # only an HMM has window filters
+    r = probe(task, {"model": task.posterior_for, **windows}, n=64)
+    assert max(r["last 1 obs_ratio"]) < 1e-4  # reads o_t alone: no move at any lag
+    two = r["last 2 obs_ratio"]
+    assert two[0] > 0.8 and max(two[1:]) < 1e-4  # as much as the exact filter at lag 1, nothing from lag 2
+    assert r["last 3 obs_ratio"][1] > 0.8 and max(r["last 3 obs_ratio"][2:]) < 1e-4
+    reach, ci = reach_ratios(r)
+    assert reach[:2] == [two[0], r["last 3 obs_ratio"][1]] and reach[3:] == [None] * (len(reach) - 3)
+    assert ci[0] == r["ci"]["last 2 obs_ratio"][0]
+
+
+def test_the_probe_of_a_model_reports_the_window_filters_beside_it(monkeypatch):
+    task = tasks.make("hmm", **SMALL_HMM)
+    monkeypatch.setattr(memory_module, "model_predictor", lambda m: task.posterior_for)  # the exact filter as model
+    r = memory_module.memory(torch.nn.Linear(1, 1), task, heldout_batch(task, 16))
+    J = len(r["lags"])
+    assert [w for w in range(1, J + 3) if f"last {w} obs" in r] == list(range(1, min(J + 1, SMALL_HMM["K"]) + 1))
+    assert r["model_ratio"] == pytest.approx([1.0] * J)
+    assert len(r["reach_ratio"]) == J and len(r["ci"]["reach_ratio"]) == J
+    assert r["reach_ratio"][0] == r["last 2 obs_ratio"][0]
+
+
+def test_memory_across_seeds_is_the_per_seed_median_with_its_range_never_a_mean():
+    """The standard tier's HMM transformer: a geometric mean over seeds gave 0.010 [0.000, 2.087], like no seed."""
+    geos = [{"memory": {"lags": [1], "model": [v], "exact": [0.069], "model_ratio": [v / 0.069]}} for v in LAG1]
+    q = across_seeds(geos)["memory: belief move, first lag (bits)"]
+    trained = q["trained"]
+    assert trained["median"] == 0.067 and trained["range"] == [4e-6, 0.070] and trained["values"] == LAG1
+    assert "mean" not in trained and trained["interval"] is None
+    assert seed_text(trained) == "median 0.067, range 4.0e-06–0.070 (seeds 4.0e-06, 0.070, 0.067, 0.067, 0.063)"
+    assert seed_text(q["baseline"]) == "median 0.069, range 0.069–0.069 (seeds 0.069, 0.069, 0.069, 0.069, 0.069)"
+    ratio = across_seeds(geos)["memory: move / exact filter's, first lag"]["trained"]
+    assert ratio["median"] == pytest.approx(0.067 / 0.069)
+    even = across_seeds(geos[:4])["memory: belief move, first lag (bits)"]["trained"]
+    assert even["median"] == pytest.approx((0.067 + 0.067) / 2) and even["range"] == [4e-6, 0.070]
+
+
+def test_the_memory_figure_overlays_every_seed_beside_the_window_filters(monkeypatch, tmp_path):
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    results = [
+        (
+            seed,
+            {
+                "lags": [1, 2],
+                "model": [v, 0.0],
+                "exact": [0.069, 0.01],
+                "model_ratio": [v / 0.069, 0.0],
+                "last 1 obs_ratio": [0.0, 0.0],
+                "last 2 obs_ratio": [0.99, 0.0],
+            },
+        )
+        for seed, v in enumerate(LAG1)
+    ]
+    assert figures.memory_seeds(results, tmp_path / "m.png") == tmp_path / "m.png"
+    move, ratio = drawn["fig"].axes
+    seeds = [f"model, seed {s}" for s in range(5)]
+    assert move.get_legend_handles_labels()[1] == ["exact filter", *seeds]
+    assert ratio.get_legend_handles_labels()[1] == [*seeds, "last 1 obs", "last 2 obs"]
+    assert figures.memory_seeds([(0, {"lags": "garbled"})], tmp_path / "n.png") is None

@@ -307,6 +307,57 @@ def memory_profile(result: dict[str, Any], path: Path, color: str = "tab:blue") 
     return _save(fig, path)
 
 
+SEED_STYLES = ("-", "--", ":", "-.")  # one line style per seed, in seed order
+
+
+def memory_seeds(results: list[tuple[int, Any]], path: Path, color: str = "tab:blue") -> Path | None:
+    """The memory profile of every probed seed of a cell, overlaid, each labelled: left, per lag j, how far each
+    seed's belief moves (KL, bits; log axis) beside the exact filter's (black, dashed; the lowest seed's edits);
+    right, each seed's move as a share of the exact filter's, beside the same share for the filters of the last w
+    observations (grey: "last w obs" moves as much as the exact filter below lag w and not at all from lag w on, so a
+    share of 1 at lag 1 is what reading 2 observations gives, not exactness). results: (seed, memory result) in seed
+    order; None where no seed has a profile (`memory_lines`)."""
+    drawn = [(seed, r, lines) for seed, r in results if (lines := memory_lines(r)) is not None]
+    if not drawn:
+        return None
+    fig, (move_ax, ratio_ax) = subplots(1, 2, figsize=(9.6, 3.4))
+    first = drawn[0][2]
+    exact = [(j, p[0]) for j, p in zip(first["lags"], first.get("exact", []), strict=False) if p is not None]
+    if exact:
+        xs, ys = zip(*exact, strict=True)
+        move_ax.plot(xs, np.maximum(ys, MEMORY_FLOOR_BITS), "k--", marker="o", ms=3, label="exact filter")
+    for n, (seed, r, lines) in enumerate(drawn):
+        style = {"color": color, "ls": SEED_STYLES[n % len(SEED_STYLES)], "marker": "o", "ms": 3}
+        pts = [(j, p[0]) for j, p in zip(lines["lags"], lines.get("model", []), strict=False) if p is not None]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            move_ax.plot(xs, np.maximum(ys, MEMORY_FLOOR_BITS), label=f"model, seed {seed}", **style)
+        ratio = [(j, v) for j, v in zip(lines["lags"], r.get("model_ratio") or [], strict=False) if _finite(v)]
+        if ratio:
+            xs, ys = zip(*ratio, strict=True)
+            ratio_ax.plot(xs, ys, label=f"model, seed {seed}", **style)
+    windows = sorted((int(k.split()[1]), k) for k in drawn[0][1] if k.startswith("last ") and k.endswith(" obs_ratio"))
+    for n, (w, key) in enumerate(windows):
+        pts = [(j, v) for j, v in zip(first["lags"], drawn[0][1][key], strict=False) if _finite(v)]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            grey = str(0.35 + 0.5 * n / max(len(windows) - 1, 1))
+            ratio_ax.plot(xs, ys, color=grey, lw=0.8, label=f"last {w} obs" if n < 3 or n == len(windows) - 1 else None)
+    ratio_ax.axhline(1.0, color="k", ls="--", lw=0.6)
+    move_ax.set_yscale("log")
+    for ax in (move_ax, ratio_ax):
+        ax.set_xticks(first["lags"])
+        ax.set_xlabel("lag j (observation resampled j steps back)")
+        ax.legend(fontsize=6)
+    move_ax.set_ylabel("belief move, KL (bits)")
+    ratio_ax.set_ylabel("move / exact filter's move")
+    return _save(fig, path)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def write_figures(
     results: dict[str, Any],
     model: nn.Module,

@@ -11,6 +11,12 @@ for every edit) are each resampled to another symbol, uniform among the others (
 moves the belief at every later observation, so lag j is read at o_{i+j} (the first scored position at or after it).
 The move is KL(belief on the original ‖ belief on the edited prompt) in bits, averaged over a sequence's edits, then
 over sequences, with paired bootstrap intervals over sequences (`stats.bootstrap_ratios`).
+
+A ratio of 1 to the exact filter's move is not exactness: on an HMM the filter of the last w observations
+("last w obs", `window_predictors`) moves as much as the exact filter at every lag below w and not at all from lag w
+on, so at lag 1 "last 2 obs" scores about 1 too. The probe measures the window filters under the same edits and
+reports, per lag j, the ratio of the shortest window that reads o_{t-j} ("last j+1 obs": `reach_ratio`), beside the
+model's.
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ Predict = Callable[[torch.Tensor], Distribution]  # prompts (N,T) -> a predictiv
 DEFINITION = (
     "per lag j: mean over sequences (and E edits each) of KL(belief at o_{i+j} on the original prompt ‖ on the prompt "
     "with o_i alone resampled to another symbol) in bits; 'exact' = the exact posterior (task.posterior_for) under "
-    "the same edits; '<name>_ratio' = its mean / the exact mean; ci: paired bootstrap intervals over sequences"
+    "the same edits; '<name>_ratio' = its mean / the exact mean; 'last w obs' = the filter of the last w observations "
+    "under the same edits (HMMs); 'reach_ratio' at lag j = the ratio of 'last j+1 obs', the shortest window that reads "
+    "the edited observation; ci: paired bootstrap intervals over sequences"
 )
 
 
@@ -150,6 +158,43 @@ def memory_probe(
     return out
 
 
+def window_predictors(task: Any, max_window: int) -> dict[str, Predict]:
+    """ "last w obs" for w = 1..`max_window` (at most the task's K): the best filter of the last w observations of
+    any prompt (`tasks.hmm.window_filters` through the matrices the prompt states), its belief at every observation;
+    {} where the task is not an HMM."""
+    from windtunnel.tasks.hmm import HMM, window_filters
+
+    if not isinstance(task, HMM):
+        return {}
+
+    def window(w: int) -> Predict:
+        def predict(inputs: torch.Tensor) -> Distribution:
+            t_cents, e_cents, obs = task.parse(inputs)  # (B,S,S), (B,S,O), (B,K)
+            log_T, log_E = (c.double().div(100.0).log() for c in (t_cents, e_cents))
+            post = window_filters(log_T, log_E, obs, [w])[w]  # (B,K,S)
+            positions, _ = task.observation_slots(inputs)  # (B,K): where the belief after o_k is read
+            B, T, S = inputs.shape[0], inputs.shape[1], post.shape[-1]
+            logits = torch.zeros(B, T, S, dtype=torch.float64, device=inputs.device)
+            logits.scatter_(1, positions[..., None].expand(-1, -1, S), post.log())
+            return Categorical(logits=logits, validate_args=False)
+
+        return predict
+
+    return {f"last {w} obs": window(w) for w in range(1, min(int(max_window), task.params.K) + 1)}
+
+
+def reach_ratios(result: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Per lag j of a `memory_probe` result, the ratio of "last j+1 obs" (the shortest window that reads the edited
+    observation) and its interval; None where the probe did not measure that window."""
+    ratios, cis = [], []
+    for i, j in enumerate(result.get("lags") or []):
+        name = f"last {j + 1} obs_ratio"
+        values, ci = result.get(name), (result.get("ci") or {}).get(name)
+        ratios.append(values[i] if isinstance(values, list) and i < len(values) else None)
+        cis.append(ci[i] if isinstance(ci, list) and i < len(ci) else None)
+    return ratios, cis
+
+
 def model_predictor(model: nn.Module) -> Predict:
     """A model as a `Predict`: its predictive on prompts (N,T)."""
     return lambda x: predictive(model_spec(model), model(x))
@@ -158,9 +203,15 @@ def model_predictor(model: nn.Module) -> Predict:
 def memory(
     model: nn.Module, task: Any, batch: Batch, init_model: nn.Module | None = None, seed: int = 0
 ) -> dict[str, Any]:
-    """`memory_probe` of `model` (and `init_model` beside it) on the first MAX_SEQUENCES sequences of `batch`."""
+    """`memory_probe` of `model` (and `init_model` beside it, and on an HMM the window filters "last 1 obs" ..
+    "last J+1 obs", `window_predictors`) on the first MAX_SEQUENCES sequences of `batch`, with each lag's
+    `reach_ratio`."""
     model.eval()
     preds = {"model": model_predictor(model)}
     if init_model is not None:
         preds["init"] = model_predictor(init_model.eval())
-    return memory_probe(task, batch.inputs[:MAX_SEQUENCES], batch.target_mask[:MAX_SEQUENCES], preds, seed=seed)
+    preds.update(window_predictors(task, MAX_LAG + 1))
+    out = memory_probe(task, batch.inputs[:MAX_SEQUENCES], batch.target_mask[:MAX_SEQUENCES], preds, seed=seed)
+    if "lags" in out:
+        out["reach_ratio"], out["ci"]["reach_ratio"] = reach_ratios(out)
+    return out

@@ -91,7 +91,9 @@ class ReportFigure:
     """One kind of figure in the report (`report.figures.ProbeFigure`, whose fields these are): the run's PNG `source`,
     copied as `<kind>_<cell>.png` under the heading `title` and the paragraph `text`; `what(geometry)`: its caption;
     `archs`: the architectures it is shown for (None: all); `draw(result, path)`: draws it from geometry.json where the
-    run has no PNG; `rank`: its place among the report's probe figures (lower first; ties in registration order)."""
+    run has no PNG; `rank`: its place among the report's probe figures (lower first; ties in registration order);
+    `draw_seeds(results, path)`: where given, the figure is drawn from every probed seed's result ([(seed, result)],
+    in seed order), overlaid, in place of one seed's PNG."""
 
     kind: str
     source: str
@@ -101,6 +103,7 @@ class ReportFigure:
     archs: tuple[str, ...] | None = None
     draw: Callable[[Any, Path], Path | None] | None = None
     rank: float = math.inf
+    draw_seeds: Callable[[list[tuple[int, Any]], Path], Path | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ it inside the statistic's range (`Scale`) and back-transformed.
     >>> across_seeds([geometry_seed0, geometry_seed1])["authors' L0 signed key cos, key tokens"]["trained"]
     {"n_seeds": 2, "mean": ..., "interval": [lo, hi], "values": [...], "scale": "Fisher z"}
 
+A quantity whose seeds may differ by orders of magnitude (a memory move: 4e-6 on a seed that carries nothing, 0.07
+on four that carry it) is summarised per seed (`PER_SEED`): every seed's value, their median and their range, never
+a mean of them (a geometric mean of 4e-6 and four 0.07s is 0.010, like no seed).
+
 A plain t-interval of two seeds leaves a bounded range ([-1.004, -0.943] for a correlation, [-0.130, 1.270] for a
 variance share): a correlation's interval is taken on Fisher's z = atanh(r), a share's on its logit, a participation
 ratio's on log(PR - 1), and the mean is the back-transformed mean on that scale. A correlation with a principal
@@ -34,6 +38,7 @@ class Scale:
     lo: float | None = None
     hi: float | None = None
     fold: bool = False
+    per_seed: bool = False  # summarised by the seeds' median and range, no mean or interval (`PER_SEED`)
 
     def to(self, v: float) -> float:
         lo, hi = self.lo, self.hi
@@ -66,6 +71,7 @@ PC_CORRELATION = Scale("Fisher z of |r|", -1.0, 1.0, fold=True)  # with a PC, wh
 PARTICIPATION = Scale("log(PR - 1)", 1.0, None)  # a participation ratio, >= 1
 POSITIVE = Scale("log", 0.0, None)  # an entropy in bits
 R2 = Scale("-log(1 - R^2)", None, 1.0)  # a held-out R^2: at most 1, may be negative
+PER_SEED = Scale("per seed: median and range", per_seed=True)  # seeds that may differ by orders of magnitude
 
 # (quantity, trained path, init path (() = none), (baseline label, baseline path), scale) into geometry.json: each
 # probe declares its own (`Probe.seed_quantities`, geometry/builtin/); `seed_quantities()` lists every registered one.
@@ -103,6 +109,8 @@ def seed_summary(values: list[float], scale: Scale = LINEAR) -> dict[str, Any]:
     values, on `scale` (folded to |value| where its sign is arbitrary): mean and interval are taken of the
     transformed values and mapped back, so both stay in the statistic's range; "scale" names it."""
     vals = [abs(v) for v in values] if scale.fold else list(values)
+    if scale.per_seed:
+        return per_seed_summary(vals)
     t = [scale.to(v) for v in vals]
     out: dict[str, Any] = {"n_seeds": len(vals), "mean": scale.back(sum(t) / len(t)), "values": vals}
     if len(vals) == 1:
@@ -116,13 +124,42 @@ def seed_summary(values: list[float], scale: Scale = LINEAR) -> dict[str, Any]:
     return out
 
 
+def small(v: float) -> str:
+    """A number to 3 decimals, or to 2 significant digits where it is nonzero and below 0.001 (4e-06, not 0.000)."""
+    return f"{v:.1e}" if v != 0 and abs(v) < 1e-3 else f"{v:.3f}"
+
+
+def per_seed_summary(values: list[float]) -> dict[str, Any]:
+    """n_seeds, the values (in seed order), their median and their range [min, max]; no mean and no interval
+    ("interval": None): the summary of a `PER_SEED` quantity."""
+    ordered = sorted(values)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {
+        "n_seeds": n,
+        "median": median,
+        "range": [ordered[0], ordered[-1]],
+        "values": list(values),
+        "interval": None,
+        "scale": PER_SEED.name,
+    }
+
+
 def seed_text(summary: dict[str, Any] | None) -> str:
-    """A `seed_summary` as text: mean [95% interval over seeds], or the mean alone for one seed; "not measurable"
-    where the probe said so; "—" for None."""
+    """A `seed_summary` as text: mean [95% interval over seeds], or the mean alone for one seed; a per-seed one as
+    `median 0.067, range 0.000–0.070 (seeds 0.000, 0.070, 0.067, 0.067, 0.063)`; "not measurable" where the probe
+    said so; "—" for None."""
     if summary is None:
         return "—"
     if "not_measurable" in summary:
         return "not measurable"
+    if "median" in summary:
+        vals = summary["values"]
+        if len(vals) == 1:
+            return small(vals[0])
+        lo, hi = summary["range"]
+        each = ", ".join(small(v) for v in vals)
+        return f"median {small(summary['median'])}, range {small(lo)}–{small(hi)} (seeds {each})"
     lo_hi = summary["interval"]
     return f"{summary['mean']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else "")
 
