@@ -51,6 +51,11 @@ def test_one_seed_reproduces_nothing_either_way():
     assert verdicts([run("bijection", "lstm", s, 0.006) for s in range(2)])[lstm]["verdict"] == "reproduced"
     not_exact = "LSTM not exact on the HMM (no transport)"
     assert verdicts([run("hmm", "lstm", 0, 0.004)])[not_exact]["verdict"] == "undecided"  # a one-seed ✓ refutes nothing
+    lstm_fails = [run("hmm", "lstm", s, 0.4, curve=(0.4, 0.4)) for s in range(2)]
+    beside = verdicts([*lstm_fails, run("hmm", "transformer", 0, 0.004)])[not_exact]  # a ✗ beside a one-seed ✓
+    assert beside["verdict"] == "undecided" and beside["why"].startswith(
+        "no architecture reached ✓ on hmm at this budget (on ≥ 2 seeds)"
+    )
     mlps = verdicts([run("bijection", "mlp", 0, 0.004)])["MLPs realise no primitive"]
     assert mlps["verdict"] == "undecided" and "✓ on 1 seed" in mlps["why"]
 

@@ -271,8 +271,16 @@ def _not_exact_cell(ev: Evidence, cell: Cell) -> Finding:
         return Finding(REFUTED, cell.text())
     if reason := _level_reason(cell):
         return Finding(UNDECIDED, cell.text(), reason)
-    exact = [c.name for c in ev.column(cell.task) if c.arch != cell.arch and c.level == "exact"]
-    reasons = [] if exact else [f"no architecture reached ✓ on {cell.task} at this budget, so a ✗ says nothing"]
+    exact = [
+        c.name
+        for c in ev.column(cell.task)
+        if c.arch != cell.arch and c.level == "exact" and len(c.runs) >= MIN_SEEDS  # one seed's ✓ decides nothing
+    ]
+    reasons = (
+        []
+        if exact
+        else [f"no architecture reached ✓ on {cell.task} at this budget (on ≥ {MIN_SEEDS} seeds), so a ✗ says nothing"]
+    )
     reasons += _budget_reasons(cell)
     if reasons:
         return Finding(UNDECIDED, cell.text(), "; ".join(reasons))
@@ -836,7 +844,7 @@ def judge_claims(
         tasks = claim.tasks if claim.tasks is not None else tuple(ev.columns)
         cells = [c for t in tables.task_order(set(tasks)) for a in claim.archs for c in ev.cells(a, t)]
         scope = scope_text(ev, claim.archs, claim.tasks)
-        capacity = [capacity_text(c) for c in cells]
+        capacity = [capacity_text(c) for c in cells] if claim.tasks is not None else []  # a claim about a tunnel
         evidence = "; ".join(p for p in (f.evidence, *capacity) if p)
         why = "; ".join(p for p in (f.why, *(added_seeds_note(c) for c in cells)) if p)
         line = " · ".join(p for p in (evidence, f"scope: {scope}" if scope else "") if p)
