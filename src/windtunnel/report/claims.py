@@ -3,13 +3,20 @@
 `CLAIMS` is the table: each claim's words, its rule in one line, and the function that applies the rule to `Evidence`
 (Table 1's cells, the runs behind them and the geometry across seeds). The rules are conservative by construction:
 
-* a claim that an architecture is exact is reproduced by a ✓ cell and refuted only by a ✗ that a larger budget is
-  unlikely to overturn: the model left the context-blind floor, every seed's validation error had stopped falling at
-  its last evaluation, and there are at least two seeds;
+* one seed decides nothing, either way: a one-seed ✓ reproduces (or refutes) no more than a one-seed ✗ refutes;
+* a claim that an architecture is exact is reproduced by a ✓ cell of two seeds or more and refuted only by a ✗ that a
+  larger budget is unlikely to overturn: the model left the context-blind floor, every seed's validation error had
+  stopped falling at its last evaluation, and there are at least two seeds;
 * a claim that an architecture is *not* exact is refuted by a ✓ and reproduced only by a decisive ✗ (plateaued, two
-  seeds or more) on a tunnel some other architecture made exact at the same budget;
-* a geometry claim is judged only on a model that infers (◐ or ✓), refuted only on a ✓ one with two seeds or more;
+  seeds or more) on a tunnel some other architecture made exact (two seeds or more) at the same budget;
+* a geometry claim is judged only on a model that infers (◐ or ✓), refuted only on a ✓ one with two seeds or more,
+  and a probe refutes only as the paper measured it at its scale (`scale_gaps`; for the layer-0 keys also the token
+  set and a width-matched Gaussian baseline): otherwise "not reproduced at this budget", with the evidence;
 * everything else is undecided, with the reason: not run, not probed, one seed, still falling, on the floor.
+
+Every claim states its scope (`scope_text`: the sizes it was tested at beside the paper's); a claim over a cell to
+which the tier added seeds because its first seeds disagreed says so and gives the first seeds' pooled mark
+(`added_seeds_note`); a claim about recall shows the capacity curve (`capacity_text`).
 
 "Still falling": the last periodic validation evaluation improved the error (1 − accuracy for accuracy) by more than
 `STILL_FALLING` of the one before.
