@@ -160,7 +160,10 @@ GEOMETRY_ACROSS_SEEDS = (
     "above). Manifold: value vectors (the last layer's W_V on its residual input) and the final "
     "representation, at the value positions (the authors' geometric_analysis.py) and at the scored "
     "positions, beside Gaussian points of the same count and dimension. Attention: at unrevealed keys, "
-    "the mass on the revealed values (an exact eliminator reads only those: mass 1, spread evenly)."
+    "the mass on the revealed values (an exact eliminator reads only those: mass 1, spread evenly). Memory: "
+    "every seed's value with their median and range, never a mean (seeds can differ by orders of magnitude), "
+    "the move's share of the exact filter's beside the same share for the shortest window filter that reads "
+    "that lag (which scores about 1 without being exact)."
 )
 
 WHAT_WAS_RUN = (
