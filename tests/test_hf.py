@@ -184,6 +184,32 @@ def test_a_real_input_task_and_sizes_that_do_not_fit():
         build("hf-gpt2")(torch.zeros(1, SPEC.seq_len + 1, dtype=torch.long))
 
 
+def test_gpt2_with_heads_of_one_dimension_trains_and_the_rotary_families_refuse_them_naming_the_fields(tmp_path):
+    """A head of dimension 1 is a valid GPT-2 head (no rotary features; q . k a product of two numbers): its
+    attention output was a strided view GPT-2's Conv1D could not read ("internal error" from `view`). The rotary
+    families need an even number >= 2 of rotary features per head and refuse it when the size is validated."""
+    size = dict(n_layers=1, d_model=2, n_heads=2, d_ff=4)
+    x = tokens()
+    torch.manual_seed(0)
+    explicit = models.make("hf-gpt2", SPEC, size, attention="explicit")
+    fused = models.make("hf-gpt2", SPEC, size, attention="fused")
+    fused.load_state_dict(explicit.state_dict())
+    out = explicit(x)
+    assert out.shape == (3, SPEC.seq_len, SPEC.n_classes)
+    torch.testing.assert_close(fused(x), out, rtol=1e-4, atol=1e-5)
+    out.sum().backward()
+    models.check_causal(explicit, SPEC)
+    run = ["train", "--task", "bijection", "--arch", "hf-gpt2", "--out", str(tmp_path / "run"), *TINY, "--steps", "2"]
+    sizes = [a for k, v in size.items() for a in ("--set", f"model.size.{k}={v}")]
+    r = CliRunner().invoke(app, [*run, *sizes])
+    assert r.exit_code == 0, r.output
+    for arch in ("hf-gpt-neox", "hf-llama", "hf-phi"):
+        with pytest.raises(
+            ValueError, match=r"rotary: \d rotary features per head \(head dim 1\); they must be an even "
+        ):
+            models.make(arch, SPEC, size)
+
+
 def test_a_missing_transformers_says_how_to_install_it(monkeypatch):
     def missing(name):
         raise ImportError(name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -359,6 +360,61 @@ def test_bad_input_is_one_error_line_naming_the_option_and_exit_2(toys, prompts,
     result = runner.invoke(app, ["llm-geometry", *(a.format(**fill) for a in args), "--out", str(out)])
     assert names in _one_error(result)
     assert not out.exists()  # refused before anything was written
+
+
+def damage(path, how: str) -> None:
+    """Damage the saved model in `path` as `how` says."""
+    from safetensors.torch import load_file, save_file
+
+    weights, config = path / "model.safetensors", path / "config.json"
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how == "n_layer":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "n_layer": -1}))
+    elif how == "n_embd":  # weights of another width than the config's
+        config.write_text(json.dumps({**json.loads(config.read_text()), "n_embd": 64}))
+    elif how == "pickle":  # a real state dict, pickled: never to be loaded
+        torch.save(load_file(weights), path / "pytorch_model.bin")
+        weights.unlink()
+    elif how == "missing":
+        tensors = load_file(weights)
+        tensors.pop("transformer.wpe.weight")
+        save_file(tensors, weights)
+    elif how == "tokenizer":
+        for f in path.iterdir():
+            if f.name.startswith(("tokenizer", "special_tokens")):
+                f.unlink()
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("truncated", "model.safetensors: not a readable safetensors file, truncated or damaged"),
+        ("n_layer", "config.json: n_layer must be a whole number >= 1 (got -1)"),
+        ("n_embd", "model.safetensors: transformers cannot load the model"),
+        ("pickle", "pytorch_model.bin holds pickled weights"),
+        ("missing", "model.safetensors holds no weight for 1 of the model's parameters"),
+        ("tokenizer", "holds no tokenizer"),
+    ],
+)
+def test_a_damaged_model_folder_is_one_line_naming_the_file_and_a_pickle_is_never_loaded(
+    toys, prompts, tmp_path, monkeypatch, how, said
+):
+    """Before: "internal error (SafetensorError ...)", "need at least one array to stack" (a model of no layers),
+    and a pickled pytorch_model.bin loaded (a dict of other keys: every weight at a random init, exit 0)."""
+    model = tmp_path / "model"
+    shutil.copytree(toys["gpt2"], model)
+    damage(model, how)
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("torch.load called")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    out = tmp_path / "out"
+    args = ["llm-geometry", "--model", str(model), "--prompts", str(prompts), "--out", str(out), "--no-progress"]
+    line = _one_error(runner.invoke(app, args))
+    assert said in line and str(model) in line and "internal error" not in line, line
+    assert not out.exists()
 
 
 def test_an_existing_folder_is_refused_without_overwrite_and_overwrite_deletes_only_its_own(results, toys, prompts):

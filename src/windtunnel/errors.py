@@ -2,7 +2,9 @@
 
 bad input (exit 2)      ValueError and its subclasses (`UntrustedCodeError`, `StorageError`, `RunMismatchError`),
                         FileNotFoundError, ...: the command (or the cluster's storage, or the --out it names) was
-                        wrong; fix it and run again
+                        wrong; fix it and run again. A user's own code at fault (a plugin's model or task that
+                        raised, exited or returned the wrong shape: `UserCodeError`, `plugins.user_fault`) is one
+                        line naming that code, exit 2 too: fix it and run again
 corrupt data (exit 1)   `CheckpointError`: a file of a run directory is missing, truncated, garbled or does not
                         match its config (`NonFiniteOutputs`: its weights predict NaN or inf); `RunInUseError`:
                         another live process is writing the run directory; `TrainingDiverged`: the loss or gradients
@@ -46,6 +48,12 @@ class StorageError(ValueError):
 class RunMismatchError(ValueError):
     """A driver asked for a run whose directory holds a run of another config: it is neither skipped nor resumed.
     The message names the directory and the differing keys (dotted paths, old -> new)."""
+
+
+class UserCodeError(ValueError):
+    """A user's own code (a plugin's model or task, an import-string architecture) exited, raised a BaseException
+    that is no Exception, or returned what it must not (outputs of the wrong shape); the message names that code (its
+    module and class, file and line) and, for a training run it stopped, what is kept and how to resume."""
 
 
 class UntrustedCodeError(ValueError):
@@ -92,6 +100,7 @@ __all__ = [
     "TrainingDiverged",
     "TrainingInterrupted",
     "UntrustedCodeError",
+    "UserCodeError",
 ]
 
 

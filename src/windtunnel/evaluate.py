@@ -26,7 +26,7 @@ from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.errors import NonFiniteOutputs
 from windtunnel.models import baselines
-from windtunnel.models.base import predictive
+from windtunnel.models.base import check_output, predictive
 from windtunnel.records.run_dir import EvalFile
 from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
 from windtunnel.seeds import DRAW_BLOCK, stream_seed
@@ -47,12 +47,16 @@ class ModelPredictor:
         with autocast(self.device, self.dtype):
             return baselines.predict(self.model, self.spec, batch)
 
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's outputs for inputs `x`, their shape checked (a plugin's of the wrong shape named here)."""
+        return check_output(self.model, self.spec, x, self.model(x), "evaluation")
+
     def many(self, batches: list[Batch], batch_size: int) -> list[Distribution]:
         if models.is_baseline(self.model):  # a baseline predicts whole batches (`predict`), never split
             return [self(b) for b in batches]
         inputs = torch.cat([b.inputs for b in batches]) if len(batches) > 1 else batches[0].inputs
         with autocast(self.device, self.dtype):
-            out = torch.cat([self.model(x) for x in inputs.split(batch_size)])  # (B,T,K)
+            out = torch.cat([self._forward(x) for x in inputs.split(batch_size)])  # (B,T,K)
             return [predictive(self.spec, o) for o in out.split([b.batch_size for b in batches])]
 
 

@@ -37,7 +37,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from windtunnel.errors import UntrustedCodeError
+from windtunnel.errors import MAX_SHOWN, UntrustedCodeError, shorten
 
 TASKS_GROUP = "windtunnel.tasks"
 MODELS_GROUP = "windtunnel.models"
@@ -91,6 +91,7 @@ def import_plugins(names: Iterable[str], *, where: str = "--import") -> list[str
 
 
 def _import_here(name: str, where: str) -> None:
+    _USER_MODULES.add(name)
     cwd = os.getcwd()
     saved = list(sys.path)
     if not any(os.path.realpath(p or os.curdir) == os.path.realpath(cwd) for p in saved):
@@ -105,14 +106,22 @@ def _import_here(name: str, where: str) -> None:
         raise PluginError(f"{where} {name}: importing it failed: {err}") from err
     except SystemExit as err:
         raise PluginError(f"{where} {name}: {exit_message(err)}") from None
-    except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - the module's own code failed (an Exception or any other): one line
         if os.environ.get(DEBUG_ENV) == "1":  # the module's own traceback, to debug it
             raise
         raise PluginError(
-            f"{where} {name}: importing it raised {type(err).__name__}: {err} ({DEBUG_ENV}=1 for the traceback)"
+            f"{where} {name}: importing it raised {_raised(err)} ({DEBUG_ENV}=1 for the traceback)"
         ) from err
     finally:
         sys.path[:] = saved
+
+
+def _raised(err: BaseException) -> str:
+    """`Type: message` of an exception a user's code raised, on one line and bounded (`Type` alone without one)."""
+    text = shorten(" ".join(str(err).split()), 4 * MAX_SHOWN)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def exit_message(err: SystemExit) -> str:
@@ -153,8 +162,10 @@ def require(
             ) from None
         except PluginError as err:  # it called sys.exit (import_installed)
             raise PluginError(f"{where}: {err}") from None
-        except Exception as err:  # noqa: BLE001 - the module's own code failed: one line naming it
-            raise PluginError(f"{where}: importing {name!r} raised {type(err).__name__}: {err}") from err
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # noqa: BLE001 - the module's own code failed: one line naming it
+            raise PluginError(f"{where}: importing {name!r} raised {_raised(err)}") from err
 
 
 def _untrusted_paths(extra: tuple[str | Path, ...]) -> set[str]:
@@ -166,6 +177,7 @@ def import_installed(module: str, exclude: tuple[str | Path, ...]) -> Any:
     """Import `module` from an installed package: the current directory and `exclude` (a run directory) are taken off
     sys.path for the duration (what `--trust-code` imports, for import-string architectures and a config's imports).
     A module that calls sys.exit while it is imported is a PluginError naming it."""
+    _USER_MODULES.add(module)
     bad = _untrusted_paths(exclude)
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if os.path.realpath(p or os.curdir) not in bad]
@@ -227,13 +239,16 @@ def load_entry_points(group: str, name: str | None = None) -> list[str]:
                 continue
             tried.add((ep.name, ep.value))
             what = f"entry point {group} {ep.name!r} ({ep.value}{_dist(ep)})"
+            _USER_MODULES.add(ep.module)
             try:
                 obj = ep.load()
             except SystemExit as err:  # its module called sys.exit: the command goes on without it
                 warnings.warn(f"{what}: cannot load it ({exit_message(err)}); ignored", PluginWarning, 3)
                 continue
-            except Exception as err:  # noqa: BLE001 - a broken plugin must not break unrelated commands
-                warnings.warn(f"{what}: cannot load it ({type(err).__name__}: {err}); ignored", PluginWarning, 3)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as err:  # noqa: BLE001 - a broken plugin must not break unrelated commands
+                warnings.warn(f"{what}: cannot load it ({_raised(err)}); ignored", PluginWarning, 3)
                 continue
             current = registry._REGISTRY.peek(ep.name)
             if current is obj:  # its module registered it when the entry point imported it
@@ -262,6 +277,93 @@ def reset() -> None:
     """Forget which entry points were seen and loaded (tests that install and remove a plugin)."""
     _SEEN.clear()
     _FROM_ENTRY_POINTS.clear()
+
+
+# --- a user's own code at fault --------------------------------------------------------------------------------
+
+# Modules imported as a user's code: by --import, a config's imports (--trust-code), an import-string architecture
+# or an entry point. With the modules of every registered task and architecture that is not windtunnel's, their
+# top-level packages are the code `user_fault` names.
+_USER_MODULES: set[str] = set()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_KINDS = {TASKS_GROUP: "task", MODELS_GROUP: "architecture"}
+
+
+def _user_roots() -> set[str]:
+    """The top-level packages of a user's code (`_USER_MODULES`, and every registered factory's module outside
+    windtunnel; registries not imported yet are not imported)."""
+    names = set(_USER_MODULES)
+    for module in GROUPS.values():
+        registry = sys.modules.get(module)
+        factories = getattr(getattr(registry, "_REGISTRY", None), "_factories", {})
+        names.update(str(getattr(f, "__module__", "")) for f in list(factories.values()) if not isinstance(f, str))
+    return {n.partition(".")[0] for n in names if n} - {"windtunnel", "builtins", "__main__"}
+
+
+def _kind_of_frame(frame: Any, roots: set[str]) -> str:
+    """ "windtunnel", "user" (a module of `roots`) or "other" (torch, the standard library, other libraries)."""
+    name = str(frame.f_globals.get("__name__") or "")
+    if name == "windtunnel" or name.startswith("windtunnel.") or frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        return "windtunnel"
+    return "user" if name.partition(".")[0] in roots else "other"
+
+
+def _registered_as(obj: Any) -> str | None:
+    """`architecture 'name'` or `task 'name'` where `obj` (a frame's `self`) is an instance of a registered class."""
+    for group, module in GROUPS.items():
+        factories = getattr(getattr(sys.modules.get(module), "_REGISTRY", None), "_factories", {})
+        for name, factory in list(factories.items()):
+            if isinstance(factory, type) and isinstance(obj, factory):
+                return f"{_KINDS[group]} {name!r}"
+    return None
+
+
+def _frame_text(frame: Any, line: int) -> tuple[str, str]:
+    """(`module.Class.function`, `file.py, line N`): what a user's frame is called in an error line."""
+    code = frame.f_code
+    qualname = getattr(code, "co_qualname", None)  # Python 3.11+
+    if qualname is None:
+        owner = frame.f_locals.get("self")
+        qualname = f"{type(owner).__qualname__}.{code.co_name}" if owner is not None else code.co_name
+    return f"{frame.f_globals.get('__name__')}.{qualname}", f"{os.path.basename(code.co_filename)}, line {line}"
+
+
+def user_fault(err: BaseException, *, direct: bool = False, context: str = "") -> str | None:
+    """One line naming the user's code that raised `err` (an exception, SystemExit or any other BaseException), or
+    None where none of a user's code is in its traceback: the innermost frame of a module of the user's own
+    (`--import`ed, a config's imports, an import string, an entry point, or the module of a registered task or
+    architecture), as `architecture 'gru' (mygru.GRU.forward, mygru.py, line 12) raised RuntimeError: ...`.
+    direct: only where the user's frame is the innermost of windtunnel's and the user's (what it called in
+    torch or another library aside): an error windtunnel raised about what a user's code gave it (a ValueError
+    naming a field) keeps its own message. context (" at training step 3") follows what the code did."""
+    roots = _user_roots()
+    if not roots:
+        return None
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    kinds = [_kind_of_frame(f, roots) for f, _ in frames]
+    users = [i for i, k in enumerate(kinds) if k == "user"]
+    if not users:
+        return None
+    inner = users[-1]
+    if direct and "windtunnel" in kinds[inner + 1 :]:
+        return None
+    frame, line = frames[inner]
+    label = _registered_as(frame.f_locals.get("self"))
+    name, place = _frame_text(frame, line)
+    head = f"{label} ({name}, {place})" if label else f"{name} ({place})"
+    if isinstance(err, SystemExit):
+        return f"{head} called sys.exit({err.code!r}){context}: your own code must not exit"
+    through = ""
+    deeper = [i for i in range(inner + 1, len(frames)) if kinds[i] == "windtunnel"]
+    if deeper:
+        through = f" in windtunnel code it called ({frames[deeper[-1]][0].f_globals.get('__name__')})"
+    kind, _, text = _raised(err).partition(": ")
+    said = f"{kind}{through}{context}" + (f": {text}" if text else "")
+    return f"{head} raised {said} -- an error in your own code, not in windtunnel ({DEBUG_ENV}=1 for the traceback)"
 
 
 # --- what a command line needs to find a name again -----------------------------------------------------------
@@ -304,4 +406,5 @@ __all__ = [
     "require",
     "reset",
     "unique",
+    "user_fault",
 ]

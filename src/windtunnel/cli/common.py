@@ -59,8 +59,10 @@ def fail_data(message: str) -> NoReturn:
 
 def guarded(fn: F) -> F:
     """Every error becomes one line on stderr: bad input (ValueError, pydantic ValidationError, a missing or
-    unusable path) exits 2; corrupt data, a run directory in use or a diverged run exits 1. An error of no known kind
-    is a bug: it exits 1 naming its type, with the traceback when WINDTUNNEL_DEBUG=1."""
+    unusable path) exits 2; corrupt data, a run directory in use or a diverged run exits 1. An error a user's own
+    code raised (a plugin's model or task: an exception, sys.exit or any other BaseException but Ctrl-C) exits 2
+    naming that code and its own message (`plugins.user_fault`). An error of no known kind is a bug: it exits 1
+    naming its type. WINDTUNNEL_DEBUG=1 shows the traceback of either of the last two."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -84,13 +86,23 @@ def guarded(fn: F) -> F:
             IsADirectoryError,
             PermissionError,
         ) as err:
-            fail(_os_message(err))
+            fail(_user_fault(err, direct=True) or _os_message(err))
         except (CheckpointError, RunInUseError, TrainingDiverged) as err:
             fail_data(str(err))
         except OSError as err:  # disk full, I/O error: the data could not be read or written
+            message = _user_fault(err, direct=True)
+            if message is not None:  # the user's own code's
+                fail(message)
             fail_data(_os_message(err))
         except Exception as err:  # noqa: BLE001 - the last line of defence: one line, never a traceback
             return _unexpected(err)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # SystemExit, or any other BaseException: a user's code's is one line
+            message = _user_fault(err)
+            if message is None:
+                raise
+            fail(message)
 
     return wrapper  # type: ignore[return-value]
 
@@ -116,7 +128,22 @@ def _os_message(err: Exception) -> str:
     return str(err)
 
 
+def _user_fault(err: BaseException, direct: bool = False) -> str | None:
+    """`plugins.user_fault`: the line naming the user's code that raised `err`, or None (WINDTUNNEL_DEBUG=1: `err`
+    raised again, for its traceback)."""
+    from windtunnel.errors import UserCodeError
+    from windtunnel.plugins import user_fault
+
+    message = user_fault(err, direct=direct)
+    if os.environ.get(DEBUG_ENV) == "1" and (message is not None or isinstance(err, UserCodeError)):
+        raise err
+    return message
+
+
 def _unexpected(err: Exception) -> NoReturn:
+    message = _user_fault(err)
+    if message is not None:
+        fail(message)
     if os.environ.get(DEBUG_ENV) == "1":
         raise err
     error_line(

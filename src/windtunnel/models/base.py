@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from windtunnel.errors import error_message
+from windtunnel.errors import UserCodeError, error_message
 from windtunnel.models.common import Init
 from windtunnel.models.hooks import HookedModel
 from windtunnel.tasks.base import TaskSpec
@@ -193,6 +193,22 @@ class ResidualModel(HookedModel, SequenceModel):
             h = self.hook(f"blocks.{l}.resid_pre", h)
             h = self.hook(f"blocks.{l}.resid_post", self.layer(l, h))  # (B,T,d)
         return self.head(self.hook("final", self.norm(h)))  # (B,T,K) or (B,T,2)
+
+
+def check_output(model: nn.Module, spec: TaskSpec, inputs: torch.Tensor, out: Any, where: str) -> torch.Tensor:
+    """`out`, what `model` returned for `inputs`, if it is a tensor of shape (B,T,K) (K: `spec.output_dim`, the
+    classes or a Gaussian's 2), else a `UserCodeError` naming the model's class, `where` (`training step 3`), the
+    shape it must have and what it returned: a plugin's forward that drops a position fails there, in one line,
+    not inside a loss or a metric."""
+    want = (*inputs.shape[:2], spec.output_dim)
+    if isinstance(out, torch.Tensor) and tuple(out.shape) == want:
+        return out
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+    cls = type(model)
+    raise UserCodeError(
+        f"model {cls.__module__}.{cls.__qualname__}, at {where}: forward must return outputs of shape {want} for "
+        f"inputs of shape {tuple(inputs.shape)}; it returned {got}"
+    )
 
 
 def predictive(spec: TaskSpec, out: torch.Tensor) -> Distribution:

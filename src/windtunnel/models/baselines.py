@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from windtunnel.models.base import ModelSize, predictive
+from windtunnel.models.base import ModelSize, check_output, predictive
 from windtunnel.models.registry import built_ins, is_baseline
 from windtunnel.tasks.base import Batch, TaskSpec
 
@@ -79,7 +79,7 @@ def predict(model: nn.Module, spec: TaskSpec, batch: Batch) -> Distribution:
     """Predictive distribution (batch shape (B,T)) of a model or baseline on a batch, in one forward pass."""
     if is_baseline(model):
         return cast(_PredictsBatches, model).predict(batch)  # duck-typed: any module with `baseline = True`
-    return predictive(spec, model(batch.inputs))
+    return predictive(spec, check_output(model, spec, batch.inputs, model(batch.inputs), "evaluation"))
 
 
 # The built-in baselines' names: never trained, evaluated like any run. Kept for those who import it; whether an

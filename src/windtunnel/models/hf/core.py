@@ -237,7 +237,8 @@ class HFStack(HookedModel, SequenceModel):
         else:
             z = F.scaled_dot_product_attention(q, k_h, v_h, is_causal=True, scale=scale)  # (B,H,T,dh)
         z = hook("attn.z", z)
-        return a.out_proj(l)(z.transpose(1, 2).reshape(B, T, -1))  # (B,T,d)
+        # contiguous: at head dim 1 the reshape is a strided view, which GPT-2's Conv1D (x.view) cannot read
+        return a.out_proj(l)(z.transpose(1, 2).reshape(B, T, -1).contiguous())  # (B,T,d)
 
     def state_size(self, T: int) -> int:
         """KV cache: keys and values of every layer's key/value heads for T tokens."""
