@@ -176,3 +176,76 @@ def test_a_plugin_module_raising_a_base_exception_on_import_is_one_line_naming_i
         assert "--import wt_halting_plugin: importing it raised Halt: not today" in line, line
     finally:
         sys.modules.pop("wt_halting_plugin", None)
+
+
+FAULTY_TASK = '''
+import sys
+
+import torch
+from torch.distributions import Categorical
+
+from windtunnel import tasks
+from windtunnel.tasks import Batch, Task, TaskParams, TaskSpec
+
+FAULT = {"kind": "none", "at": 3}
+
+
+class CoinParams(TaskParams):
+    n: int = 6
+
+
+class Coin(Task[CoinParams]):
+    """Fair coin flips whose sampling misbehaves as FAULT says at the `at`-th batch it samples."""
+
+    name, Params = "wt_faulty_coin", CoinParams
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.batches = 0
+
+    @property
+    def spec(self):
+        return TaskSpec("wt_faulty_coin", "tokens", "classes", seq_len=self.params.n, vocab_size=3, n_classes=2)
+
+    def _sample(self, batch_size, g, device):
+        self.batches += 1
+        if self.batches == FAULT["at"] and FAULT["kind"] == "exit":
+            sys.exit(5)
+        if self.batches == FAULT["at"] and FAULT["kind"] == "raise":
+            raise KeyError("no such flip")
+        n = self.params.n
+        flips = (torch.rand(batch_size, n, generator=g, device=device) < 0.5).long()
+        inputs = torch.cat([torch.full_like(flips[:, :1], 2), flips[:, :-1]], dim=1)
+        mask = torch.ones(batch_size, n, dtype=torch.bool, device=device)
+        probs = torch.full((batch_size, n, 2), 0.5, device=device)
+        return Batch(inputs, mask, flips, Categorical(probs=probs, validate_args=False))
+
+
+tasks.register("wt_faulty_coin", Coin)
+'''
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("raise", "raised KeyError: 'no such flip' -- an error in your own code"),
+        ("exit", "called sys.exit(5) at training"),
+    ],
+)
+def test_a_plugin_task_that_raises_or_exits_while_it_samples_is_named(tmp_path, monkeypatch, kind, said):
+    (tmp_path / "wt_faulty_task.py").write_text(FAULTY_TASK)
+    monkeypatch.chdir(tmp_path)
+    try:
+        plugins.import_plugins(["wt_faulty_task"])
+        sys.modules["wt_faulty_task"].FAULT.update(kind=kind)
+        args = ["train", "--import", "wt_faulty_task", "--task", "wt_faulty_coin", "--arch", "transformer"]
+        opts = [a for kv in ("train.batch_size=4", "eval.n=8", "train.device=cpu") for a in ("--set", kv)]
+        out = tmp_path / "run"
+        r = runner.invoke(app, [*args, "--out", str(out), "--preset", "smoke", "--no-progress", "--steps", "5", *opts])
+        line = error_line(r)
+        assert "task 'wt_faulty_coin' (wt_faulty_task.Coin._sample, wt_faulty_task.py, line " in line, line
+        assert said in line, line
+        assert not (out / "eval.json").exists()
+    finally:
+        tasks.registry.unregister("wt_faulty_coin")
+        sys.modules.pop("wt_faulty_task", None)
