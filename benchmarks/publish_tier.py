@@ -31,9 +31,11 @@ def publish(
     src: Path, dest: Path, top: tuple[str, ...] = TOP, figures_for: Callable[[str], str | None] = tier_figures
 ) -> list[Path]:
     """Copy the `top` files, figures/ and geometry of `src` (a driver's --out with a report.md) into `dest`
-    (replaced): every run's geometry.json, and the probe figures of the runs `figures_for` names (prefixed by it)."""
+    (replaced, where `check_dest` allows): every run's geometry.json, and the probe figures of the runs `figures_for`
+    names (prefixed by it)."""
     if not (src / "report.md").is_file():
         raise SystemExit(f"{src}: no report.md (is it a finished `windtunnel reproduce --out`?)")
+    check_dest(src, dest, top)
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "geometry").mkdir(parents=True)
@@ -55,6 +57,25 @@ def publish(
             for png in sorted((run / "figures").glob("*.png")):
                 written.append(Path(shutil.copy2(png, dest / "geometry" / f"{cell}-{png.name}")))
     return written
+
+
+def check_dest(src: Path, dest: Path, top: tuple[str, ...] = TOP) -> None:
+    """Refuse (SystemExit naming it) a `dest` that `publish` must not delete and replace: one that overlaps `src`, a
+    link or a file, or an existing folder that is not a published copy (its report.md, and nothing but what `publish`
+    writes: `top`, figures/, geometry/, runs/)."""
+    a, b = src.resolve(), dest.resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise SystemExit(f"{dest}: overlaps the source {src}; publish into a folder of its own")
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise SystemExit(f"{dest}: not a folder (a link or a file); refusing to replace it")
+    if not dest.exists():
+        return
+    ours = {*top, "figures", "geometry", "runs"}
+    stray = next((p.name for p in sorted(dest.iterdir()) if p.name not in ours), None)
+    if stray is not None:
+        raise SystemExit(f"{dest}: holds {stray!r}, which publish does not write; refusing to delete it")
+    if not (dest / "report.md").is_file():
+        raise SystemExit(f"{dest}: no report.md, so not a folder publish wrote; refusing to delete it")
 
 
 def publish_records(run: Path, dest: Path) -> list[Path]:

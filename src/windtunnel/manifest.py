@@ -36,17 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from windtunnel import rundir
 from windtunnel.config import RunConfig, config_to_json, run_identity
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.lock import is_locked
 from windtunnel.records.drivers import FORMAT, KINDS, LEGACY_MARKERS, MANIFEST, ManifestEntry, ManifestRecord
 from windtunnel.records.run_dir import read_config, version_diff
 from windtunnel.rundir import (
-    CKPT_DIR,
     CONFIG,
     DONE,
     EVAL,
-    METRICS,
     contents,
     read_regular,
 )
@@ -212,11 +211,10 @@ def refuse_other_kind(out: str | Path, kind: str) -> ManifestRecord | None:
 def refuse_run_directory(out: str | Path) -> None:
     """A ValueError where `out` is a run directory or lies inside one (config.json beside what training writes): a
     driver's runs nested in a run's files would be read as part of it, and its runs/ as something of the run's."""
-    full = Path(out).absolute()
-    for d in (full, *full.parents):
-        if (d / CONFIG).is_file() and any((d / f).exists() for f in (METRICS, EVAL, DONE, CKPT_DIR)):
-            where = "is" if d == full else f"lies inside {str(d)!r}, which is"
-            raise ValueError(f"--out: {str(out)!r} {where} a run directory; a driver writes an --out of its own")
+    run = rundir.run_directory_of(out)
+    if run is not None:
+        where = "is" if run == Path(os.path.abspath(out)) else f"lies inside {str(run)!r}, which is"
+        raise ValueError(f"--out: {str(out)!r} {where} a run directory; a driver writes an --out of its own")
 
 
 def write_manifest(out: str | Path, kind: str, runs: Mapping[str, str], **extra: Any) -> None:

@@ -17,6 +17,8 @@ from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models import is_baseline
 from windtunnel.records.drivers import ReproduceRecord
+from windtunnel.records.report_files import FIGURES as REPORT_FIGURES
+from windtunnel.records.report_files import REPORT_FILES, written_by_report
 from windtunnel.report import build_report
 from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
@@ -85,7 +87,8 @@ def reproduce(
     holds `out`'s lock. Runs with equal seeds and threads give equal numbers on every executor. A run directory of
     another config, or an --out of another tier, is refused unless `fresh`, which moves it to `out/superseded/`."""
     out = default_out(tier) if out is None else Path(out)
-    launcher = launch(out, options, KIND)
+    # a report of one's own in a folder no reproduce owns is never replaced; a report's own is rebuilt
+    launcher = launch(out, options, KIND, () if written_by_report(out) else (*REPORT_FILES, REPORT_FIGURES))
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
         raise ValueError(f"only: no run of the {tier} suite matches {only}")

@@ -17,7 +17,9 @@ Files are written atomically (temp file + fsync + rename) and readable by everyo
 default); a file that is missing, truncated or garbled, or is a symbolic link, raises `CheckpointError` naming it
 (files are opened without following a link, so a link planted in a run directory never leaks what it points at).
 A writer holds the directory's lock (`windtunnel.lock`). `--overwrite` deletes only what this layout names, in a
-directory whose config.json is a run's (`clear`); anything else there is refused, naming it.
+directory whose config.json is a run's (`clear`); anything else there is refused, naming it. A file or folder a user
+names for output is checked before any work (`check_output_file`, `check_output_dir`): never a run directory's file,
+a link, a device or a FIFO, and a file never in a folder that does not exist.
 """
 
 from __future__ import annotations
@@ -113,6 +115,81 @@ def check_writable(path: Path, what: str = "--out") -> None:
         raise ValueError(f"{what}: {str(probe)!r} is a file, not a directory")
     if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"{what}: {str(probe)!r} is not writable")
+
+
+# What training writes beside config.json: a folder holding config.json and one of these is a run directory.
+RUN_MARKS = (METRICS, EVAL, DONE, VERSIONS, TRAINED, CKPT_DIR)
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def is_run_directory(path: str | Path) -> bool:
+    """Whether `path` is a run directory: config.json beside something training writes (`RUN_MARKS`), links counted."""
+    return os.path.lexists(Path(path) / CONFIG) and any(os.path.lexists(Path(path) / m) for m in RUN_MARKS)
+
+
+def run_directory_of(path: str | Path) -> Path | None:
+    """The run directory `path` is or lies inside, as written or with its links resolved, or None."""
+    full = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(full.parent)) / full.name
+    for where in (full, real):
+        for d in (where, *where.parents):
+            if is_run_directory(d):
+                return d
+    return None
+
+
+def kind_of(mode: int) -> str:
+    """What a st_mode names, for an error: "a symbolic link", "a FIFO", "a character device", ... or "a file"."""
+    return next((kind for test, kind in _KINDS if test(mode)), "a file")
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """`path` as a Path if a command may write the file a user named there (`option`, e.g. "--out"); else a
+    ValueError naming both, before any work. Refused: a path that exists and is not a regular file (a link, a
+    device, a FIFO, a socket, a directory: the atomic rename would replace it), a folder that does not exist (it is
+    never created), and a file of a run directory (the path lies inside one: a run's files are the run's alone)."""
+    p = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.lstat(p).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{option}: {str(p)!r} is {kind_of(mode)}, not a regular file; name a file to write")
+    if not p.parent.is_dir():
+        what = "does not exist" if not os.path.lexists(p.parent) else "is not a directory"
+        raise ValueError(f"{option}: {str(p)!r}: its folder {str(p.parent)!r} {what}")
+    run = run_directory_of(p)
+    if run is not None:
+        raise ValueError(
+            f"{option}: {str(p)!r} is inside the run directory {str(run)!r}, whose files are the run's own; "
+            "write elsewhere"
+        )
+    if not os.access(p.parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: {str(p.parent)!r} is not writable")
+    return p
+
+
+def check_output_dir(path: str | Path, option: str = "--out") -> Path:
+    """`path` as a Path if a command may create or fill the folder a user named there (`option`); else a ValueError
+    before any work: it is not a directory (a file, a device, a FIFO), lies inside a run directory (`run_directory_of`)
+    or cannot be written (`check_writable`)."""
+    p = Path(path)
+    if os.path.lexists(p) and not p.is_dir():
+        raise ValueError(f"{option}: {str(p)!r} is {kind_of(os.lstat(p).st_mode)}, not a directory")
+    run = run_directory_of(p)
+    if run is not None:
+        where = "is" if Path(os.path.abspath(p)) == run else f"lies inside {str(run)!r}, which is"
+        raise ValueError(
+            f"{option}: {str(p)!r} {where} a run directory, whose files are the run's own; write elsewhere"
+        )
+    check_writable(p, option)
+    return p
 
 
 def check_run_dir(path: str | Path, what: str = "run_dir") -> Path:
@@ -398,8 +475,14 @@ def clear(run_dir: Path) -> None:
 
 
 def refuse_existing(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Before anything is created: an existing, non-empty `run_dir` needs resume or overwrite, and overwrite
-    only ever deletes a run directory's own files (`clear`)."""
+    """Before anything is created: `run_dir` never inside another run directory, an existing, non-empty `run_dir`
+    needs resume or overwrite, and overwrite only ever deletes a run directory's own files (`clear`)."""
+    outer = run_directory_of(Path(os.path.abspath(run_dir)).parent)
+    if outer is not None:  # its files would be read as the outer run's, and `clear` of that run refuses them
+        raise ValueError(
+            f"--out: {str(run_dir)!r} lies inside the run directory {str(outer)!r}; a run directory is never made "
+            "inside another"
+        )
     if not run_dir.exists():
         return
     if not run_dir.is_dir():

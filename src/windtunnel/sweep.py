@@ -29,7 +29,7 @@ from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.manifest import SweepPoint, grid_text, key_labels, point_name, value_text
 from windtunnel.models import is_import_string
 from windtunnel.records.drivers import SWEEP_BASE, SWEEP_CONFIG, SweepBaseRecord, SweepConfigRecord, plain
-from windtunnel.report.sweep_table import write_table
+from windtunnel.report.sweep_table import TABLE_CSV, TABLE_JSON, TABLE_MD, write_table
 from windtunnel.resolve import resolve_config
 
 KIND = "sweep"  # the manifest kind of a sweep's --out
@@ -198,7 +198,7 @@ def sweep(
     for p in points:
         _check_builtin(p.resolved)
     out = Path(out)
-    launcher = launch(out, options, KIND)
+    launcher = launch(out, options, KIND, (TABLE_MD, TABLE_CSV, TABLE_JSON, SWEEP_BASE))
     record = SweepConfigRecord(
         config=None if isinstance(config, dict) else str(config), overrides=overrides, base=base, grid=grid
     )

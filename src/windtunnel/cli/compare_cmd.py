@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +23,9 @@ from windtunnel.cli.common import (
     use_threads,
 )
 from windtunnel.cli.root import app
+
+if TYPE_CHECKING:
+    from windtunnel.report.compare import Input
 
 # The CLI's names of `report.compare.select`'s parameters, for the one-line error that names the argument at fault.
 ARGUMENTS = {"paths": "RUN_OR_REPORT", "cells": "--cell"}
@@ -61,8 +67,8 @@ def compare_command(
     of them by task, arch, seed or a dotted config key such as train.lr (run directories named directly are always
     kept)."""
     with loading():
-        from windtunnel.report.compare import CompareInputError, compare, to_markdown, to_text
-        from windtunnel.rundir import atomic_write, check_writable
+        from windtunnel.report.compare import CompareInputError, compare, select, to_markdown, to_text
+        from windtunnel.rundir import atomic_write, check_output_file
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")
@@ -70,11 +76,16 @@ def compare_command(
     if plot is not None and plot.suffix.lower() != ".png":
         fail(f"--plot: must name a .png file (got {str(plot)!r})")
     for option, path in (("--out", out), ("--plot", plot)):
-        if path is not None:
-            check_writable(path.parent, option)  # before any work: nothing is re-scored for an unwritable result
+        if path is not None:  # before any work: nothing is re-scored for a result that may not be written there
+            check_output_file(path, option)
+    if out is not None and plot is not None and out.resolve() == plot.resolve():
+        fail(f"--out and --plot: both name {str(out)!r}; the comparison would replace its own figure")
+    if plot is not None and os.path.lexists(temp := plot.with_name(plot.stem + ".tmp.png")):  # `plotting.save`'s
+        fail(f"--plot: {str(temp)!r} is there, and the figure is written through that name first; plot elsewhere")
     import_modules(imports)
     use_threads(threads)
     try:
+        _refuse_the_same_runs(select(paths, cells))
         found = compare(paths, cells, n=n, paired=paired, trust_code=trust_code, plot=plot)
     except CompareInputError as err:
         fail(f"{ARGUMENTS[err.argument]}: {err}")
@@ -86,3 +97,19 @@ def compare_command(
         typer.echo(f"wrote {out}")
     if plot is not None:
         typer.echo(f"plot: {found.plot}" if found.plot is not None else "plot: no input has a validation curve")
+
+
+def _refuse_the_same_runs(inputs: Sequence[Input]) -> None:
+    """Two inputs that are the same runs (one directory named twice, `A` and `./A`, or a run and the cell of a
+    directory holding only it) would be compared with themselves: "not measurable, 0.000" says nothing. Refused."""
+    from windtunnel.report.compare import CompareInputError
+
+    seen: dict[frozenset[Path], str] = {}
+    for inp in inputs:
+        key = frozenset(r.path.resolve() for r in inp.runs)
+        if key in seen:
+            what = f"the same run, {str(next(iter(key)))!r}" if len(key) == 1 else "the same runs"
+            raise CompareInputError(
+                "paths", f"{seen[key]!r} and {inp.label!r} name {what}; compare needs different runs or cells"
+            )
+        seen[key] = inp.label

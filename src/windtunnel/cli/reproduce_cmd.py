@@ -107,6 +107,9 @@ def report(
         ..., help="run directories, a driver's --out, or directories containing runs"
     ),
     out: Path = out_option(Path("report"), "where to write report.md, report.html, figures/, results.json"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="replace report files in --out that a report did not write"
+    ),
     imports: list[str] | None = import_option(),
 ) -> None:
     """Rebuild the report from existing run directories.
@@ -115,11 +118,11 @@ def report(
     report reads only files, but a task of your own needs its module (--import) for its metadata: Table 1 title,
     headline metric, approximate posteriors."""
     with loading():
+        from windtunnel.records.report_files import check_out
         from windtunnel.report import build_report
-        from windtunnel.rundir import check_writable
 
     import_modules(imports)
 
-    check_writable(out)  # before reading anything, so nothing is done for a report that cannot be written
+    check_out(out, overwrite)  # before reading anything: nothing is done for a report that may not be written there
     results = build_report(list(run_dirs), out)
     typer.echo(f"{len(results['runs'])} runs -> {out / 'report.md'}, {out / 'report.html'}")

@@ -137,7 +137,7 @@ def train_command(
     resume: bool = typer.Option(
         False, "--resume", help="continue RUN (or --out) from its latest checkpoint, with its own config"
     ),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run directory (wandb/ included)"),
     progress: bool = progress_option(),
     trust_code: bool = trust_code_option(),
     logger: list[str] | None = typer.Option(
@@ -158,7 +158,7 @@ def train_command(
         from windtunnel.models import is_baseline
         from windtunnel.plugins import unique
         from windtunnel.resume import resume_config
-        from windtunnel.rundir import CONFIG
+        from windtunnel.rundir import CONFIG, WANDB
         from windtunnel.train import train
 
     imported = import_modules(imports)  # before the config is read: its task and arch may be the module's
@@ -173,7 +173,13 @@ def train_command(
     cfg = resume_config(target, overrides) if stored and config is None else build_config(config, overrides)
     default_size = not stored and cfg.model.preset is None and not cfg.model.size and not is_baseline(cfg.model.arch)
 
+    # --overwrite deletes wandb's own folder of the run too (`rundir.clear`): said once it is gone, never silently
+    wandb = target / WANDB
+    wandb_cleared = overwrite and not resume and wandb.is_dir() and not wandb.is_symlink()
+
     def start(line: str) -> None:  # train() calls it once everything is checked, just before the first step
+        if wandb_cleared:
+            typer.echo(f"overwrite: deleted {str(wandb)!r} (wandb's files of the run) with the run's own", err=True)
         if default_size:
             typer.echo(f"warning: {_default_size_warning(cfg)}", err=True)
         typer.echo(line)

@@ -19,6 +19,7 @@ from windtunnel.executors.launch import (
     launch,
     make_executor,
     placement,
+    refuse_unowned_outputs,
     threads_per_run,
 )
 from windtunnel.executors.local import LocalExecutor
@@ -37,6 +38,7 @@ __all__ = [
     "launch",
     "make_executor",
     "placement",
+    "refuse_unowned_outputs",
     "run_job",
     "threads_per_run",
     "write_storage_token",

@@ -82,6 +82,19 @@ def make_executor(name: str, jobs: int = 1, ray_address: str | None = None, max_
     raise ValueError(f"--executor: must be one of {', '.join(EXECUTORS)} (got {name!r})")
 
 
+def refuse_unowned_outputs(out: Path, kind: str, found: ManifestRecord | None, outputs: Sequence[str]) -> None:
+    """A FileExistsError where `out`, owned by no driver (`found` None), already holds one of `outputs`, the files a
+    driver of `kind` writes there: someone's own file, refused rather than replaced."""
+    if found is not None:
+        return
+    for name in outputs:
+        if os.path.lexists(out / name):
+            raise FileExistsError(
+                f"--out: {str(out / name)!r} is already there and no {kind} owns {str(out)!r} (no manifest.json); "
+                "use another --out"
+            )
+
+
 @contextlib.contextmanager
 def holding(out: Path) -> Iterator[None]:
     """`out` as a driver's output directory, for the life of the block: never a run directory itself (nor inside
@@ -98,10 +111,13 @@ class Launch:
     `kind`, refused where another driver owns it (`found`: what says who does); then `claim` and `record` keep its
     manifest."""
 
-    def __init__(self, out: str | Path, options: ExecutorOptions, kind: str | None = None) -> None:
+    def __init__(
+        self, out: str | Path, options: ExecutorOptions, kind: str | None = None, outputs: Sequence[str] = ()
+    ) -> None:
         self.out = Path(out)
         self.options = options
         self.kind = kind
+        self.outputs = tuple(outputs)  # what the driver writes into --out: never replaced in one it does not own
         self.found: ManifestRecord | None = None  # --out's manifest (an older --out's upgraded) when it was held
         self._claimed: list[ManifestEntry] = []  # the earlier runs the manifest kept when --out was claimed
         self._fields: dict[str, Any] = {}  # the manifest's own fields (a reproduce's tier)
@@ -120,6 +136,7 @@ class Launch:
         if self.kind is not None:
             try:
                 self.found = manifest.refuse_other_kind(self.out, self.kind)
+                refuse_unowned_outputs(self.out, self.kind, self.found, self.outputs)
             except BaseException as err:
                 self.__exit__(type(err), err, err.__traceback__)
                 raise
@@ -188,12 +205,12 @@ class Launch:
         return execute(jobs, self.executor, echo, progress=self.options.progress)
 
 
-def launch(out: str | Path, options: ExecutorOptions, kind: str | None = None) -> Launch:
+def launch(out: str | Path, options: ExecutorOptions, kind: str | None = None, outputs: Sequence[str] = ()) -> Launch:
     """A driver's launch of its runs into `out` (the module's docstring shows its use): threads per run and the
     executor from `options`, checked now; then, `with` it, --out checked, locked and (for a driver of `kind`) not
-    another driver's, `claim` and `record` for its manifest, `execute` for the runs, and the machine record for the
-    driver's summary."""
-    return Launch(out, options, kind)
+    another driver's, nor holding its `outputs` while no driver owns it, `claim` and `record` for its manifest,
+    `execute` for the runs, and the machine record for the driver's summary."""
+    return Launch(out, options, kind, outputs)
 
 
 __all__ = [
@@ -205,5 +222,6 @@ __all__ = [
     "launch",
     "make_executor",
     "placement",
+    "refuse_unowned_outputs",
     "threads_per_run",
 ]

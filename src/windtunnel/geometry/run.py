@@ -16,7 +16,7 @@ from windtunnel.geometry.probes import probe_model
 from windtunnel.geometry.registry import ProbeContext, probes, run_probe
 from windtunnel.models import is_baseline
 from windtunnel.records.run_dir import Geometry
-from windtunnel.rundir import FIGURES, check_writable, folder
+from windtunnel.rundir import FIGURES, check_writable, folder, run_directory_of
 from windtunnel.runs import build_model, load_run
 
 
@@ -55,6 +55,12 @@ def probe_run(
         raise ValueError(f"n: must be >= 2 (got {n})")
     out_dir = Path(out) if out is not None else Path(run_dir)
     check_writable(out_dir, "--out" if out is not None else "run_dir")  # fail before the work, not after it
+    inside = run_directory_of(out_dir) if out is not None else None
+    if inside is not None and out_dir.resolve() != Path(run_dir).resolve():  # another run's geometry.json, figures/
+        raise ValueError(
+            f"--out: {str(out)!r} is or lies inside the run directory {str(inside)!r}, whose files are its own; "
+            "probe into the run itself (no --out) or a folder of its own"
+        )
     if figures:
         folder(out_dir, FIGURES)  # a link there is refused before the work too
     run = load_run(run_dir, trust_code=trust_code)

@@ -10,7 +10,15 @@ from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.records.drivers import TimeToBayesRecord
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_runs
-from windtunnel.time_to_bayes.results import KIND, _accumulate, _check_machines, _write, read_seed, summarize_cell
+from windtunnel.time_to_bayes.results import (
+    KIND,
+    OUTPUTS,
+    _accumulate,
+    _check_machines,
+    _write,
+    read_seed,
+    summarize_cell,
+)
 
 
 def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
@@ -41,7 +49,7 @@ def run(
     config is refused unless `fresh` (set aside to `out/superseded/`). `probe`: every seed's run also gets the
     geometry probes (geometry.json in its run directory; a finished run without one is probed)."""
     out = Path(out)
-    launcher = launch(out, options, KIND)
+    launcher = launch(out, options, KIND, OUTPUTS)
     planned = _plan(cells)  # fail on a bad cell, recipe or config before any training or any directory is made
     threads, runner = launcher.threads, launcher.executor
     machine = {**launcher.machine(), "threads_per_run": threads, "jobs": options.jobs, "executor": runner.name}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest, rundir
-from windtunnel.executors import holding
+from windtunnel.executors import holding, refuse_unowned_outputs
 from windtunnel.marks import crossings, summarize_marks, verdict_crossings
 from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.recipes import get_recipe
@@ -22,6 +22,7 @@ from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_label
 
 KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
 RESULTS = TIME_TO_BAYES
+OUTPUTS = (RESULTS, "time_to_bayes.md", "time_to_bayes.png")  # what `_write` writes into --out
 
 
 def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
@@ -161,6 +162,6 @@ def merge(sources: list[str | Path], out: str | Path, *, allow_mixed: bool = Fal
         merged_from=[os.path.relpath(s, out) for s in sources],  # relative to out: the results move with it
     )
     with holding(out):
-        manifest.refuse_other_kind(out, KIND)
+        refuse_unowned_outputs(out, KIND, manifest.refuse_other_kind(out, KIND), OUTPUTS)
         _write(data, out)
     return data.to_json()
