@@ -308,3 +308,17 @@ def cli_device(choice: str) -> Any:
     if choice == "cuda" and not torch.cuda.is_available():  # said here: resolve_device's message names train.device
         raise ValueError("--device: 'cuda' requested but no CUDA device is available (use auto or cpu)")
     return resolve_device(choice)
+
+
+def read_only_run(run_dir: Path, writes: str, elsewhere: str) -> str:
+    """The one line for a run directory a command would write into but cannot: what it writes there (`writes`) and
+    the option that writes it elsewhere (`elsewhere`, e.g. "--out FILE"), the run then only read."""
+    return (
+        f"RUN_DIR {str(run_dir)!r} is read-only (read-only storage or no write permission), and {writes} into it; "
+        f"pass {elsewhere} to write elsewhere and only read the run"
+    )
+
+
+def writable_dir(path: Path) -> bool:
+    """Whether files can be made in the existing folder `path` (a read-only mount says no, even to root)."""
+    return os.access(path, os.W_OK | os.X_OK)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,17 @@ import typer
 from windtunnel.cli.common import (
     cli_device,
     device_option,
+    fail,
     guarded,
     import_modules,
     import_option,
     loading,
     out_option,
+    read_only_run,
     threads_option,
     trust_code_option,
     use_threads,
+    writable_dir,
 )
 from windtunnel.cli.root import app
 from windtunnel.text import number
@@ -50,7 +54,7 @@ def _summary(r: dict[str, Any]) -> list[str]:
 def probe(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="run directory (has config.json and checkpoints/)"),
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to probe (default: the latest)"),
-    out: Path | None = out_option(None, "output directory (default: the run directory)"),
+    out: Path | None = out_option(None, "output directory (default: the run directory; with --out it is only read)"),
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
     trust_code: bool = trust_code_option(),
@@ -67,10 +71,20 @@ def probe(
         from windtunnel.geometry.run import probe_run
         from windtunnel.rundir import GEOMETRY
 
+    writes = f"probe writes {GEOMETRY}{' and figures/' if figures else ''}"
+    if out is None and run_dir.is_dir() and not writable_dir(run_dir):  # before the work, not after it
+        fail(read_only_run(run_dir, writes, "--out DIR"))
     dev = cli_device(device)
     import_modules(imports)
     use_threads(threads)
-    result = probe_run(run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev)
+    try:
+        result = probe_run(
+            run_dir, checkpoint=checkpoint, out=out, n=n, figures=figures, trust_code=trust_code, device=dev
+        )
+    except OSError as err:  # a read-only mount os.access did not tell
+        if out is not None or err.errno != errno.EROFS:
+            raise
+        fail(read_only_run(run_dir, writes, "--out DIR"))
     for line in _summary(result):
         typer.echo(line)
     typer.echo(f"wrote {(out or run_dir) / GEOMETRY}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
 from pathlib import Path
@@ -20,9 +21,11 @@ from windtunnel.cli.common import (
     out_option,
     parse_kv,
     progress_option,
+    read_only_run,
     threads_option,
     trust_code_option,
     use_threads,
+    writable_dir,
 )
 from windtunnel.cli.root import app
 from windtunnel.text import number
@@ -246,6 +249,9 @@ def eval_command(
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to evaluate (default: the latest)"),
     dtype: str | None = typer.Option(None, "--dtype", help="float32 or bf16 (default: the run's eval.dtype)"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON (where they were written: stderr)"),
+    out: Path | None = out_option(
+        None, "write the results (JSON, as --json prints them) to FILE instead of into RUN_DIR, which is only read"
+    ),
     trust_code: bool = trust_code_option(),
     imports: list[str] | None = import_option(),
     device: str | None = device_option(None, "auto, cpu or cuda (default: where the run trained, cuda read as auto)"),
@@ -255,31 +261,32 @@ def eval_command(
 
     At the run's own settings the results are merged into RUN_DIR/eval.json (its recorded evaluation); with any other
     (--n, --batch-size, --checkpoint, --dtype, a --set the run's config does not evaluate) they go to
-    RUN_DIR/evals/NAME.json, NAME the settings that differ ("K=50,eval.n=300"), and eval.json is left as it was. A run
-    whose config records imports needs each of them as --import (or --trust-code)."""
+    RUN_DIR/evals/NAME.json, NAME the settings that differ ("K=50,eval.n=300"), and eval.json is left as it was. With
+    --out FILE they go to FILE alone and RUN_DIR is only read (a run on read-only storage). A run whose config records
+    imports needs each of them as --import (or --trust-code)."""
     with loading():
         from windtunnel.budget import check_evaluation
         from windtunnel.evaluate import evaluate
+        from windtunnel.records.run_dir import EvalFile
         from windtunnel.resolve import check_override
-        from windtunnel.rundir import check_writable, eval_file
+        from windtunnel.rundir import check_output_file, eval_file, write_json
         from windtunnel.runs import load_run
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")
     if batch_size is not None and batch_size < 1:
         fail(f"--batch-size: must be >= 1 (got {batch_size})")
-    kv = parse_kv(set_, "--set")
-    override: dict[str, Any] = {}
-    for key, value in kv.items():
-        if not key.startswith("task.") or key.count(".") != 1 or key == "task.name":
-            fail(f"--set {key}: eval only takes task parameters (task.NAME=value, not task.name)")
-        override[key.split(".", 1)[1]] = value
+    override = _eval_override(parse_kv(set_, "--set"))
+    if out is not None:
+        check_output_file(out, "--out")
     import_modules(imports)
     use_threads(threads)
     run = load_run(run_dir, trust_code=trust_code)
     # where the run trained, as reproduce evaluates it (cuda read as auto: a GPU run evaluated on a CPU machine)
     dev = cli_device(device or ("cpu" if run.config.train.device == "cpu" else "auto"))
-    check_writable(run.path, "run_dir")  # eval.json is written there: fail now, not after the work
+    writes = "eval writes its results"
+    if out is None and not writable_dir(run.path):  # eval.json is written there: fail now, not after the work
+        fail(read_only_run(run.path, writes, "--out FILE"))
     check_evaluation(run.config, n, batch_size)  # memory for --n sequences (or the stored eval.n), before the work
     if override:
         check_override(run.config, override)
@@ -291,7 +298,17 @@ def eval_command(
         step=checkpoint,
         dtype=dtype,
         device=dev,
+        write=False,  # written below: to --out, or into the run
     )
+    if out is not None:
+        write_json(out, results, sort_keys=False)
+    else:
+        try:
+            EvalFile.merge(run.path, results)
+        except OSError as err:  # a read-only mount os.access did not tell
+            if err.errno != errno.EROFS:
+                raise
+            fail(read_only_run(run.path, writes, "--out FILE"))
     record: dict[str, Any] = next(iter(results.values())).get("run") or {}  # what the run is, for every setting
     if record.get("status", "finished") != "finished":
         typer.echo(f"warning: {run.path}: {'; '.join(record['notes'])}", err=True)
@@ -299,6 +316,9 @@ def eval_command(
         typer.echo(json.dumps(results, indent=2))
     else:
         print_table(results)
+    if out is not None:
+        typer.echo(f"wrote {out}: the evaluation of {run.path}, which is left as it was", err=as_json)
+        return
     for extra in dict.fromkeys(r.get("extra") for r in results.values()):
         where = eval_file(run.path, extra)
         said = (
@@ -307,3 +327,70 @@ def eval_command(
             else f"settings that differ from the run's ({extra}); eval.json, its recorded evaluation, is left as it was"
         )
         typer.echo(f"wrote {where}: {said}", err=as_json)
+
+
+# What a user may try to --set on eval that is no task parameter: the eval option that sets it instead.
+_EVAL_OPTIONS = {
+    "eval.n": "--n",
+    "eval.batch_size": "--batch-size",
+    "eval.dtype": "--dtype",
+    "train.device": "--device",
+    "imports": "--import",
+}
+_TASK_PARAM = "task.NAME=value, e.g. task.K=50"
+
+
+def _eval_override(kv: dict[str, Any]) -> dict[str, Any]:
+    """`windtunnel eval --set`'s task parameters ({NAME: value}) from its dotted keys: task.NAME, or task.params.NAME
+    as train's --set takes it; any other key is a one-line error that says what sets it, if anything does."""
+    override: dict[str, Any] = {}
+    for key, value in kv.items():
+        parts = key.split(".")
+        name = (
+            parts[1]
+            if len(parts) == 2 and parts[0] == "task" and parts[1] not in ("", "name", "params")
+            else parts[2]
+            if len(parts) == 3 and parts[:2] == ["task", "params"] and parts[2]
+            else None
+        )
+        if name is None:
+            fail(f"--set {key}: {_not_a_task_parameter(key, value)}")
+        if name in override:
+            fail(f"--set {key}: the task parameter {name} is given twice (as task.{name} and task.params.{name})")
+        override[name] = value
+    return override
+
+
+def _not_a_task_parameter(key: str, value: Any) -> str:
+    """Why `key` (given `value`) is no setting of eval's --set (which takes task parameters only), and what to use
+    instead."""
+    head = key.split(".")[0]
+    if key in _EVAL_OPTIONS:
+        option = _EVAL_OPTIONS[key]
+        given = f"{option} {shlex.quote(str(value))}"
+        return f"eval sets this with {option} ({given}); --set takes task parameters ({_TASK_PARAM})"
+    if key == "task.name":
+        return f"eval scores the run on the task it trained on; --set changes that task's parameters ({_TASK_PARAM})"
+    if head == "task":
+        return "a task parameter is set as task.NAME=value or task.params.NAME=value (e.g. task.K=50)"
+    if head == "eval":
+        return (
+            "a plain `windtunnel eval RUN_DIR` evaluates the run's own eval settings; another setting is --n, "
+            f"--batch-size, --dtype, or a task parameter ({_TASK_PARAM})"
+        )
+    if head == "seed":
+        return (
+            "eval takes no seed: its test sequences are the same for every run, and the run's own seed (config.json) "
+            "draws the bootstrap; a model trained with another seed is another run (train it with --set seed=N)"
+        )
+    if head == "model":
+        return (
+            f"eval scores the run's own model as trained (--checkpoint picks a step); --set takes task parameters "
+            f"({_TASK_PARAM})"
+        )
+    if head == "train":
+        return (
+            "a training setting: eval scores the run as it trained (train another run to change it); --set takes "
+            f"task parameters ({_TASK_PARAM})"
+        )
+    return f"not a setting eval takes; eval's --set takes task parameters ({_TASK_PARAM})"

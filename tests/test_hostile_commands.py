@@ -1,0 +1,167 @@
+"""Hostile use of the commands that read a run or drive many: a run on read-only storage evaluated and probed with
+the results written elsewhere, eval's --set given keys that are no task parameter, and sweep and time-to-bayes given
+bad values and files. Each test reproduces the attack and asserts the behaviour now."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from windtunnel.cli import app
+
+runner = CliRunner()
+
+
+def _error_line(r, code: int) -> str:
+    """The single `error: ...` line of a CLI result that exited with `code` (no traceback)."""
+    assert r.exit_code == code, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    return lines[0]
+
+
+def _snapshot(root: Path) -> dict[str, bytes | str]:
+    return {str(p.relative_to(root)): "dir" if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+# --- 1. a run on read-only storage --------------------------------------------------------------------------------
+
+_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    """`read_only(path, access=True)`: every write under `path` fails as on a read-only mount (EROFS): a file opened
+    for writing, a folder made, a rename; with `access` os.access says so too (as it does on a read-only mount), else
+    it lies (root on a share that refuses writes)."""
+
+    def make(path: Path, access: bool = True) -> None:
+        root = os.path.realpath(path)
+
+        def inside(p) -> bool:
+            return isinstance(p, (str, bytes, os.PathLike)) and os.path.realpath(os.fsdecode(p)).startswith(root)
+
+        def refuse(p) -> None:
+            raise OSError(errno.EROFS, "Read-only file system", os.fsdecode(p))
+
+        real_open, real_mkdir, real_replace, real_access = os.open, os.mkdir, os.replace, os.access
+        real_builtin_open = builtins.open
+
+        def os_open(p, flags, *a, **k):
+            if flags & _WRITE and inside(p):
+                refuse(p)
+            return real_open(p, flags, *a, **k)
+
+        def py_open(p, mode="r", *a, **k):
+            if any(c in mode for c in "wax+") and inside(p):
+                refuse(p)
+            return real_builtin_open(p, mode, *a, **k)
+
+        def mkdir(p, *a, **k):
+            if inside(p):
+                refuse(p)
+            return real_mkdir(p, *a, **k)
+
+        def replace(src, dst, *a, **k):
+            if inside(dst):
+                refuse(dst)
+            return real_replace(src, dst, *a, **k)
+
+        def os_access(p, mode, *a, **k):
+            return False if access and mode & os.W_OK and inside(p) else real_access(p, mode, *a, **k)
+
+        monkeypatch.setattr(os, "open", os_open)
+        monkeypatch.setattr(os, "mkdir", mkdir)
+        monkeypatch.setattr(os, "replace", replace)
+        monkeypatch.setattr(os, "access", os_access)
+        monkeypatch.setattr(builtins, "open", py_open)
+        monkeypatch.setattr(io, "open", py_open)
+
+    return make
+
+
+@pytest.mark.parametrize("access", [True, False], ids=["access-says-so", "access-lies"])
+def test_eval_of_a_run_on_read_only_storage_says_so_in_one_line_and_how_to_write_elsewhere(trained, read_only, access):
+    before = _snapshot(trained)
+    read_only(trained, access=access)
+    line = _error_line(runner.invoke(app, ["eval", str(trained)]), 2)
+    assert "is read-only" in line and str(trained) in line and "--out FILE" in line, line
+    assert _snapshot(trained) == before
+
+
+def test_eval_out_writes_the_results_elsewhere_and_only_reads_a_run_on_read_only_storage(trained, read_only, tmp_path):
+    before = _snapshot(trained)
+    read_only(trained)
+    out = tmp_path / "scores.json"
+    r = runner.invoke(app, ["eval", str(trained), "--out", str(out), "--set", "task.L=3"])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}" in r.output
+    written = json.loads(out.read_text())
+    assert list(written) == ["L=3"] and written["L=3"]["task_params"]["L"] == 3
+    assert _snapshot(trained) == before  # no eval.json merged, no evals/ made
+
+
+def test_eval_out_refuses_a_file_inside_the_run_before_any_work(trained):
+    before = _snapshot(trained)
+    line = _error_line(runner.invoke(app, ["eval", str(trained), "--out", str(trained / "mine.json")]), 2)
+    assert "--out" in line and "run directory" in line, line
+    assert _snapshot(trained) == before
+
+
+@pytest.mark.parametrize("access", [True, False], ids=["access-says-so", "access-lies"])
+def test_probe_of_a_run_on_read_only_storage_says_so_in_one_line_and_out_only_reads_it(
+    trained, read_only, tmp_path, access
+):
+    before = _snapshot(trained)
+    read_only(trained, access=access)
+    line = _error_line(runner.invoke(app, ["probe", str(trained), "--n", "8", "--no-figures"]), 2)
+    assert "is read-only" in line and "--out DIR" in line and "geometry.json" in line, line
+    out = tmp_path / "geo"
+    r = runner.invoke(app, ["probe", str(trained), "--n", "8", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert (out / "geometry.json").is_file() and any((out / "figures").glob("*.png"))
+    assert _snapshot(trained) == before
+
+
+# --- 2. eval --set keys that are no task parameter ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("eval.n=100", "--n 100"),
+        ("eval.batch_size=4", "--batch-size 4"),
+        ("eval.dtype=bf16", "--dtype bf16"),
+        ("train.device=cpu", "--device cpu"),
+        ("eval.overrides=x", "--n, --batch-size, --dtype, or a task parameter"),
+        ("seed=5", "eval takes no seed"),
+        ("model.arch=lstm", "the run's own model as trained"),
+        ("model.d_model=8", "the run's own model as trained"),
+        ("train.steps=3", "a training setting"),
+        ("task.name=hmm", "the task it trained on"),
+        ("task.params=3", "task.NAME=value or task.params.NAME=value"),
+        ("task.=3", "task.NAME=value or task.params.NAME=value"),
+        ("task.params.L.x=3", "task.NAME=value or task.params.NAME=value"),
+        ("colour=red", "not a setting eval takes"),
+    ],
+)
+def test_eval_set_of_a_key_that_is_no_task_parameter_says_what_sets_it(trained, item, says):
+    line = _error_line(runner.invoke(app, ["eval", str(trained), "--set", item]), 2)
+    assert says in line, line
+    assert "not task.name" not in line, line
+
+
+def test_eval_set_takes_a_task_parameter_as_train_s_set_does_task_params_name(trained):
+    short = runner.invoke(app, ["eval", str(trained), "--set", "task.L=3", "--json"])
+    long = runner.invoke(app, ["eval", str(trained), "--set", "task.params.L=3", "--json"])
+    assert short.exit_code == 0 and long.exit_code == 0, long.output
+    assert json.loads(short.stdout)["L=3"]["metrics"] == json.loads(long.stdout)["L=3"]["metrics"]
+    line = _error_line(runner.invoke(app, ["eval", str(trained), "--set", "task.L=3", "--set", "task.params.L=4"]), 2)
+    assert "given twice" in line, line
