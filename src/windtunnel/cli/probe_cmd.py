@@ -54,7 +54,7 @@ def _summary(r: dict[str, Any]) -> list[str]:
 def probe(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="run directory (has config.json and checkpoints/)"),
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to probe (default: the latest)"),
-    out: Path | None = out_option(None, "output directory (default: the run directory; with --out it is only read)"),
+    out: Path | None = out_option(None, "output directory (default: the run directory)"),
     n: int = typer.Option(256, "--n", help="held-out sequences to probe (>= 2)"),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="write PNG figures"),
     trust_code: bool = trust_code_option(),

@@ -249,9 +249,7 @@ def eval_command(
     checkpoint: int | None = typer.Option(None, "--checkpoint", help="step to evaluate (default: the latest)"),
     dtype: str | None = typer.Option(None, "--dtype", help="float32 or bf16 (default: the run's eval.dtype)"),
     as_json: bool = typer.Option(False, "--json", help="print the results as JSON (where they were written: stderr)"),
-    out: Path | None = out_option(
-        None, "write the results (JSON, as --json prints them) to FILE instead of into RUN_DIR, which is only read"
-    ),
+    out: Path | None = out_option(None, "write the results (JSON) to FILE, not into RUN_DIR (then only read)"),
     trust_code: bool = trust_code_option(),
     imports: list[str] | None = import_option(),
     device: str | None = device_option(None, "auto, cpu or cuda (default: where the run trained, cuda read as auto)"),
