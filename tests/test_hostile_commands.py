@@ -165,3 +165,87 @@ def test_eval_set_takes_a_task_parameter_as_train_s_set_does_task_params_name(tr
     assert json.loads(short.stdout)["L=3"]["metrics"] == json.loads(long.stdout)["L=3"]["metrics"]
     line = _error_line(runner.invoke(app, ["eval", str(trained), "--set", "task.L=3", "--set", "task.params.L=4"]), 2)
     assert "given twice" in line, line
+
+
+# --- 3. sweep and time-to-bayes: bad values and files --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("{bad\n", "line 2, column 1: expected ',' or '}'"),
+        ("a: [1\n", "line 2, column 1: expected ',' or ']'"),
+        ("model:\n  arch: SECRET-TEXT: here\n", "line 2, column 20: mapping values are not allowed here"),
+    ],
+)
+def test_a_config_that_is_no_yaml_is_one_line_naming_line_and_column_never_its_text(tmp_path, text, where):
+    f = tmp_path / "base.yaml"
+    f.write_text(text)
+    for args in (["sweep", str(f), "--grid", "train.lr=1e-3"], ["train", "--config", str(f)]):
+        line = _error_line(runner.invoke(app, [*args, "--out", str(tmp_path / "o")]), 2)
+        assert f"cannot parse {str(f)!r}: {where}" in line, line
+        assert "SECRET" not in line and "^" not in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/dev/null", "a device, FIFO or socket"), (".", "a directory")])
+def test_a_config_that_is_no_file_is_named_so_not_missing(tmp_path, path, kind):
+    line = _error_line(runner.invoke(app, ["sweep", path, "--grid", "train.lr=1e-3", "--out", str(tmp_path / "o")]), 2)
+    assert f"is {kind}, not a config file" in line and "no such file" not in line, line
+
+
+def test_sweep_set_of_a_whole_section_is_named_as_the_set_key_it_is(tmp_path):
+    from cli_args import SWEEP_BASE
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(SWEEP_BASE))
+    args = ["sweep", str(base), "--grid", "train.lr=1e-3", "--out", str(tmp_path / "o")]
+    line = _error_line(runner.invoke(app, [*args, "--set", "train=1"]), 2)
+    assert line.startswith("error: --set train: ") and "train is a section" in line and "train.lr" not in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_cell_s_set_value_that_is_a_list_is_one_value():
+    from windtunnel.time_to_bayes import parse_cell
+
+    cell = parse_cell("task=hmm,arch=lstm,steps=40,set.train.checkpoint_schedule=[10,20],set.model.size={a: 1, b: 2}")
+    assert cell.set == {"train.checkpoint_schedule": [10, 20], "model.size": {"a": 1, "b": 2}} and cell.steps == 40
+    assert parse_cell("task=[,arch=lstm,steps=4").task == "["  # a bracket alone stays a value of its own
+
+
+def test_of_several_cells_the_one_at_fault_is_named(tmp_path):
+    good = "task=bijection,arch=transformer,tier=smoke,steps=4,batch_size=4"
+    args = ["time-to-bayes", "--out", str(tmp_path / "o"), "--cell", good]
+    line = _error_line(runner.invoke(app, [*args, "--cell", good + ",set.model.size.d_model=1e9"]), 2)
+    assert line.startswith("error: --cell 2 (bijection/transformer/baseline, 4 steps): model.size.d_model"), line
+    assert not (tmp_path / "o").exists()
+
+
+def _results(label: str, key: str, test: object = 0.2) -> dict:
+    """A time_to_bayes.json of one cell, as the driver writes it."""
+    seeds = [{"crossings": {"0.1": None}, "dtype": "float32", "curve": []}]
+    cell = {"key": key, "label": label, "metric": "entropy_mae_bits", "cell": {"task": "bijection"}}
+    cell |= {"marks": {}, "seeds": seeds, "test": {"mean": test, "min": 0.2, "max": 0.2}}
+    return {"machine": {"machine": "cpu A", "torch": "2.13", "threads_per_run": 1, "jobs": 1}, "cells": [cell]}
+
+
+def _out(tmp_path: Path) -> list[str]:
+    return ["--out", str(tmp_path / "o")]
+
+
+def test_merge_refuses_a_file_that_holds_one_setting_twice(tmp_path):
+    data = _results("cell a", "abc123")
+    data["cells"] *= 2  # a hand-edited or concatenated file: the table listed the setting twice
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(data))
+    line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
+    assert "time_to_bayes.json: cells: cells 0 and 1 are one setting" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_merge_of_a_test_value_that_is_no_number_names_the_field(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(_results("cell a", "abc123", test="TOPSECRET")))
+    line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
+    assert "cells[0].test.mean: expected a number, got a string of 9 characters" in line, line
+    assert "TOPSECRET" not in line and not (tmp_path / "o").exists()

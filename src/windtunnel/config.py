@@ -298,6 +298,9 @@ def read_file(path: str | Path) -> dict[str, Any]:
     naming the file otherwise)."""
     p = Path(path)
     if not p.is_file():
+        if p.exists():  # a folder, a device (/dev/null), a FIFO: never opened
+            kind = "a directory" if p.is_dir() else "a device, FIFO or socket"
+            raise ValueError(f"config: {str(p)!r} is {kind}, not a config file")
         raise FileNotFoundError(f"config: no such file {str(p)!r}")
     with p.open("rb") as f:
         raw = f.read(MAX_FILE_BYTES + 1)
@@ -307,7 +310,7 @@ def read_file(path: str | Path) -> dict[str, Any]:
         text = raw.decode("utf-8")
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"config: cannot parse {str(p)!r}: {err}") from None
+        raise ValueError(f"config: cannot parse {str(p)!r}: {_parse_error(err)}") from None
     except RecursionError:
         raise ValueError(f"config: {str(p)!r} is nested more than {MAX_DEPTH} levels deep") from None
     if data is None:
@@ -316,6 +319,21 @@ def read_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config: {str(p)!r} must hold a mapping at the top level")
     _check_bounds(data, str(p))
     return data
+
+
+def _parse_error(err: Exception) -> str:
+    """A parser's error as one line: YAML's names the line and column of the problem and of what it was parsing,
+    never the file's text (its message quotes the line, over several lines)."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        where = f"line {err.problem_mark.line + 1}, column {err.problem_mark.column + 1}: " if err.problem_mark else ""
+        context = err.context_mark
+        during = (
+            f" ({err.context} at line {context.line + 1}, column {context.column + 1})"
+            if err.context and context is not None
+            else ""
+        )
+        return f"{where}{err.problem or 'not YAML'}{during}"
+    return " ".join(str(err).split())
 
 
 def _check_bounds(data: Any, where: str) -> None:

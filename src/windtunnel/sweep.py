@@ -61,20 +61,23 @@ def _split_values(text: str, item: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def _check_key(key: str, item: str) -> None:
-    """A grid key is a dotted path to one setting: never malformed, never a section (`train`, `model.size`), whose
-    value would silently replace every setting in it."""
+def _check_key(key: str, item: str, option: str = "--grid") -> None:
+    """A grid key (or a --set key given a value that is no mapping, `option`) is a dotted path to one setting: never
+    malformed, never a section (`train`, `model.size`), whose value would silently replace every setting in it."""
     if not key or not all(p.strip() for p in key.split(".")):
-        raise ValueError(f"--grid: malformed key in {item!r}; expected a dotted config key like train.lr")
+        raise ValueError(f"{option}: malformed key in {item!r}; expected a dotted config key like train.lr")
     node: Any = RunConfig().model_dump(mode="json")
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             return  # a leaf, or a key validation names
         node = node[part]
     if isinstance(node, dict):
+        what, example = ("a grid key", "sweep its settings instead, e.g. --grid {}.<name>=v1,v2")
+        if option != "--grid":
+            what, example = (f"a {option} key", f"set its settings instead, e.g. {option} {{}}.<name>=value")
         raise ValueError(
-            f"--grid {key}: a grid key must be a leaf setting; {key} is a section, and a value would replace all of "
-            f"it: sweep its settings instead, e.g. --grid {key}.<name>=v1,v2"
+            f"{option} {key}: {what} must be a leaf setting; {key} is a section, and a value would replace all of "
+            f"it: {example.format(key)}"
         )
 
 
@@ -182,9 +185,11 @@ def sweep(
     table. A point's directory holding another config is refused unless `fresh` (set aside to `out/superseded/`).
     Holds `out`'s lock; returns what sweep.json holds."""
     overrides = dict(overrides or {})
-    for key in overrides:
+    for key, value in overrides.items():
         if key in grid:
             raise ValueError(f"--set {key}: also swept by --grid; give it in one place")
+        if not isinstance(value, dict):  # a mapping may stand for a whole section; anything else would erase it
+            _check_key(key, key, "--set")
     base = apply_overrides(read_file(config) if not isinstance(config, dict) else config, overrides)
     # `imports`, and the modules that registered the base's task and architecture in this process (a Python sweep's;
     # not the running script's, which no command line can import): every point records them, so its run directory

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import Field, PrivateAttr, RootModel, model_validator
+from pydantic import Field, PrivateAttr, RootModel, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from windtunnel.records import base
 from windtunnel.records.base import JsonFile, Record, RecordFile
@@ -275,6 +276,14 @@ class CellRequest(Record):
     task: str
 
 
+class SeedRange(Record):
+    """A time-to-Bayes cell's final test value over its seeds: the mean, the lowest and the highest."""
+
+    mean: base.Real = base.required()
+    min: base.Real = base.required()
+    max: base.Real = base.required()
+
+
 class TimeToBayesCell(Record):
     """One cell of time_to_bayes.json: its setting's `key` (its first seed's config hash; None in results written
     before keys, matched by `cell` instead), the request, label, headline metric, seconds to each mark, final test
@@ -287,7 +296,7 @@ class TimeToBayesCell(Record):
     label: str
     metric: str
     marks: dict[str, Any]
-    test: dict[str, Any] | None = None
+    test: SeedRange | None = None
     recipe: dict[str, Any] | None = None
     machine: dict[str, Any]
     seeds: list[dict[str, Any]] = Field(min_length=1)
@@ -311,6 +320,21 @@ class TimeToBayesRecord(RecordFile):
     wall_s: float = 0.0
     cells: list[TimeToBayesCell]
     merged_from: list[str] | None = None
+
+    @field_validator("cells", mode="after")
+    @classmethod
+    def _one_cell_per_setting(cls, cells: list[TimeToBayesCell]) -> list[TimeToBayesCell]:
+        """A setting is one cell (a new result of it replaces the old): two cells of one key would be two rows of one
+        setting."""
+        for j, cell in enumerate(cells):
+            i = next((i for i, c in enumerate(cells[:j]) if cell.key is not None and c.key == cell.key), None)
+            if i is not None:
+                raise PydanticCustomError(
+                    "message",
+                    "{message}",
+                    {"message": f"cells {i} and {j} are one setting (the same key); keep one of them"},
+                )
+        return cells
 
     @model_validator(mode="before")
     @classmethod

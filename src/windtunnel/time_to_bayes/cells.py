@@ -138,11 +138,25 @@ def cell_label(cell: Cell, cfg: RunConfig) -> str:
     return f"{cfg.task.name}/{cfg.model.arch}/{cell.recipe_name} ({', '.join(parts)})"
 
 
+def _items(text: str) -> list[str]:
+    """The key=value items of a --cell, split at its commas; a part that holds no `=` after an item whose bracket or
+    brace is still open continues that item's value (`set.train.checkpoint_schedule=[100,200]`)."""
+    items: list[str] = []
+    for part in text.split(","):
+        last = items[-1] if items else ""
+        if "=" not in part and last.count("[") + last.count("{") > last.count("]") + last.count("}"):
+            items[-1] = f"{last},{part}"
+        else:
+            items.append(part)
+    return [s.strip() for s in items if s.strip()]
+
+
 def parse_cell(text: str) -> Cell:
     """`task=bijection,arch=transformer,recipe=wsd,steps=3000` (plus batch_size, lr, seeds, ...; `set.KEY=V` for
-    extra overrides) -> Cell; values read as `--set` values are. ValueError names a bad field or a key given twice."""
+    extra overrides) -> Cell; values read as `--set` values are, a list or mapping whole (`_items`). ValueError names
+    a bad field or a key given twice."""
     fields: dict[str, Any] = {"set": {}}
-    for item in filter(None, (s.strip() for s in text.split(","))):
+    for item in _items(text):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:

@@ -23,7 +23,15 @@ from windtunnel.time_to_bayes.results import (
 
 def _plan(cells: list[Cell]) -> list[tuple[Cell, list[SeedRun]]]:
     """Every cell's seeds, validated before anything is created; two cells that are one setting are refused."""
-    planned = [(c, cell_runs(c)) for c in cells]
+    planned = []
+    for i, c in enumerate(cells, 1):
+        try:
+            planned.append((c, cell_runs(c)))
+        except ValueError as err:
+            if len(cells) == 1:
+                raise
+            what = f"{c.task}/{c.arch}/{c.recipe_name}, {c.steps} steps"  # which of the cells given
+            raise ValueError(f"--cell {i} ({what}): {str(err).removeprefix('--cell ')}") from None
     seen: dict[str, int] = {}
     for i, (_, runs) in enumerate(planned, 1):
         first = seen.setdefault(runs[0].name, i)
