@@ -249,3 +249,25 @@ def test_merge_of_a_test_value_that_is_no_number_names_the_field(tmp_path):
     line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
     assert "cells[0].test.mean: expected a number, got a string of 9 characters" in line, line
     assert "TOPSECRET" not in line and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "target"),
+    [
+        (["sweep", "base.json", "--grid", "train.lr=1e-3"], "windtunnel.sweep.sweep"),
+        (["time-to-bayes", "--cell", "task=bijection,arch=transformer,steps=4"], "windtunnel.time_to_bayes.run"),
+    ],
+    ids=["sweep", "time-to-bayes"],
+)
+def test_a_driver_interrupted_says_so_and_how_to_go_on(tmp_path, monkeypatch, args, target):
+    """Ctrl-C (or SIGTERM, which a driver takes as one) while the runs train: exit 130 with one line, not silence."""
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(target, interrupted)
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert r.exit_code == 130, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: "), r.output
+    assert "run the same command again to continue" in lines[0], r.output

@@ -23,6 +23,7 @@ from windtunnel.cli.common import (
     threads_option,
 )
 from windtunnel.cli.root import app
+from windtunnel.cli.sweep_cmd import INTERRUPTED
 
 
 @app.command("time-to-bayes")
@@ -81,14 +82,18 @@ def time_to_bayes(
     if imported:  # each run's config records them (the cell's `set`), so a worker finds the names again
         for c in cells:
             c.set["imports"] = imported
-    run(
-        cells,
-        out,
-        ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
-        echo=typer.echo,
-        fresh=fresh,
-        allow_mixed=allow_mixed,
-    )
+    try:
+        run(
+            cells,
+            out,
+            ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
+            echo=typer.echo,
+            fresh=fresh,
+            allow_mixed=allow_mixed,
+        )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: no result is written for a call cut short
+        typer.echo(f"interrupted: nothing added to {out / 'time_to_bayes.json'}; {INTERRUPTED}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"results: {out / 'time_to_bayes.json'}, {out / 'time_to_bayes.md'}, {out / 'time_to_bayes.png'}")
 
 

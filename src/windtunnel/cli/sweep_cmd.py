@@ -24,6 +24,12 @@ from windtunnel.cli.common import (
 )
 from windtunnel.cli.root import app
 
+# How to go on after a driver is interrupted (`run_job`: a finished run is read back, an unfinished one resumes).
+INTERRUPTED = (
+    "run the same command again to continue: the runs that finished are read back, an unfinished one resumes from "
+    "its last checkpoint"
+)
+
 
 @app.command()
 @guarded
@@ -60,16 +66,21 @@ def sweep(
         from windtunnel.sweep import sweep as run
 
     imported = import_modules(imports)
-    table = run(
-        config,
-        parse_grid(grid or []),  # none: the sweep says --grid is required
-        out,
-        options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
-        overrides=parse_kv(set_, "--set"),
-        echo=typer.echo,
-        fresh=fresh,
-        imports=imported,
-    )
+    try:
+        table = run(
+            config,
+            parse_grid(grid or []),  # none: the sweep says --grid is required
+            out,
+            options=ExecutorOptions(executor, jobs, threads, ray_address, max_retries, progress),
+            overrides=parse_kv(set_, "--set"),
+            echo=typer.echo,
+            fresh=fresh,
+            imports=imported,
+        )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the sweep wrote the table of what finished
+        table_so_far = f" (the table of what finished: {out / TABLE_MD})" if (out / TABLE_MD).is_file() else ""
+        typer.echo(f"interrupted: {INTERRUPTED}{table_so_far}", err=True)
+        raise typer.Exit(130) from None
     best = [_best(s, table["headline"][s["task"]]) for s in table["settings"] if s["best"]]
     typer.echo(
         f"{len(table['rows'])} runs in {table['total_wall_s']:.0f} s"
