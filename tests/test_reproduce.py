@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,7 @@ def test_smoke_report_structure(smoke):
     hmm_oracle = next(r for r in results["runs"] if r["name"] == "hmm-oracle")
     W = max(tables.tunnel("hmm", [r for r in find_runs([out / "runs"]) if r.task == "hmm"]).windows())
     assert list(hmm_oracle["approximations"]) == ["context-blind", *(f"last {w} obs" for w in range(1, W + 1))]
-    which = md.split("Which filter")[1].splitlines()
+    which = md.split("## Which filter")[1].splitlines()
     oracle_row = next(line for line in which if line.startswith("| hmm | hmm-oracle |"))
     assert f"| exact | {W} of {W} obs (every window) |" in oracle_row
     uniform_row = next(line for line in which if line.startswith("| hmm | hmm-uniform |"))
@@ -182,7 +183,14 @@ def test_smoke_report_structure(smoke):
     assert "Adversarial controls" in md and "None of the controls earns ✓ or ◐" in md
     assert any(r[1] == "control: context-blind support" and r[-1].startswith("✗") for r in results["controls"])
     html = (out / "report.html").read_text()
-    assert html.startswith("<!doctype html>") and "data:image/png;base64," in html
+    assert html.startswith("<!doctype html>") and "data:image/png;base64," not in html  # figures beside it
+    assert "<img src='figures/calibration_bijection.png' loading='lazy'" in html
+    # the filters' note is said once for the two HMM tunnels, and each tunnel's windows are in numeric order
+    which_md = md.split("## Which filter")[1].split("\n## ")[0]
+    assert which_md.count("HMM: 'context-blind' (uniform over the states") == 1
+    for header in (line for line in which_md.splitlines() if line.startswith("| Task | Run |")):
+        windows = [int(w) for w in re.findall(r"'last (\d+) obs'", header)]
+        assert windows == sorted(windows) and windows, header
     assert (out / "figures" / "calibration_bijection.png").is_file()
     assert (out / "figures" / "length_generalisation_hmm.png").is_file()
     assert meta["tier"] == "smoke" and meta["deviations"]
