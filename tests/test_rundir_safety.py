@@ -196,7 +196,7 @@ def test_unwritable_out_fails_before_the_work(tmp_path, trained, monkeypatch):
     ro = {str(trained), str(tmp_path / "ro")}
     monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) in ro and mode & os.W_OK else real(p, mode))
     (tmp_path / "ro").mkdir()
-    assert "not writable" in _one_line_error(runner.invoke(app, ["eval", str(trained)]), 2)
+    assert "is read-only" in _one_line_error(runner.invoke(app, ["eval", str(trained)]), 2)
     r = runner.invoke(app, ["train", "--arch", "uniform", "--out", str(tmp_path / "ro" / "r")])
     assert "not writable" in _one_line_error(r, 2)
 
