@@ -14,17 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from test_hostile_files import _error_line
 from windtunnel.cli import app
 
 runner = CliRunner()
-
-
-def _error_line(r, code: int) -> str:
-    """The single `error: ...` line of a CLI result that exited with `code` (no traceback)."""
-    assert r.exit_code == code, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
-    return lines[0]
 
 
 def _snapshot(root: Path) -> dict[str, bytes | str]:
