@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from test_claims import keys_geometry, run, verdicts
-from windtunnel.report import claims
+from windtunnel.report import claims, tables
 from windtunnel.report.collect import RunRecord
 
 RECALL = "Transformer exact on recall (random-access binding)"
@@ -38,6 +38,24 @@ def test_seeds_asked_for_or_first_seeds_that_agree_carry_no_added_seeds_note():
     assert agreed["verdict"] == "reproduced" and agreed["why"] == ""
     no_tier = verdicts([run("recall", "transformer", s, v) for s, v in enumerate([1.0, 1.0, 0.988, 1.0, 1.0])])
     assert no_tier[RECALL]["why"] == ""  # a run of no tier: no rule added seeds
+
+
+def test_the_seeds_reproduce_json_says_were_added_decide_the_note_not_the_tier_s_seed_count():
+    """Five seeds asked for (--seeds 5) whose first three disagree: reproduce.json lists none added, so no note; a
+    record listing seeds 3 and 4 gives the note, and one listing only seed 4 pools the first four."""
+    recs = tier_cell("recall", "transformer", [1.0, 1.0, 0.988, 1.0, 1.0])
+    _, _, data = tables.primitives_table(recs)
+
+    def why(added: dict[str, list[int]] | None) -> str:
+        found = {c["claim"]: c for c in claims.judge_claims(recs, data, [], added)}
+        return found[RECALL]["why"]
+
+    assert why({}) == ""
+    assert why({"recall-transformer": [3, 4]}).startswith("transformer/recall: seeds 3, 4 added by the tier")
+    assert why({"recall-transformer": [4]}).startswith(
+        "transformer/recall: seed 4 added by the tier after its first 4 seeds disagreed (✓ ✓ ◐ ✓)"
+    )
+    assert why({"recall-mamba": [3, 4]}) == ""  # another cell's added seeds
 
 
 def test_one_seed_reproduces_nothing_either_way():

@@ -338,6 +338,7 @@ def test_reproduce_reads_each_seed_s_level_and_runs_the_disagreeing_cell_s_extra
     meta = reproduce("smoke", out, seeds=2, only=only, probe=False)
     assert (runs / "bijection-transformer-s2" / "done.json").is_file()
     assert meta["seeds"]["bijection-transformer"] == 3
+    assert meta["added_seeds"] == {"bijection-transformer": [2]}  # what the report's claims read as added
     assert {r.seed for r in find_runs([out / "runs"])} == {0, 1, 2}
 
 

@@ -138,7 +138,7 @@ def _reproduce_locked(
     results = launcher.execute(suite_jobs(entries, runs_dir, probe), f"{len(entries)} runs, tier {tier}", echo)
     extra = more_seeds(tier, seed_levels(runs_dir, entries))
     if extra:  # cells whose seeds disagree on the mark: more seeds, up to the tier's limit
-        cells = sorted({e.name.rsplit("-s", 1)[0] for e in extra})
+        cells = sorted(set(map(_cell_of, extra)))
         echo(f"seeds disagree on the mark in {', '.join(cells)}: {len(extra)} more run(s)")
         launcher.claim_runs({e.name: resolve_config(e.config) for e in extra}, echo, fresh=fresh)
         results += launcher.execute(suite_jobs(extra, runs_dir, probe), f"{len(extra)} more seeds, tier {tier}", echo)
@@ -146,10 +146,8 @@ def _reproduce_locked(
     record = ReproduceRecord(
         tier=tier,
         **launcher.machine(),
-        seeds={
-            f"{e.config['task']['name']}-{e.config['model']['arch']}": e.config["seed"] + 1
-            for e in sorted(entries, key=lambda e: e.config["seed"])
-        },
+        seeds={_cell_of(e): e.config["seed"] + 1 for e in sorted(entries, key=lambda e: e.config["seed"])},
+        added_seeds={c: [e.config["seed"] for e in extra if _cell_of(e) == c] for c in sorted(map(_cell_of, extra))},
         jobs=jobs,
         executor=runner.name,
         **where_runs_ran(results),
@@ -171,3 +169,8 @@ def _reproduce_locked(
     listed: list[str | Path] = [*manifest.run_dirs(out)]  # this tier's runs, never whatever else lies under runs/
     build_report(listed, out, record)
     return record.to_json()
+
+
+def _cell_of(entry: SuiteRun) -> str:
+    """The cell a tier's run belongs to, as reproduce.json names it: `task-arch`."""
+    return f"{entry.config['task']['name']}-{entry.config['model']['arch']}"

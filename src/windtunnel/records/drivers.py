@@ -127,7 +127,7 @@ class ReproduceRecord(RecordFile):
     EVERY_FIELD: ClassVar[bool] = True
     OMIT_NONE: ClassVar[frozenset[str]] = frozenset(
         ("machine", "device", "torch", "python", "seeds", "jobs", "run_devices", "run_hosts", "threads")
-        + ("total_wall_s", "runs_reused", "command")
+        + ("total_wall_s", "runs_reused", "command", "added_seeds")
     )
 
     tier: str
@@ -136,6 +136,8 @@ class ReproduceRecord(RecordFile):
     torch: str | None = None
     python: str | None = None
     seeds: dict[str, int] | int | None = None  # cell -> seeds; an older file: seeds per cell
+    # cell -> the seeds the tier's disagreement rule added to it (`suites.paper.more_seeds`); an older file: None
+    added_seeds: dict[str, list[int]] | None = None
     jobs: int | None = None
     executor: str = "local"  # an older file ran locally
     run_devices: str | None = None

@@ -143,7 +143,7 @@ def build_report(
 
     header, rows, data = tables.primitives_table(records)
     seed_rows, seed_geometry = geometry_across_seeds(records)
-    verdicts = claims.judge_claims(records, data, seed_geometry)
+    verdicts = claims.judge_claims(records, data, seed_geometry, _added_seeds(meta))
     task_note = tables.task_labels(records)[1]
     _tier_caveat(doc, meta)
     doc.add(Contents())
@@ -170,6 +170,15 @@ def build_report(
     results = _results(records, verdicts, data, control_rows, mixed, seed_geometry, meta)
     rundir.atomic_write(out / "results.json", json.dumps(results, indent=2, default=_json_default))
     return results
+
+
+def _added_seeds(meta: ReproduceRecord | None) -> dict[str, list[int]] | None:
+    """The seeds a tier's disagreement rule added to each cell: as reproduce.json says; none outside a reproduce or
+    where its command asked for the seeds (--seeds); None (infer from the tier's first seeds) for a record that does
+    not say."""
+    if meta is None or "--seeds" in (meta.command or ""):
+        return meta.added_seeds if meta is not None and meta.added_seeds is not None else {}
+    return meta.added_seeds
 
 
 def _load_meta(out: Path, meta: ReproduceRecord | Mapping[str, Any] | None) -> ReproduceRecord | None:

@@ -25,7 +25,7 @@ which the tier added seeds because its first seeds disagreed says so and gives t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -660,13 +660,25 @@ def _per_arch(texts: dict[str, str]) -> str:
     return unique[0] if len(unique) == 1 else ", ".join(f"{a} {t}" for a, t in texts.items())
 
 
-def added_seeds(cell: Cell) -> tuple[list[RunRecord], list[RunRecord]] | None:
+def added_seeds(
+    cell: Cell, added: Mapping[str, Sequence[int]] | None = None
+) -> tuple[list[RunRecord], list[RunRecord]] | None:
     """(the first seeds, those the tier added) where the tier's disagreement rule added seeds to the cell
-    (`suites.paper.more_seeds`: its first seeds' marks disagreed, so it ran more); None where it added none."""
-    n0 = first_seeds(cell.arch, (cell.runs[0].config.get("model") or {}).get("preset"))
+    (`suites.paper.more_seeds`: its first seeds' marks disagreed, so it ran more); None where it added none.
+    `added`: what reproduce.json says it added to each cell (`task-arch` -> seeds); None (a record that does not say)
+    infers it from the tier's first seeds (`suites.paper.first_seeds`)."""
     runs = sorted(cell.runs, key=lambda r: r.seed)
-    first, later = [r for r in runs if n0 is not None and r.seed < n0], [r for r in runs if n0 and r.seed >= n0]
-    if n0 is None or len(first) != n0 or not later:
+    if added is not None:
+        extra = set(added.get(f"{cell.task}-{cell.arch}", ()))
+        first, later = [r for r in runs if r.seed not in extra], [r for r in runs if r.seed in extra]
+    else:
+        n0 = first_seeds(cell.arch, (cell.runs[0].config.get("model") or {}).get("preset"))
+        if n0 is None:
+            return None
+        first, later = [r for r in runs if r.seed < n0], [r for r in runs if r.seed >= n0]
+        if len(first) != n0:
+            return None
+    if not first or not later:
         return None
     c = tables.cell_value(first, cell.data["metric"])
     if c is None or len(set(c["seed_levels"])) < 2:  # the first seeds agreed: the further seeds were asked for
@@ -674,10 +686,10 @@ def added_seeds(cell: Cell) -> tuple[list[RunRecord], list[RunRecord]] | None:
     return first, later
 
 
-def added_seeds_note(cell: Cell) -> str | None:
+def added_seeds_note(cell: Cell, added: Mapping[str, Sequence[int]] | None = None) -> str | None:
     """`transformer/recall: seeds 3, 4 added by the tier after its first 3 seeds disagreed (✓ ◐ ✓); those 3 pooled are
     ◐ 98.1%`: no claim rests on seeds added after a disagreement without saying so."""
-    split = added_seeds(cell)
+    split = added_seeds(cell, added)
     if split is None:
         return None
     first, later = split
@@ -685,7 +697,8 @@ def added_seeds_note(cell: Cell) -> str | None:
     assert c is not None
     levels = " ".join(marks.MARK[lv] for lv in c["seed_levels"])
     return (
-        f"{cell.name}/{cell.task}: seeds {', '.join(str(r.seed) for r in later)} added by the tier after its first "
+        f"{cell.name}/{cell.task}: seed{'s' if len(later) > 1 else ''} {', '.join(str(r.seed) for r in later)} "
+        f"added by the tier after its first "
         f"{len(first)} seeds disagreed ({levels}); those {len(first)} pooled are {marks.MARK[c['level']]} "
         f"{tables.fmt(c['mean'], cell.data['metric'])}"
     )
@@ -838,12 +851,16 @@ CLAIMS: list[Claim] = [
 
 
 def judge_claims(
-    records: list[RunRecord], table1: dict[str, dict[str, Any]], geometry: list[dict[str, Any]] | None = None
+    records: list[RunRecord],
+    table1: dict[str, dict[str, Any]],
+    geometry: list[dict[str, Any]] | None = None,
+    added: Mapping[str, Sequence[int]] | None = None,
 ) -> list[dict[str, str]]:
     """Every claim of `CLAIMS` judged on the report's numbers: {claim, verdict, evidence, why, rule, scope}. The
     evidence ends with the capacity curve of the claim's recall cells (`capacity_text`) and its scope (`scope_text`:
     the sizes it was tested at beside the paper's); the reasons end with the seeds the tier added to a cell of the
-    claim after its first seeds disagreed, with those first seeds' pooled mark (`added_seeds_note`)."""
+    claim after its first seeds disagreed, with those first seeds' pooled mark (`added_seeds_note`; `added`: the
+    seeds reproduce.json says the tier added, as `added_seeds` takes it)."""
     ev = Evidence(records, table1, geometry or [])
     out = []
     for claim in CLAIMS:
@@ -853,7 +870,7 @@ def judge_claims(
         scope = scope_text(ev, claim.archs, claim.tasks)
         capacity = [capacity_text(c) for c in cells] if claim.tasks is not None else []  # a claim about a tunnel
         evidence = "; ".join(p for p in (f.evidence, *capacity) if p)
-        why = "; ".join(p for p in (f.why, *(added_seeds_note(c) for c in cells)) if p)
+        why = "; ".join(p for p in (f.why, *(added_seeds_note(c, added) for c in cells)) if p)
         line = " · ".join(p for p in (evidence, f"scope: {scope}" if scope else "") if p)
         found = {"claim": claim.text, "verdict": f.verdict, "evidence": line, "why": why, "rule": claim.rule}
         out.append({**found, "scope": scope})
