@@ -1,7 +1,8 @@
 """Checkpoints of a run directory, loaded without unpickling (safetensors + JSON only).
 
 run_dir/checkpoints/step_00001000.safetensors          model weights
-run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states
+run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states (+ the auxiliary head's
+                                                       weights, `aux_head.*`, of a run with `train.aux_target`)
 run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
 run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 
 _WEIGHTS, _STATE, _META = CKPT_SUFFIXES  # step_N.safetensors, step_N.state.safetensors, step_N.state.json
+_AUX = "aux_head."  # the state file's prefix of the auxiliary head's tensors
 
 
 def _folder(run_dir: str | Path) -> Path:
@@ -89,8 +91,11 @@ def save_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     extra: dict | None = None,
+    aux: nn.Module | None = None,
 ) -> None:
-    """Write weights, optimiser state and RNG states for `step`, then point latest.json at it."""
+    """Write weights, optimiser state and RNG states for `step`, then point latest.json at it. The auxiliary head
+    `aux` (`train.aux_target`), a training device and not part of the model, goes with the training state, so the
+    weights file holds the plain model whether or not the run had one."""
     d = _folder(run_dir)
     name = _ckpt_name(step)
     # clone: breaks storage sharing between tied weights, which safetensors refuses to save
@@ -108,6 +113,8 @@ def save_checkpoint(
                 t = v if torch.is_tensor(v) else torch.tensor(v)
                 tensors[f"optim.{pid}.{k}"] = t.detach().cpu().contiguous().clone()
         groups = sd["param_groups"]
+    for k, v in aux.state_dict().items() if aux is not None else ():
+        tensors[f"{_AUX}{k}"] = v.detach().cpu().contiguous().clone()
     s_raw = st_save(tensors)
     atomic_write(d / f"{name}{_WEIGHTS}", w_raw)
     atomic_write(d / f"{name}{_STATE}", s_raw)
@@ -221,8 +228,10 @@ def load_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     restore_rng: bool = False,
+    aux: nn.Module | None = None,
 ) -> dict:
-    """Load weights (and optionally optimiser state and RNG) of `step` in place; returns the state json."""
+    """Load weights (and optionally optimiser state, RNG and the auxiliary head `aux`) of `step` in place; returns the
+    state json."""
     d = _folder(run_dir)
     name = _ckpt_name(step)
     meta_path = d / f"{name}{_META}"
@@ -235,9 +244,17 @@ def load_checkpoint(
         model.load_state_dict(weights, strict=True)
     except RuntimeError as err:
         raise CheckpointError(f"{d / (name + _WEIGHTS)} does not match the model: {err}") from None
-    if optimizer is None and not restore_rng:
+    if optimizer is None and not restore_rng and aux is None:
         return meta
     state = _read_safetensors(d / f"{name}{_STATE}", sha["state"])
+    if aux is not None:
+        held = {k[len(_AUX) :]: t for k, t in state.items() if k.startswith(_AUX)}
+        try:
+            aux.load_state_dict(held, strict=True)
+        except RuntimeError as err:
+            raise CheckpointError(
+                f"{d / (name + _STATE)} does not hold the auxiliary head the run trains (train.aux_target): {err}"
+            ) from None
     if optimizer is not None and meta.get("param_groups") is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         try:

@@ -135,9 +135,16 @@ class TrainConfig(_Strict):
     has not decayed). It counts evaluations before the last step only, so it needs `eval_every` between 1 and
     `steps` - 1 (anything else is refused: it could never stop the run). config.json omits the field when off (a
     run's stored text and hash are as before it existed).
+
+    Auxiliary target (`aux_target`, `aux_weight`; off by default): training also fits one of the task's auxiliary
+    targets (`Task.auxiliary_targets`: the HMM's "next_state_prior", b_t·T) with a Linear head of its own on the
+    hidden state the output head reads, adding aux_weight x KL(target || its softmax) at the scored positions to the
+    loss. The head is a training device: evaluation, probes and the checkpoint's model weights never see it. Both
+    fields are set together (a weight > 0 names a target; a target needs a weight > 0); a weight of 0 is stored as
+    None (off), and config.json omits both when off (a run's stored text and hash are as before they existed).
     """
 
-    _OMIT_EMPTY = ("loggers", "early_stop")
+    _OMIT_EMPTY = ("loggers", "early_stop", "aux_target", "aux_weight")
 
     steps: int = Field(default=1000, ge=0)
     batch_size: int = Field(default=64, ge=1)
@@ -160,6 +167,8 @@ class TrainConfig(_Strict):
     eval_every: int = Field(default=500, ge=0)  # 0: only the final evaluation
     eval_size: int = Field(default=256, ge=1)
     early_stop: int | None = Field(default=None, ge=0)  # see the docstring; 0 is stored as None (off)
+    aux_target: str | None = Field(default=None, min_length=1)  # see the docstring: a task's auxiliary target
+    aux_weight: float | None = Field(default=None, ge=0, validate_default=True)  # 0 is stored as None (off)
     log_every: int = Field(default=10, ge=1)
     checkpoint_every: int = Field(default=1000, ge=0)  # 0: only the final checkpoint (+ schedule)
     checkpoint_schedule: list[int] | None = None
@@ -190,6 +199,21 @@ class TrainConfig(_Strict):
                 f"can never stop the run: train.eval_every is {why}, so no validation evaluation runs before its "
                 f"last step; {fix} leave train.early_stop off"
             )
+        return v or None
+
+    @field_validator("aux_weight")
+    @classmethod
+    def _aux_weight(cls, v: float | None, info: ValidationInfo) -> float | None:
+        """0 and None are one setting (off), stored as None; a weight needs a target and a target a weight. Whether
+        the task offers the target is checked where the task is built (`resolve.resolve_config`)."""
+        target = info.data.get("aux_target")
+        if v and target is None:
+            raise ValueError(
+                "needs train.aux_target, the name of an auxiliary target of the task (e.g. next_state_prior for the "
+                "HMMs); leave train.aux_weight at 0 for none"
+            )
+        if not v and target is not None:
+            raise ValueError(f"must be > 0 to train on train.aux_target {target!r} (0 or none: no auxiliary target)")
         return v or None
 
     @field_validator("betas")

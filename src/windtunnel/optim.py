@@ -29,6 +29,7 @@ from windtunnel.config import RunConfig
 from windtunnel.models.common import InputEmbedding, OutputHead, Split, decays
 from windtunnel.models.mamba import MambaBlock
 from windtunnel.models.transformer import CausalSelfAttention
+from windtunnel.resolve import aux_text
 
 # Newton-Schulz quintic of torch.optim.Muon (torch 2.13, torch/optim/_muon.py; Keller Jordan's Muon constants)
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -279,11 +280,12 @@ class _Groups(NamedTuple):
     no_decay: dict[str, nn.Parameter]
 
 
-def _groups(model: nn.Module, cfg: RunConfig) -> _Groups:
+def _groups(model: nn.Module, cfg: RunConfig, aux: nn.Module | None = None) -> _Groups:
     """Where each trainable parameter trains under `cfg.train`: AdamW decays matrices only (not norms, biases,
     embeddings, or parameters marked `common.no_weight_decay`), or every parameter with `weight_decay_on="all"` (the
     authors' `AdamW(model.parameters())`); optimizer="muon" moves `muon_blocks` to Muon, and is a ValueError naming
-    train.optimizer for a model with no hidden matrix (it would silently train AdamW)."""
+    train.optimizer for a model with no hidden matrix (it would silently train AdamW). The auxiliary head `aux`
+    (`train.aux_target`), if any, trains with AdamW after the model's parameters, as `aux_head.<name>`."""
     t = cfg.train
     muon = muon_blocks(model) if t.optimizer == "muon" else {}
     if t.optimizer == "muon" and not muon:
@@ -302,29 +304,41 @@ def _groups(model: nn.Module, cfg: RunConfig) -> _Groups:
             out.decay[n] = p
         else:
             out.no_decay[n] = p
+    for n, p in aux.named_parameters() if aux is not None else ():
+        if t.weight_decay_on == "all" or p.ndim >= 2:
+            out.decay[f"aux_head.{n}"] = p
+        else:
+            out.no_decay[f"aux_head.{n}"] = p
     return out
 
 
-def describe(model: nn.Module, cfg: RunConfig) -> dict[str, Any]:
+def describe(model: nn.Module, cfg: RunConfig, aux: nn.Module | None = None) -> dict[str, Any]:
     """The optimiser a run trains with, said out loud (run header, trained.json): Muon's matrices by name with their
-    row block sizes, AdamW's parameters decayed and not, and a one-line `summary`."""
-    g = _groups(model, cfg)
+    row block sizes, AdamW's parameters decayed and not (the auxiliary head's `aux_head.*` among them), a one-line
+    `summary`, and where the run has an auxiliary target, `auxiliary`: it in words (`resolve.aux_text`)."""
+    g = _groups(model, cfg, aux)
     n_adamw = len(g.decay) + len(g.no_decay)
     n_blocks = sum(len(block_sizes(layout)) for _, layout in g.muon.values())
     muon = f"muon: {len(g.muon)} matrices ({n_blocks} blocks); " if g.muon else ""
-    return {
+    out: dict[str, Any] = {
         "optimizer": cfg.train.optimizer,
         "muon": {n: list(block_sizes(layout)) for n, (_, layout) in g.muon.items()},
         "adamw": {"decay": list(g.decay), "no_decay": list(g.no_decay)},
         "summary": f"{muon}adamw: {n_adamw} tensors ({len(g.decay)} decayed)",
     }
+    if cfg.train.aux_target is not None:
+        out["auxiliary"] = aux_text(cfg)
+    return out
 
 
-def make_optimizer(model: nn.Module, cfg: RunConfig) -> torch.optim.Optimizer | MultiOptimizer:
+def make_optimizer(
+    model: nn.Module, cfg: RunConfig, aux: nn.Module | None = None
+) -> torch.optim.Optimizer | MultiOptimizer:
     """AdamW in two groups (decayed, not decayed: one optimiser-state layout either way), and with optimizer="muon"
-    a `BlockMuon` before it on the hidden matrices (same lr and weight decay, update RMS matched to AdamW's)."""
+    a `BlockMuon` before it on the hidden matrices (same lr and weight decay, update RMS matched to AdamW's); the
+    auxiliary head `aux`, if any, on AdamW after the model's parameters of each group."""
     t = cfg.train
-    g = _groups(model, cfg)
+    g = _groups(model, cfg, aux)
     adamw = torch.optim.AdamW(
         [
             {"params": list(g.decay.values()), "weight_decay": t.weight_decay},

@@ -123,6 +123,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
     if cfg.train.loss == "ce_vocab" and not models.is_baseline(cfg.model.arch):
         _check_vocab_loss(task.spec)
     _check_loss_kind(cfg.train.loss, task.spec)
+    _check_aux_target(cfg.train.aux_target, task)
     params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
     for o in eval_settings(cfg)[1:]:
@@ -227,6 +228,30 @@ def upgrade_stored(data: Any) -> Any:
             if old in values:
                 size.setdefault(field, values[old])
     return data
+
+
+def auxiliary_targets_offered(task: Any) -> dict[str, str]:
+    """The auxiliary targets a task offers (`Task.auxiliary_targets_offered`: name -> what it is, in words)."""
+    return dict(getattr(task, "auxiliary_targets_offered", None) or {})
+
+
+def _check_aux_target(name: str | None, task: Any) -> None:
+    """ValueError naming train.aux_target and the targets the task offers where it offers no target `name`."""
+    offered = auxiliary_targets_offered(task)
+    if name is None or name in offered:
+        return
+    has = f"offers {', '.join(repr(n) for n in offered)}" if offered else "offers no auxiliary target"
+    raise ValueError(f"train.aux_target: task {task.name!r} {has} (got {name!r})")
+
+
+def aux_text(cfg: RunConfig) -> str:
+    """A run's auxiliary target in words ("an auxiliary target the paper did not use: the exact next-state prior
+    b_t·T, weight 0.5"), or "" where it has none (`train.aux_target`)."""
+    t = cfg.train
+    if t.aux_target is None:
+        return ""
+    what = auxiliary_targets_offered(tasks.make(cfg.task.name, **cfg.task.params)).get(t.aux_target, t.aux_target)
+    return f"an auxiliary target the paper did not use: {what}, weight {t.aux_weight:g}"
 
 
 def _check_vocab_loss(spec: Any) -> None:

@@ -40,7 +40,7 @@ from windtunnel.models.base import check_output, predictive
 from windtunnel.models.common import OutputHead, tied_head
 from windtunnel.optim import describe, lr_at, make_optimizer
 from windtunnel.progress import StepLines
-from windtunnel.resolve import resolve_config, resolve_loss
+from windtunnel.resolve import aux_text, resolve_config, resolve_loss
 from windtunnel.resume import EARLY_STOP, open_run_dir
 from windtunnel.seeds import train_seed
 from windtunnel.tasks.base import Batch, TaskSpec, check_posterior
@@ -153,10 +153,13 @@ def size_text(cfg: RunConfig) -> str:
     return ", ".join(dims)
 
 
-def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: int = 0) -> str:
+def start_line(
+    cfg: RunConfig, model: nn.Module, device: torch.device, start: int = 0, aux: nn.Module | None = None
+) -> str:
     """What a run trains, in one line: task and its parameters, architecture, preset and size, parameter count,
     steps x batch, optimiser (under muon, which tensors each optimiser holds: `optim.describe`) and learning-rate
-    schedule, seed, device (and the step a resume continues from)."""
+    schedule, an auxiliary target (`resolve.aux_text`; its head `aux` is not counted in the model's parameters),
+    seed, device (and the step a resume continues from)."""
     params = ", ".join(f"{k}={v}" for k, v in cfg.task.params.items())
     task = f"{cfg.task.name} ({params})" if params else cfg.task.name
     if models.is_baseline(cfg.model.arch) or models.is_baseline(model):
@@ -166,11 +169,12 @@ def start_line(cfg: RunConfig, model: nn.Module, device: torch.device, start: in
     t = cfg.train
     warmup = f", warmup {t.warmup_steps}" if t.warmup_steps else ""
     resumed = f" · resuming at step {start}" if start else ""
-    groups = f" · {describe(model, cfg)['summary']}" if t.optimizer == "muon" else ""
+    groups = f" · {describe(model, cfg, aux)['summary']}" if t.optimizer == "muon" else ""
+    auxiliary = f" · {aux_text(cfg)}" if t.aux_target is not None else ""
     return (
         f"train: {task} · {cfg.model.arch} ({preset}{size_text(cfg)}), {_count(n)} parameters · {t.steps:,} steps × "
-        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup}{groups} · seed {cfg.seed} · "
-        f"{device}{resumed}"
+        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup}{groups}{auxiliary} · seed "
+        f"{cfg.seed} · {device}{resumed}"
     )
 
 
@@ -241,6 +245,68 @@ def _stopped(err: BaseException, cfg: RunConfig, run_dir: Path, context: str, tr
     return f"{who}; the run stopped unfinished: {what}; continue with: {again}"
 
 
+def _output_head(model: nn.Module) -> OutputHead | None:
+    """The model's one `OutputHead` (`model.head`, else the only one among its modules), or None."""
+    head = getattr(model, "head", None)
+    if isinstance(head, OutputHead):
+        return head
+    heads = [m for m in model.modules() if isinstance(m, OutputHead)]
+    return heads[0] if len(heads) == 1 else None
+
+
+class AuxHead(nn.Module):
+    """Linear(d_model -> n) on the hidden state the output head reads, trained towards a task's auxiliary target
+    (`train.aux_target`) with weight `aux_weight`: a training device beside the model, never part of it (evaluation,
+    probes and the checkpoint's weights file see the plain model). Initialised as `nn.Linear` is, U(+-1/sqrt(d)), from
+    a generator of its own seeded by the run's seed, so the model, the data and the global RNG are those of the same
+    run without it."""
+
+    def __init__(self, d_model: int, n: int, target: str, aux_weight: float, seed: int) -> None:
+        super().__init__()
+        self.target, self.aux_weight = target, aux_weight
+        g = torch.Generator().manual_seed(seed)
+        bound = 1.0 / math.sqrt(d_model)
+        self.weight = nn.Parameter((torch.rand(n, d_model, generator=g) * 2 - 1) * bound)  # (n,d)
+        self.bias = nn.Parameter((torch.rand(n, generator=g) * 2 - 1) * bound)  # (n,)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B,T,d) -> (B,T,n) logits, in the head's dtype (float32 also under bf16 autocast)."""
+        with torch.autocast(hidden.device.type, enabled=False):
+            return F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+
+    def loss(self, hidden: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """KL(target || softmax(logits)) in nats, the mean over the scored positions `mask` (B,T) of the hidden
+        states (B,T,d) against the target probabilities (B,T,n)."""
+        logq = torch.log_softmax(self(hidden)[mask], -1)  # (N,n)
+        p = target[mask].to(logq.dtype)  # (N,n)
+        return (torch.special.xlogy(p, p) - p * logq).sum(-1).mean()
+
+
+def make_aux_head(cfg: RunConfig, task: Any, model: nn.Module) -> AuxHead | None:
+    """The auxiliary head of a run with `train.aux_target` (None without one, or for a baseline, which does not
+    train), on the model's device, sized by one no-grad forward in eval mode of one training sequence (the hidden
+    width the output head reads; the target's width from the task); ValueError naming train.aux_target for a model
+    without one `OutputHead`."""
+    t = cfg.train
+    if t.aux_target is None or not t.aux_weight or models.is_baseline(model):
+        return None
+    head = _output_head(model)
+    if head is None:
+        raise ValueError(
+            f"train.aux_target: needs a model with one output head (models.common.OutputHead) to read the hidden "
+            f"state from; {type(model).__name__} has none"
+        )
+    device = next(iter(model.parameters())).device
+    batch = task.sample(1, seed=train_seed(cfg.seed, 1), device=device)
+    was_training = model.training
+    with torch.no_grad(), _head_input(head) as seen:
+        model.eval()
+        model(batch.inputs)
+    model.train(was_training)
+    width = int(task.auxiliary_targets(batch)[t.aux_target].shape[-1])
+    return AuxHead(int(seen[-1].shape[-1]), width, t.aux_target, float(t.aux_weight), cfg.seed).to(device)
+
+
 @contextlib.contextmanager
 def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
     """While inside, each forward pass through `head` appends the hidden state it reads (B,T,d) to the yielded list,
@@ -306,16 +372,29 @@ def train(
         rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
     tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
     rundir.check_writable(run_dir)
+    aux = make_aux_head(cfg, task, model) if cfg.train.steps else None  # train.aux_target: a head beside the model
     # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
-    optimizer = None if models.is_baseline(model) else describe(model, cfg)
+    optimizer = None if models.is_baseline(model) else describe(model, cfg, aux)
     lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite, optimizer)
     try:
         if echo is not None:
-            echo(start_line(cfg, model, device, start) + (f" (changed: {'; '.join(changed)})" if changed else ""))
+            line = start_line(cfg, model, device, start, aux)
+            echo(line + (f" (changed: {'; '.join(changed)})" if changed else ""))
         with tracking.opened(cfg, run_dir, start, callbacks) as cbs:
             model = model.to(device)
+            aux = aux.to(device) if aux is not None else None
             results = _train_locked(
-                cfg, run_dir, task, model, device, start, progress, trust_code, cbs, handle_signals=handle_signals
+                cfg,
+                run_dir,
+                task,
+                model,
+                device,
+                start,
+                progress,
+                trust_code,
+                cbs,
+                handle_signals=handle_signals,
+                aux=aux,
             )
             cbs.on_end(results)
             return results
@@ -335,18 +414,23 @@ def _train_locked(
     callbacks: tracking.Callback,
     *,
     handle_signals: bool = False,
+    aux: AuxHead | None = None,
 ) -> dict:
-    """The training loop proper, in a prepared run directory whose lock this process holds."""
+    """The training loop proper, in a prepared run directory whose lock this process holds; `aux`: the auxiliary
+    head of a run with `train.aux_target` (`make_aux_head`), trained and checkpointed beside the model."""
     if models.is_baseline(model) or cfg.train.steps == 0:
         if not models.is_baseline(model) and start == 0:
             checkpoints.save_checkpoint(run_dir, 0, model)
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
-    opt = make_optimizer(model, cfg)
+    opt = make_optimizer(model, cfg, aux)
     if start:
-        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True)
+        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux)
     loss_kind = resolve_loss(cfg, task)
     vocab_head = _vocab_head(model) if loss_kind == "ce_vocab" else None
+    # the head whose input this step's losses read (ce_vocab's every-token logits, the auxiliary head): None for neither
+    read_head = vocab_head if vocab_head is not None else _output_head(model) if aux is not None else None
+    clipped = [*model.parameters(), *aux.parameters()] if aux is not None else None  # one gradient norm over both
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
@@ -365,7 +449,7 @@ def _train_locked(
     # from (its metrics.jsonl record there, written before that checkpoint) trains no further
     streak = exact_streak(previous)
     stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
-    with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(vocab_head) as head_input:
+    with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(read_head) as head_input:
         step = start  # the step in progress (for an error raised before the first)
         try:
             model.train()
@@ -379,15 +463,24 @@ def _train_locked(
                 check_posterior(cfg.task.name, batch, f"the training batch of step {step}")  # every batch trained on
                 with autocast(device, t.dtype):  # a plugin's output of the wrong shape is named here, not in the loss
                     out = check_output(model, step_task.spec, batch.inputs, fwd(batch.inputs), f"training step {step}")
-                if vocab_head is not None:  # ce_vocab: every token's logit, from the state this pass fed the head
-                    out = vocab_head.vocab_logits(head_input.pop())
+                hidden = head_input.pop() if read_head is not None else None  # (B,T,d) the state fed to the head
+                if vocab_head is not None and hidden is not None:  # ce_vocab: every token's logit, from that state
+                    out = vocab_head.vocab_logits(hidden)
                 loss = compute_loss(loss_kind, step_task.spec, out, batch)
+                aux_value = None
+                if aux is not None:  # train.aux_target: the task's exact auxiliary target at the scored positions
+                    assert hidden is not None  # read_head is the output head whenever aux is set
+                    target = step_task.auxiliary_targets(batch)[aux.target]  # (B,T,n)
+                    aux_loss = aux.loss(hidden, target, batch.target_mask)
+                    aux_value = float(aux_loss.detach())
+                    loss = loss + aux.aux_weight * aux_loss
                 loss_value = float(loss.detach())
                 if not math.isfinite(loss_value):
                     raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                gnorm = nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip or float("inf"))
+                params = clipped if clipped is not None else model.parameters()
+                gnorm = nn.utils.clip_grad_norm_(params, t.grad_clip or float("inf"))
                 if not torch.isfinite(gnorm):
                     raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
                 opt.step()
@@ -405,6 +498,7 @@ def _train_locked(
                             "tokens_per_s": tokens / dt,
                             "train_s": round(train_s, 3),
                             "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
+                            **({"aux_loss": aux_value} if aux_value is not None else {}),
                         }
                     )
                     train_s_last, step_last, tokens = train_s, step, 0
@@ -423,7 +517,7 @@ def _train_locked(
                         )
                 if is_checkpoint_step(cfg, step) or stopped:  # an early stop's step gets the final checkpoint
                     log.sync()
-                    checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value})
+                    checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value}, aux=aux)
                     _prune(run_dir, cfg)
                 if bar is not None:
                     bar.update(1)
@@ -437,7 +531,7 @@ def _train_locked(
                     if not (is_checkpoint_step(cfg, step) or stopped):
                         log.sync()
                         extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
-                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra)
+                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra, aux=aux)
                     raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
                 if stopped:
                     break
@@ -459,4 +553,4 @@ def _train_locked(
             raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
 
 
-__all__ = ["compute_loss", "exact_streak", "start_line", "train", "validation_line"]
+__all__ = ["AuxHead", "compute_loss", "exact_streak", "make_aux_head", "start_line", "train", "validation_line"]

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel import tasks
-from windtunnel.config import EvalConfig, TrainConfig, warmup_for
+from windtunnel.config import EvalConfig, TrainConfig, validate, warmup_for
 from windtunnel.models import built_ins, is_baseline, size_class
 from windtunnel.models.presets import preset
 from windtunnel.recipes import Stage, curriculum_steps, get_recipe
+from windtunnel.resolve import aux_text
 from windtunnel.suites.settings import Sourced, our_forms, our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 
@@ -316,11 +317,15 @@ def curriculum_text(stages: list[Stage]) -> str:
 def recipe_text(tier: str) -> str:
     """What a quick or standard tier's cells train with, read from a cell's config after `RECIPE` is applied:
     optimiser, schedule, weight decay and what it applies to (e.g. "wsd: AdamW, schedule wsd, weight decay 0.01 on
-    matrices")."""
-    t = TrainConfig.model_validate(run_config(TASKS[0], ARCHS[0], tier)["train"])
+    matrices"), and an auxiliary target where the config has one (`resolve.aux_text`)."""
+    cfg = validate(run_config(TASKS[0], ARCHS[0], tier))
+    t = cfg.train
     name = {"adamw": "AdamW", "muon": "Muon on the hidden matrices + AdamW"}[t.optimizer]
     target = "soft targets (the exact posterior), " if t.loss == "posterior" else ""
-    return f"{RECIPE}: {target}{name}, schedule {t.schedule}, weight decay {t.weight_decay:g} on {t.weight_decay_on}"
+    aux = f", {aux_text(cfg)}" if t.aux_target is not None else ""
+    return (
+        f"{RECIPE}: {target}{name}, schedule {t.schedule}, weight decay {t.weight_decay:g} on {t.weight_decay_on}{aux}"
+    )
 
 
 def preset_tier(tier: str) -> str:
@@ -602,7 +607,8 @@ def config_deviations(cfg: dict[str, Any]) -> dict[str, list[str]]:
     """How one trained run config (a plain dict, `run_config`'s form, any tier or overrides) departs from the sourced
     settings of its (task, arch) cell, by group ("task", "model", "training", "evaluation"; a group with no
     difference is []), each line naming the source of the value it departs from, fixed forms (loss, data,
-    checkpoint) included: what a benchmark states beside a number it compares with the authors'."""
+    checkpoint) included, and an auxiliary target (`train.aux_target`, which the paper did not use): what a benchmark
+    states beside a number it compares with the authors'."""
     task, arch = cfg["task"]["name"], cfg["model"]["arch"]
     defaults = tasks.make(task).params.model_dump()
     sourced = paper_setting(task, arch)
@@ -615,4 +621,6 @@ def config_deviations(cfg: dict[str, Any]) -> dict[str, list[str]]:
     ours = _config_values(cfg)
     for group in _GROUPS:
         out[group] = _diff(ours, {k: v for k, v in sourced.items() if not k.startswith("task.") and _group(k) == group})
+    if cfg.get("train", {}).get("aux_target") is not None:
+        out["training"].append(aux_text(validate(cfg)))
     return out

@@ -293,7 +293,9 @@ class WindTunnel(Protocol):
     (B,K), symbols (n,))` (where each observation sits and the tokens it may take: what the memory probe resamples),
     `sample_bytes(batch_size) -> int` (the bytes `sample` holds at its peak where that is more than the batch it
     returns: counted by the memory bound before anything is sampled, `budget.sampled_bytes`), `describe(batch, i)`
-    (tokens for `windtunnel tasks show`).
+    (tokens for `windtunnel tasks show`), `auxiliary_targets_offered = {name: what it is, in words}` with
+    `auxiliary_targets(batch) -> {name: probabilities (B,T,n)}` (extra exact distributions at the scored positions
+    that training may also fit with a small head of its own, `train.aux_target`; never scored: `Task` offers none).
     """
 
     name: str
@@ -322,6 +324,12 @@ class Task(Generic[P]):
     not fit.
     A subclass names its Params class as the type argument too (`class Coin(Task[CoinParams])`), so a type checker
     knows the fields of `self.params`; a plain `class Coin(Task)` runs the same.
+
+    Auxiliary targets (optional): a tunnel may offer exact distributions beside its posterior that training can also
+    fit (`train.aux_target`, `train.aux_weight`), never scored. It names them in `auxiliary_targets_offered` ({name:
+    what it is, in words, for the run's recipe text}) and returns them from `auxiliary_targets(batch)`: {name:
+    probabilities (B,T,n) summing to 1 over n at each scored position (valid but unused elsewhere)}, a function of
+    the batch alone. The default offers none.
     """
 
     name: ClassVar[str] = "task"
@@ -334,6 +342,7 @@ class Task(Generic[P]):
     length_param: ClassVar[str | None] = None
     capacity: ClassVar[tuple[str, str] | None] = None
     approximations_note: ClassVar[str] = ""
+    auxiliary_targets_offered: ClassVar[dict[str, str]] = {}
     controls_note: ClassVar[str] = (
         "Controls (predictors that do not infer, built to match the exact posterior's entropy): 'another "
         "sequence's posterior' (the exact posterior of the previous sequence of the batch at the same position; for "
@@ -383,6 +392,10 @@ class Task(Generic[P]):
     def with_params(self: T, **overrides: Any) -> T:
         """A copy of this task with some parameters changed (e.g. a longer K for length generalisation)."""
         return type(self)(**{**self.params.model_dump(), **overrides})
+
+    def auxiliary_targets(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Extra training targets of `batch`, {name in `auxiliary_targets_offered`: probabilities (B,T,n)}; none."""
+        return {}
 
     def references(self) -> list[Reference]:
         """Levels of the headline metric at these parameters for the report (none by default)."""

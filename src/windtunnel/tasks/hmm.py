@@ -162,6 +162,11 @@ def forward_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor) 
 
     log_T: (B,S,S), log_E: (B,S,O) float64; obs: (B,K) long. Returns (B,K,S) float64 probabilities.
     """
+    return log_forward_filter(log_T, log_E, obs).exp()
+
+
+def log_forward_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+    """`forward_filter` in logs: (B,K,S) float64 log p(s_t | o_1..t)."""
     B, S, _ = log_T.shape
     log_e = _emission_logs(log_E, obs)  # (B,K,S)
     log_a = _normalise(torch.full((B, S), -math.log(S), dtype=torch.float64, device=log_T.device) + log_e[:, 0])
@@ -169,7 +174,13 @@ def forward_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor) 
     for t in range(1, obs.shape[1]):
         log_a = _normalise(_transport(log_a, log_T) + log_e[:, t])  # (B,S): sum over the previous state
         out.append(log_a)
-    return torch.stack(out, dim=1).exp()  # (B,K,S)
+    return torch.stack(out, dim=1)  # (B,K,S)
+
+
+def next_state_prior(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+    """p(s_t+1 | o_1..t) = b_t T, b_t the exact filter after o_t: the belief carried one step through T before the
+    next observation is read. Same shapes as `forward_filter`; returns (B,K,S) float64 probabilities."""
+    return _transport(log_forward_filter(log_T, log_E, obs), log_T).exp()  # (B,K,S)
 
 
 def window_filter(log_T: torch.Tensor, log_E: torch.Tensor, obs: torch.Tensor, window: int) -> torch.Tensor:
@@ -333,6 +344,8 @@ class HMM(Task[HMMParams]):
         "the previous sequence's T and E: a model that ignores the matrices in the prompt)."
     )
     default_loss = "soft_ce"  # the authors' soft targets: cross-entropy against the exact filter
+    # The filter's scored loss barely pays for using T (one observation explains most of b_t); b_t T pays for it fully.
+    auxiliary_targets_offered = {"next_state_prior": "the exact next-state prior b_t·T"}
 
     @property
     def markers(self) -> tuple[int, int, int, int, int]:
@@ -439,6 +452,18 @@ class HMM(Task[HMMParams]):
         T_mat, E_mat = t_cents.double() / 100.0, e_cents.double() / 100.0
         post = forward_filter(T_mat.log(), E_mat.log(), obs)  # (B,K,S)
         return scatter_posterior(post.reshape(-1, self.params.S), mask, (*mask.shape, self.params.S))
+
+    def auxiliary_targets(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """{"next_state_prior": (B,T,S) float32}: at the scored position of o_t, p(s_t+1 | o_1..t) = b_t T with b_t
+        the exact filter scored there (`next_state_prior`, float64 logs on the cent matrices of the prompt); uniform
+        at unscored positions."""
+        log_T, log_E = _log_matrices(batch)
+        mask = batch.target_mask
+        prior = next_state_prior(log_T, log_E, batch.latent["observations"])  # (B,K,S)
+        S = prior.shape[-1]
+        full = torch.full((*mask.shape, S), 1.0 / S, dtype=torch.float32, device=mask.device)  # (B,T,S)
+        full[mask] = prior.reshape(-1, S).to(torch.float32)
+        return {"next_state_prior": full}
 
     def parse(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(T cents (B,S,S), E cents (B,S,O), observations (B,K)) of prompts `inputs` (B,T); a ValueError naming the
