@@ -1,8 +1,9 @@
 """Checkpoints of a run directory, loaded without unpickling (safetensors + JSON only).
 
-run_dir/checkpoints/step_00001000.safetensors          model weights
+run_dir/checkpoints/step_00001000.safetensors          model weights (of a run with `train.ema_decay`: the average's)
 run_dir/checkpoints/step_00001000.state.safetensors    optimiser tensors + RNG states (+ the auxiliary head's
-                                                       weights, `aux_head.*`, of a run with `train.aux_target`)
+                                                       weights, `aux_head.*`, of a run with `train.aux_target`;
+                                                       + the trained weights, `trained.*`, of one with ema_decay)
 run_dir/checkpoints/step_00001000.state.json           step, optimiser param groups, sha256 of both files
 run_dir/checkpoints/latest.json           {"step": 1000} -- written last, so it only names complete checkpoints
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 _WEIGHTS, _STATE, _META = CKPT_SUFFIXES  # step_N.safetensors, step_N.state.safetensors, step_N.state.json
 _AUX = "aux_head."  # the state file's prefix of the auxiliary head's tensors
+_TRAINED = "trained."  # the state file's prefix of the trained weights of a run whose weights file is an average
 
 
 def _folder(run_dir: str | Path) -> Path:
@@ -92,14 +94,18 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     extra: dict | None = None,
     aux: nn.Module | None = None,
+    averaged: nn.Module | None = None,
 ) -> None:
     """Write weights, optimiser state and RNG states for `step`, then point latest.json at it. The auxiliary head
     `aux` (`train.aux_target`), a training device and not part of the model, goes with the training state, so the
-    weights file holds the plain model whether or not the run had one."""
+    weights file holds the plain model whether or not the run had one. With `averaged` (the weight average of
+    `train.ema_decay`) the weights file holds the average, what evaluation and probes load, and the trained `model`'s
+    weights go with the training state."""
     d = _folder(run_dir)
     name = _ckpt_name(step)
     # clone: breaks storage sharing between tied weights, which safetensors refuses to save
-    weights = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()}
+    shown = model if averaged is None else averaged
+    weights = {k: v.detach().cpu().contiguous().clone() for k, v in shown.state_dict().items()}
     w_raw = st_save(weights, metadata={"step": str(step)})
     tensors: dict[str, torch.Tensor] = {"rng.cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -115,6 +121,8 @@ def save_checkpoint(
         groups = sd["param_groups"]
     for k, v in aux.state_dict().items() if aux is not None else ():
         tensors[f"{_AUX}{k}"] = v.detach().cpu().contiguous().clone()
+    for k, v in model.state_dict().items() if averaged is not None else ():
+        tensors[f"{_TRAINED}{k}"] = v.detach().cpu().contiguous().clone()
     s_raw = st_save(tensors)
     atomic_write(d / f"{name}{_WEIGHTS}", w_raw)
     atomic_write(d / f"{name}{_STATE}", s_raw)
@@ -229,9 +237,11 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | MultiOptimizer | None = None,
     restore_rng: bool = False,
     aux: nn.Module | None = None,
+    averaged: nn.Module | None = None,
 ) -> dict:
     """Load weights (and optionally optimiser state, RNG and the auxiliary head `aux`) of `step` in place; returns the
-    state json."""
+    state json. With `averaged` (`train.ema_decay`) the weights file goes into it and `model` gets the trained
+    weights the state file holds."""
     d = _folder(run_dir)
     name = _ckpt_name(step)
     meta_path = d / f"{name}{_META}"
@@ -241,12 +251,21 @@ def load_checkpoint(
     sha = _checksums(meta, meta_path)
     weights = _read_safetensors(d / f"{name}{_WEIGHTS}", sha["weights"])
     try:
-        model.load_state_dict(weights, strict=True)
+        (model if averaged is None else averaged).load_state_dict(weights, strict=True)
     except RuntimeError as err:
         raise CheckpointError(f"{d / (name + _WEIGHTS)} does not match the model: {err}") from None
-    if optimizer is None and not restore_rng and aux is None:
+    if optimizer is None and not restore_rng and aux is None and averaged is None:
         return meta
     state = _read_safetensors(d / f"{name}{_STATE}", sha["state"])
+    if averaged is not None:
+        trained = {k[len(_TRAINED) :]: t for k, t in state.items() if k.startswith(_TRAINED)}
+        try:
+            model.load_state_dict(trained, strict=True)
+        except RuntimeError as err:
+            raise CheckpointError(
+                f"{d / (name + _STATE)} does not hold the trained weights of a run with a weight average "
+                f"(train.ema_decay): {err}"
+            ) from None
     if aux is not None:
         held = {k[len(_AUX) :]: t for k, t in state.items() if k.startswith(_AUX)}
         try:

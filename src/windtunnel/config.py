@@ -142,9 +142,14 @@ class TrainConfig(_Strict):
     loss. The head is a training device: evaluation, probes and the checkpoint's model weights never see it. Both
     fields are set together (a weight > 0 names a target; a target needs a weight > 0); a weight of 0 is stored as
     None (off), and config.json omits both when off (a run's stored text and hash are as before they existed).
+
+    Weight averaging (`ema_decay`, None: off, the default): training keeps an exponential moving average of the
+    model's parameters, ema = decay ema + (1 - decay) params after each optimiser step from the first step's weights on
+    (buffers copied); the periodic validation, the final evaluation and the checkpoints' weights files are the
+    average's, the trained weights go with the training state (an exact resume). config.json omits it when off.
     """
 
-    _OMIT_EMPTY = ("loggers", "early_stop", "aux_target", "aux_weight")
+    _OMIT_EMPTY = ("loggers", "early_stop", "aux_target", "aux_weight", "ema_decay")
 
     steps: int = Field(default=1000, ge=0)
     batch_size: int = Field(default=64, ge=1)
@@ -169,6 +174,7 @@ class TrainConfig(_Strict):
     early_stop: int | None = Field(default=None, ge=0)  # see the docstring; 0 is stored as None (off)
     aux_target: str | None = Field(default=None, min_length=1)  # see the docstring: a task's auxiliary target
     aux_weight: float | None = Field(default=None, ge=0, validate_default=True)  # 0 is stored as None (off)
+    ema_decay: float | None = Field(default=None, gt=0, lt=1)  # see the docstring: weight averaging
     log_every: int = Field(default=10, ge=1)
     checkpoint_every: int = Field(default=1000, ge=0)  # 0: only the final checkpoint (+ schedule)
     checkpoint_schedule: list[int] | None = None

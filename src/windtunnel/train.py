@@ -15,6 +15,7 @@ exactly (`TrainingInterrupted`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import shlex
 import signal
@@ -150,6 +151,8 @@ def size_text(cfg: RunConfig) -> str:
     if cfg.model.arch in models.names():
         size = models.size_class(cfg.model.arch).of(size).model_dump(mode="json")
     dims = [f"{k}={v}" for k, v in size.items() if k.startswith(("n_", "d_")) and type(v) is int]
+    dims += [f"{k}={size[k]}" for k in ("recency_heads",) if size.get(k)]  # initialisation options, when on
+    dims += [k for k in ("mimetic_init",) if size.get(k) is True]
     return ", ".join(dims)
 
 
@@ -171,9 +174,10 @@ def start_line(
     resumed = f" · resuming at step {start}" if start else ""
     groups = f" · {describe(model, cfg, aux)['summary']}" if t.optimizer == "muon" else ""
     auxiliary = f" · {aux_text(cfg)}" if t.aux_target is not None else ""
+    average = f" · EMA of the weights (decay {t.ema_decay:g}) evaluated and saved" if t.ema_decay is not None else ""
     return (
         f"train: {task} · {cfg.model.arch} ({preset}{size_text(cfg)}), {_count(n)} parameters · {t.steps:,} steps × "
-        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup}{groups}{auxiliary} · seed "
+        f"batch {t.batch_size} · {t.optimizer} lr {t.lr:g} {t.schedule}{warmup}{groups}{auxiliary}{average} · seed "
         f"{cfg.seed} · {device}{resumed}"
     )
 
@@ -307,6 +311,26 @@ def make_aux_head(cfg: RunConfig, task: Any, model: nn.Module) -> AuxHead | None
     return AuxHead(int(seen[-1].shape[-1]), width, t.aux_target, float(t.aux_weight), cfg.seed).to(device)
 
 
+class WeightAverage:
+    """The exponential moving average of a model's parameters (`train.ema_decay`): `model`, a copy of the trained
+    model, holds ema_1 = params_1 after the first step and ema_t = decay ema_t-1 + (1 - decay) params_t after each
+    later one, buffers copied. It draws no random number, so the trained model and its data are those without it."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.model = copy.deepcopy(model).eval()
+        self.model.requires_grad_(False)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        """Fold in the trained `model`'s parameters after optimiser step `step` (step 1 starts the average)."""
+        keep = self.decay if step > 1 else 0.0
+        for avg, p in zip(self.model.parameters(), model.parameters(), strict=True):
+            avg.mul_(keep).add_(p.detach(), alpha=1.0 - keep)
+        for kept, b in zip(self.model.buffers(), model.buffers(), strict=True):
+            kept.copy_(b)
+
+
 @contextlib.contextmanager
 def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
     """While inside, each forward pass through `head` appends the hidden state it reads (B,T,d) to the yielded list,
@@ -424,8 +448,11 @@ def _train_locked(
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
     opt = make_optimizer(model, cfg, aux)
+    ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
+    shown = model if ema is None else ema.model  # what validation, the weights files and the final evaluation read
+    averaged = None if ema is None else ema.model
     if start:
-        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux)
+        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux, averaged=averaged)
     loss_kind = resolve_loss(cfg, task)
     vocab_head = _vocab_head(model) if loss_kind == "ce_vocab" else None
     # the head whose input this step's losses read (ce_vocab's every-token logits, the auxiliary head): None for neither
@@ -484,6 +511,8 @@ def _train_locked(
                 if not torch.isfinite(gnorm):
                     raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
                 opt.step()
+                if ema is not None:
+                    ema.update(model, step)
                 train_s += time.perf_counter() - t0
                 tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
                 if step % t.log_every == 0 or step == t.steps:
@@ -504,7 +533,7 @@ def _train_locked(
                     train_s_last, step_last, tokens = train_s, step, 0
                 if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
                     # bootstrap intervals (evaluate's default n_boot): the verdict at their conservative end
-                    m = evaluate_model(model, task, cfg, n=t.eval_size, device=device, stream="validation")
+                    m = evaluate_model(shown, task, cfg, n=t.eval_size, device=device, stream="validation")
                     model.train()
                     line = validation_line(m)
                     log.write({"step": step, "split": "eval", **line, "train_s": round(train_s, 3)})
@@ -517,7 +546,9 @@ def _train_locked(
                         )
                 if is_checkpoint_step(cfg, step) or stopped:  # an early stop's step gets the final checkpoint
                     log.sync()
-                    checkpoints.save_checkpoint(run_dir, step, model, opt, extra={"loss": loss_value}, aux=aux)
+                    checkpoints.save_checkpoint(
+                        run_dir, step, model, opt, extra={"loss": loss_value}, aux=aux, averaged=averaged
+                    )
                     _prune(run_dir, cfg)
                 if bar is not None:
                     bar.update(1)
@@ -531,7 +562,7 @@ def _train_locked(
                     if not (is_checkpoint_step(cfg, step) or stopped):
                         log.sync()
                         extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
-                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra, aux=aux)
+                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra, aux=aux, averaged=averaged)
                     raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
                 if stopped:
                     break
@@ -546,7 +577,7 @@ def _train_locked(
         stop.final = True  # the last step's checkpoint is written: a signal now stops the final evaluation at once
         model.eval()
         try:
-            return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=model)
+            return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=shown)
         except (Exception, KeyboardInterrupt):
             raise
         except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named

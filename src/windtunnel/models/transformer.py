@@ -42,20 +42,49 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+def recency_slopes(n_recency: int, n_heads: int) -> tuple[float, ...]:
+    """ALiBi's slopes of `n_heads` heads, 2^(-8 (h+1) / n_heads) for h = 0..n_heads-1 (Press et al. 2022), the first
+    (steepest, most local) `n_recency` of them: the slope of each recency head, in head order."""
+    return tuple(2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_recency))
+
+
+def recency_bias(slopes: tuple[float, ...], n_heads: int, T: int, device: torch.device) -> torch.Tensor:
+    """(H,T,T) additive attention bias: -slope_h (t - s) for query t and key s <= t on the heads `slopes` covers
+    (the first len(slopes)), 0 on the others, -inf above the diagonal (the causal mask, so it replaces is_causal)."""
+    slope = torch.zeros(n_heads, device=device)  # (H,)
+    slope[: len(slopes)] = torch.tensor(slopes, device=device)
+    pos = torch.arange(T, device=device)
+    dist = (pos[:, None] - pos[None, :]).float()  # (T,T): t - s
+    return (-slope[:, None, None] * dist).masked_fill(dist < 0, float("-inf"))  # (H,T,T)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention without biases, with hook points q, k, v, pattern and z (models/hooks.py).
 
     `sink=True` adds one learned logit per head to every softmax denominator (an attention sink with a zero value):
     a head may then give each of n matching tokens weight near 1 instead of 1/n, so it can *sum* what it reads, not
     only average it. Sink heads always run the explicit path; their attention rows sum to 1 - (weight on the sink).
+
+    `recency`: the ALiBi slopes of the first len(recency) heads (`recency_slopes`), each adding the fixed bias
+    -slope (t - s) to its scores (`recency_bias`): no parameter, on both paths (fused with it as a float mask).
     """
 
-    def __init__(self, d_model: int, n_heads: int, rope: bool, sink: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, rope: bool, sink: bool = False, recency: tuple[float, ...] = ()
+    ) -> None:
         super().__init__()
         self.n_heads, self.d_head, self.rope = n_heads, d_model // n_heads, rope
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
         self.sink = nn.Parameter(torch.zeros(n_heads)) if sink else None
+        self.recency = tuple(recency)
+
+    @torch.no_grad()
+    def mimic(self) -> None:
+        """Mimetic initialisation: copy each head's query rows of the qkv weight onto its key rows, so W_q W_k^T =
+        W_q W_q^T, about d std^2 I per head (Trockman & Kolter 2023, in its simplest form)."""
+        d = self.out_proj.weight.shape[0]
+        self.qkv.weight[d : 2 * d] = self.qkv.weight[:d]
 
     @property
     def w_k(self) -> torch.Tensor:
@@ -69,16 +98,22 @@ class CausalSelfAttention(nn.Module):
         if self.rope:
             q, k = rotary(q), rotary(k)
         q, k, v = hook("attn.q", q), hook("attn.k", k), hook("attn.v", v)
+        bias = recency_bias(self.recency, self.n_heads, T, x.device) if self.recency else None  # (H,T,T)
         if explicit or self.sink is not None:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B,H,T,T)
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            scores = scores.masked_fill(~causal, float("-inf"))
+            if bias is not None:
+                scores = scores + bias.to(scores.dtype)  # the causal mask included
+            else:
+                causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                scores = scores.masked_fill(~causal, float("-inf"))
             if self.sink is None:
                 attn = scores.softmax(dim=-1)  # (B,H,T,T)
             else:
                 sink = self.sink.to(scores.dtype)[None, :, None, None].expand(B, -1, T, 1)  # (B,H,T,1)
                 attn = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :T]  # (B,H,T,T), rows sum < 1
             y = hook("attn.pattern", attn) @ v  # (B,H,T,dh)
+        elif bias is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))  # (B,H,T,dh)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B,H,T,dh)
         y = hook("attn.z", y).transpose(1, 2).reshape(B, T, d)  # (B,T,d)
@@ -88,10 +123,19 @@ class CausalSelfAttention(nn.Module):
 class Block(nn.Module):
     """One pre-norm transformer layer: attention then MLP, each added to the residual stream."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, rope: bool, eps: float, sink: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        rope: bool,
+        eps: float,
+        sink: bool = False,
+        recency: tuple[float, ...] = (),
+    ) -> None:
         super().__init__()
         self.norm1 = nn.RMSNorm(d_model, eps=eps)
-        self.attn = CausalSelfAttention(d_model, n_heads, rope, sink)
+        self.attn = CausalSelfAttention(d_model, n_heads, rope, sink, recency)
         self.mlp = FeedForward(d_model, d_ff, norm="rms", eps=eps)
 
     def forward(self, h: torch.Tensor, explicit: bool, hook: LayerHook) -> torch.Tensor:
@@ -112,6 +156,16 @@ class TransformerSize(InitSize):
     `attention`: "fused" (scaled_dot_product_attention), "explicit" (weights materialised), or "auto" (fused on
     CUDA, explicit on CPU, where it is faster). `zero_init_out`: zero the attention and MLP output projections at
     init (`common.zero_residual_projections`), under either `init`, so every block starts as the identity.
+
+    Attention-side initialisation (both off by default; off, the model and its random draws are as without them):
+    `recency_heads` (0..n_heads): the first that many heads of layer 0 add the ALiBi bias -slope_h (t - s) to their
+    scores, slopes the steepest of ALiBi's geometric sequence for n_heads heads, 2^(-8 (h+1) / n_heads), so they start
+    out reading the last few positions (the previous observation, which a filter needs). The bias is fixed, not
+    learned: no parameter, so the optimiser, the checkpoint's tensors and the geometry probes' weights are those of
+    the model without it, and the learned scores can still outweigh it (as in ALiBi). `mimetic_init`: every
+    attention layer starts with its key weights a copy of its query weights (`CausalSelfAttention.mimic`), so W_q W_k^T
+    is about d std^2 I per head and a token first attends to tokens like itself (mimetic initialisation, Trockman &
+    Kolter 2023); it draws no random number, so every other weight is the default init's.
     """
 
     n_layers: int = size_int(6)
@@ -126,6 +180,8 @@ class TransformerSize(InitSize):
     logit_scale: bool = False
     attn_sink: bool = False
     zero_init_out: bool = False
+    recency_heads: int = size_int(0, lo=0)
+    mimetic_init: bool = False
 
     def learned_positions(self) -> bool:
         return self.pos in ("learned", "learned+rotary")
@@ -139,6 +195,10 @@ class TransformerSize(InitSize):
             raise ValueError("init_std: sets the std of init='normal' and has no effect with init='torch'")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: must be divisible by n_heads={self.n_heads} (got {self.d_model})")
+        if self.recency_heads > self.n_heads:
+            raise ValueError(
+                f"recency_heads: must be between 0 and n_heads = {self.n_heads} (got {self.recency_heads})"
+            )
         if self.pos in ("rotary", "learned+rotary") and (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"pos: rotary needs an even head dim (got d_model/n_heads = {self.d_model // self.n_heads})"
@@ -169,14 +229,20 @@ class Transformer(ResidualModel):
         self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos, reserved=s.reserved_positions)
         self.max_len = self.embed.max_len
         d_ff = 4 * s.d_model if s.d_ff is None else s.d_ff
+        recency = recency_slopes(s.recency_heads, s.n_heads)  # layer 0's only
         self.blocks = nn.ModuleList(
-            Block(s.d_model, s.n_heads, d_ff, rope, s.eps, s.attn_sink) for _ in range(s.n_layers)
+            Block(s.d_model, s.n_heads, d_ff, rope, s.eps, s.attn_sink, recency if l == 0 else ())
+            for l in range(s.n_layers)
         )
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
         self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
         initialise(self, s.init, s.init_std, residual_layers=s.n_layers)
         if s.zero_init_out:
             zero_residual_projections(self)
+        if s.mimetic_init:
+            for module in self.modules():
+                if isinstance(module, CausalSelfAttention):
+                    module.mimic()
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         explicit = (
