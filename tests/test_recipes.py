@@ -107,6 +107,28 @@ def test_curriculum_sampler_switches_stages_at_their_last_step():
     assert cur.task_at(5).params.S == task.params.S  # only the stage's own parameters change
 
 
+def test_a_stickiness_stage_trains_on_chains_of_that_stickiness_and_the_task_on_its_own_after():
+    """A curriculum stage may change any parameter that keeps the model's shapes: the sticky HMM's stages draw T with
+    the stage's rho (each row's diagonal about rho or more, to the cent grid), and after the last stage the task's own rho again."""
+    cfg = resolve_config(
+        build_config(
+            overrides={
+                "task.name": "hmm-sticky",
+                "train.steps": 10,
+                "train.curriculum": [{"until": 3, "params": {"stickiness": 0.5}}],
+            }
+        )
+    )
+    task = runs.build_task(cfg)
+    cur = Curriculum(cfg, task)
+    assert cur.task_at(3).params.stickiness == 0.5 and cur.task_at(4) is task
+    assert cur.task_at(3).spec == task.spec  # same prompt format, vocabulary and answers
+    diag = torch.diagonal(cur.task_at(3).sample(256, seed=1).latent["transition"], dim1=-2, dim2=-1)  # (B,S)
+    assert diag.min() >= 0.47 and diag.mean() < 0.8  # rho 0.5 (to the cent grid): far less sticky than 0.85-0.95
+    full = torch.diagonal(task.sample(256, seed=1).latent["transition"], dim1=-2, dim2=-1)
+    assert full.min() >= 0.82
+
+
 def test_curriculum_is_validated_when_the_config_resolves():
     with pytest.raises(ValueError, match="strictly increasing"):
         build_config(overrides={"train.curriculum": [{"until": 10}, {"until": 10}]})
