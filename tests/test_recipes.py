@@ -109,7 +109,7 @@ def test_curriculum_sampler_switches_stages_at_their_last_step():
 
 def test_a_stickiness_stage_trains_on_chains_of_that_stickiness_and_the_task_on_its_own_after():
     """A curriculum stage may change any parameter that keeps the model's shapes: the sticky HMM's stages draw T with
-    the stage's rho (each row's diagonal about rho or more, to the cent grid), and after the last stage the task's own rho again."""
+    the stage's rho (each row's diagonal about rho or more, to the cent grid), after the last stage the task's own."""
     cfg = resolve_config(
         build_config(
             overrides={
