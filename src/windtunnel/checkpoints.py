@@ -258,22 +258,10 @@ def load_checkpoint(
         return meta
     state = _read_safetensors(d / f"{name}{_STATE}", sha["state"])
     if averaged is not None:
-        trained = {k[len(_TRAINED) :]: t for k, t in state.items() if k.startswith(_TRAINED)}
-        try:
-            model.load_state_dict(trained, strict=True)
-        except RuntimeError as err:
-            raise CheckpointError(
-                f"{d / (name + _STATE)} does not hold the trained weights of a run with a weight average "
-                f"(train.ema_decay): {err}"
-            ) from None
+        what = "the trained weights of a run with a weight average (train.ema_decay)"
+        _load_prefixed(model, state, _TRAINED, d / (name + _STATE), what)
     if aux is not None:
-        held = {k[len(_AUX) :]: t for k, t in state.items() if k.startswith(_AUX)}
-        try:
-            aux.load_state_dict(held, strict=True)
-        except RuntimeError as err:
-            raise CheckpointError(
-                f"{d / (name + _STATE)} does not hold the auxiliary head the run trains (train.aux_target): {err}"
-            ) from None
+        _load_prefixed(aux, state, _AUX, d / (name + _STATE), "the auxiliary head the run trains (train.aux_target)")
     if optimizer is not None and meta.get("param_groups") is not None:
         per_param: dict[int, dict[str, torch.Tensor]] = {}
         try:
@@ -292,3 +280,13 @@ def load_checkpoint(
         if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(cuda)
     return meta
+
+
+def _load_prefixed(module: nn.Module, state: dict[str, torch.Tensor], prefix: str, path: Path, what: str) -> None:
+    """Load `module` from the tensors of a training-state file whose names start with `prefix`; CheckpointError
+    naming the file and `what` it should hold where they do not fit."""
+    held = {k[len(prefix) :]: t for k, t in state.items() if k.startswith(prefix)}
+    try:
+        module.load_state_dict(held, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path} does not hold {what}: {err}") from None
