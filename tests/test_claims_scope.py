@@ -118,6 +118,18 @@ def test_a_probe_against_a_claim_away_from_the_papers_scale_is_not_reproduced_at
     assert verdicts(recs)[KEYS]["verdict"] == "refuted"
 
 
+def test_keys_on_a_format_whose_keys_never_repeat_say_no_query_needs_them():
+    """Distinct keys (the bijection default): a past key token never answers a query, which the evidence says; keys
+    drawn with replacement carry no such note."""
+    recs = [run("bijection", "transformer", s, 0.004, geometry=keys_geometry(0.74, 80.0)) for s in range(3)]
+    for r in recs:
+        r.config["task"]["params"] = {"V": 20, "L": 19, "with_replacement": False}
+    assert verdicts(recs)[KEYS]["cells"].endswith("no query needs a past key token, so nothing trains them apart)")
+    for r in recs:
+        r.config["task"]["params"]["with_replacement"] = True
+    assert "past key token" not in verdicts(recs)[KEYS]["evidence"]
+
+
 def test_recall_claims_show_the_capacity_curve_against_the_share_of_pairs_trained():
     recs = tier_cell("recall", "transformer", [1.0, 1.0, 1.0])
     for r, at24, at32 in zip(recs, (0.66, 0.65, 0.64), (0.50, 0.49, 0.48), strict=True):

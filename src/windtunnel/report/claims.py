@@ -475,6 +475,8 @@ def _keys_cell(ev: Evidence, cell: Cell) -> Finding | None:
     evidence = f"{cell.name}/{cell.task} {name} {q['trained']['mean']:.3f} [{lo:.3f}, {hi:.3f}] vs " + ", ".join(
         f"{words[k]} {v:.3f}" for k, v in refs.items()
     )
+    if name.endswith("key tokens") and cell.runs[0].params.get("with_replacement") is False:
+        evidence += " (keys distinct within a sequence: no query needs a past key token, so nothing trains them apart)"
     n = q["trained"]["n_seeds"]
     why = marks.unseparated("init and Gaussian" if len(refs) > 1 else words[next(iter(refs))], n, _interval_of(q))
     gaps = _key_gaps(name, refs.get("baseline")) + scale_gaps(cell)
