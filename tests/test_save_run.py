@@ -62,7 +62,9 @@ def test_a_saved_run_has_the_files_of_a_run_and_says_it_was_exported(saved):
     assert cfg.model.arch == "transformer" and cfg.model.size["d_model"] == 16 and cfg.train.steps == 3
     assert cfg.task.params["V"] == 5 and cfg.eval.n == 24 and cfg.imports == []
     exported = json.loads((out / "trained.json").read_text())["exported"]
+    unknown = exported.pop("unknown")  # the training settings its config did not give: defaults in config.json
     assert exported == {"by": "windtunnel.save_run", "model": "windtunnel.models.transformer.Transformer", "steps": 3}
+    assert "train.lr" in unknown and "train.batch_size" in unknown and "train.steps" not in unknown
     rec = run_record(out, 3)
     assert rec["status"] == "exported" and rec["steps_trained"] == 3 and "trained outside windtunnel" in rec["notes"][0]
     loaded, mine = runs.load_run(out).model.state_dict(), model.state_dict()

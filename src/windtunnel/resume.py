@@ -285,10 +285,18 @@ def run_record(run_dir: str | Path, step: int | None, trains: bool = True) -> di
 
 def _exported_note(exported: Exported) -> str:
     """The record's note of a model trained outside windtunnel (`read_exported`)."""
-    steps = exported.steps
+    steps, unknown = exported.steps, list(exported.unknown or [])
+    batch = (
+        "sequences seen not known: train.batch_size was not given"
+        if "train.batch_size" in unknown
+        else "sequences seen counted at the config's train.batch_size"
+    )
     how = (
-        f"{steps:,} steps by its own account (sequences seen counted at the config's train.batch_size)"
+        f"{steps:,} steps by its own account ({batch})"
         if steps is not None
         else "the steps it trained and the sequences it saw are not known (recorded as 0)"
     )
-    return f"exported: trained outside windtunnel ({exported.model or 'a model'}, by windtunnel.save_run); {how}"
+    note = f"exported: trained outside windtunnel ({exported.model or 'a model'}, by windtunnel.save_run); {how}"
+    if unknown:
+        note += f"; not known (config.json holds windtunnel's defaults there): {', '.join(unknown)}"
+    return note

@@ -178,11 +178,15 @@ def save_run(
     record's status is "exported", `resume.run_record`) and the model's weights as the final checkpoint, of step
     `steps` (how long it trained, where known; else the config's train.steps where the config gives it; else
     unknown, and the checkpoint is step 0). Nothing is evaluated: `windtunnel eval OUT` writes its eval.json.
+    How it trained is what `config` says (train.lr, train.batch_size, train.optimizer, seed, ...); each such setting
+    it does not give holds windtunnel's default in config.json and is listed as not known in trained.json
+    (`exported.unknown`) and in the run's record notes, never passed off as what the model trained with.
 
     task: a task name or a task object (registered by name: the run rebuilds it with `tasks.make`). config: a
     RunConfig or a nested dict; its task must agree with `task`; model.arch and model.size must build this model.
     None, or a config without a model section: the architecture is the registered name of the model's class and the
-    size its `size` (a ModelSize); a model of another class needs them in `config` (`_ARCH_NEEDED`). The modules
+    size its `size` (a ModelSize); a model of another class needs them in `config` (`_ARCH_NEEDED`). A Hugging Face
+    causal LM goes in wrapped for the task, `windtunnel.hf.from_hf(lm, task)` (architecture `hf-causal-lm`). The modules
     that registered the task and architecture are recorded in the config's imports.
 
     Checked before anything is written, as a training run is: a model of finite weights whose output at a position
@@ -207,7 +211,10 @@ def save_run(
     models.check_causal(model, task.spec, name=f"model {type(model).__name__!r}")
     cfg = resolve_config(_export_config(model, task, data, steps))
     _check_rebuilt(model, cfg, task, trust_code)
-    exported = {"by": "windtunnel.save_run", "model": _qualname(type(model)), "steps": steps}
+    exported: dict[str, Any] = {"by": "windtunnel.save_run", "model": _qualname(type(model)), "steps": steps}
+    unknown = _not_given(data, steps)
+    if unknown:
+        exported["unknown"] = unknown
     lock, _, _ = open_run_dir(out, cfg, resume=False, overwrite=overwrite, exported=exported)
     try:
         save_checkpoint(out, steps or 0, model, extra={"exported": True})
@@ -266,6 +273,23 @@ def _steps_of(steps: int | None, given_train: dict[str, Any]) -> int | None:
     if steps is not None and stated is not None and stated != steps:
         raise ValueError(f"steps: {steps} is not the config's train.steps ({stated}); give one of them")
     return steps if steps is not None else stated
+
+
+# The settings of how a model trained (`RunConfig.train` fields and the seed): an exported run whose config does not
+# give one records it as not known (`_not_given`). Settings of the machinery (logging, checkpoints, device) are not.
+TRAINING_SETTINGS = (
+    "steps", "batch_size", "lr", "min_lr_ratio", "warmup_steps", "schedule", "cooldown_frac", "optimizer",
+    "weight_decay", "weight_decay_on", "curriculum", "betas", "grad_clip", "loss", "early_stop", "aux_target",
+    "aux_weight", "ema_decay", "dtype",
+)  # fmt: skip
+
+
+def _not_given(given: dict[str, Any], steps: int | None) -> list[str]:
+    """The training settings (`TRAINING_SETTINGS`, and `seed`) that the config passed to save_run does not give, as
+    config paths ("train.lr"): config.json holds windtunnel's defaults there, not what the model trained with."""
+    train = given.get("train") or {}
+    missing = [f"train.{k}" for k in TRAINING_SETTINGS if k not in train and not (k == "steps" and steps is not None)]
+    return missing + ([] if "seed" in given else ["seed"])
 
 
 def _arch_name(model: nn.Module) -> str | None:
@@ -340,7 +364,13 @@ def _check_outputs(model: nn.Module, task: Any) -> None:
         ) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"model: expected outputs of shape {want} on task {task.spec.name!r} (got {got})")
+        spec = getattr(model, "spec", None)
+        hint = (
+            "; a Hugging Face causal LM answers through its answer tokens' logits: save windtunnel.hf.from_hf(lm, task)"
+            if isinstance(spec, TaskSpec) and spec.answer_kind == "classes" and spec.output_dim == spec.vocab_size
+            else ""
+        )
+        raise ValueError(f"model: expected outputs of shape {want} on task {task.spec.name!r} (got {got}){hint}")
 
 
 def _check_rebuilt(model: nn.Module, cfg: RunConfig, task: Any, trust_code: bool) -> None:

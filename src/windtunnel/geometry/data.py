@@ -143,8 +143,31 @@ def heldout_batch(task: Any, n: int, offset: int = 0, device: torch.device | str
     return to_device(batch, device)
 
 
+def check_fits(model: torch.nn.Module, task: Any) -> None:
+    """ValueError where `model`'s spec answers otherwise than `task` (input kind, answer kind, K): every probe reads
+    the outputs as the task's answers (`predictive(model.spec, ...)`), so a model answering over another K (a Hugging
+    Face LM's whole vocabulary) would report a wrong number, not fail."""
+    mine, theirs = getattr(model, "spec", None), getattr(task, "spec", None)
+    if not isinstance(mine, TaskSpec) or not isinstance(theirs, TaskSpec):
+        return
+    for field in ("input_kind", "answer_kind", "output_dim"):
+        if getattr(mine, field) != getattr(theirs, field):
+            hint = (
+                "; a Hugging Face causal LM answers a wind tunnel through its answer tokens: windtunnel.hf.from_hf(lm, "
+                "task)"
+                if mine.answer_kind == "classes" and mine.output_dim == mine.vocab_size
+                else ""
+            )
+            raise ValueError(
+                f"model: its spec ({mine.name!r}) has {field} {getattr(mine, field)}, task {theirs.name!r} "
+                f"{getattr(theirs, field)}: its outputs are not the task's answers{hint}"
+            )
+
+
 def collect(model: torch.nn.Module, task: Any, n: int = 256, offset: int = 0) -> ProbeData:
-    """Run `model` on `n` held-out sequences of `task` on the model's device, caching `probe_hook_names(model)`."""
+    """Run `model` on `n` held-out sequences of `task` on the model's device, caching `probe_hook_names(model)`; a
+    model whose outputs are not the task's answers is refused first (`check_fits`)."""
+    check_fits(model, task)
     device = model_device(model)
     batch = heldout_batch(task, n, offset, device)
     model.eval()

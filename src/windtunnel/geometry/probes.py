@@ -3,7 +3,8 @@
 The probes are those of the registry (geometry/registry.py: the built-ins, then any a module registered), less those
 that read a run's history (`Probe.history`: `probe_run` runs them). Each entry of the result is either the probe's
 numbers or {"not_applicable": "<reason>"}; a probe that fails on an unexpected model is reported as
-{"error": "<message>"} rather than sinking the other probes.
+{"error": "<message>"} rather than sinking the other probes. A model whose outputs are not the task's answers (a
+Hugging Face LM's whole vocabulary) is refused before any probe runs (`data.check_fits`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from torch import nn
 from windtunnel.geometry.data import ProbeData, collect
 from windtunnel.geometry.registry import ProbeContext, get_probe, run_probe
 from windtunnel.geometry.registry import probes as registered
+
+# Where the probes' entropy error comes from: its own held-out sequences, never eval.json's, so the two differ by
+# sampling (on the same sequences the probes' model pass is the evaluation's, to float tolerance).
+SAMPLE_NOTE = (
+    "mean |H(model) - H(posterior)| in bits over the scored positions of the probes' own {n} held-out sequences "
+    "(heldout_seed), not eval.json's test sequences: it differs from eval.json's entropy_mae_bits by sampling"
+)
 
 
 def single_checkpoint_probes() -> tuple[str, ...]:
@@ -60,6 +68,7 @@ def probe_model(
     results: dict[str, Any] = {
         "n_sequences": int(n),
         "entropy_error_bits": data.entropy_error,
+        "entropy_error_sample": SAMPLE_NOTE.format(n=int(n)),
         "heldout_seed": "seeds.test_seed(2**29 + 0) (probes), + 1 (frame-precision), + 2 (ablations)",
     }
     for p in chosen:

@@ -37,7 +37,7 @@ BUILTIN = tuple(
 # Keys of geometry.json that are not probes: a probe may not take one of these names.
 RESERVED = frozenset(
     {"run_dir", "arch", "task", "step", "seed", "init_source", "n_sequences", "entropy_error_bits", "heldout_seed"}
-    | {"figures"}
+    | {"entropy_error_sample", "figures"}
 )
 
 

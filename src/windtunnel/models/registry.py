@@ -45,6 +45,7 @@ HF = {
     "hf-gpt-neox": "windtunnel.models.hf.gpt_neox:HFGPTNeoX",
     "hf-llama": "windtunnel.models.hf.llama:HFLlama",
     "hf-phi": "windtunnel.models.hf.phi:HFPhi",
+    "hf-causal-lm": "windtunnel.models.hf.wrap:HFCausalLM",  # a causal LM of one's own (`from_hf(lm, task)`)
 }
 for _name, _target in {**BUILT_IN, **HF}.items():
     _REGISTRY.register_lazy(_name, _target)

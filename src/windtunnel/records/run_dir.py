@@ -163,12 +163,14 @@ def version_diff(run_dir: str | Path) -> list[str]:
 
 
 class Exported(Record):
-    """A model trained outside windtunnel and exported into the run (`runs.save_run`): by what, which model, and the
-    steps it trained by its own account (None: not known)."""
+    """A model trained outside windtunnel and exported into the run (`runs.save_run`): by what, which model, the
+    steps it trained by its own account (None: not known), and the training settings its config did not give
+    (`unknown`, config paths such as "train.lr": config.json holds windtunnel's defaults there)."""
 
     by: Text | None = None
     model: Text | None = None
     steps: Count | None = None
+    unknown: list[Text] | None = None
 
 
 class Trained(RecordFile):
@@ -383,6 +385,7 @@ class Geometry(RecordFile):
     init_source: Text | None = None
     n_sequences: Count | None = None
     entropy_error_bits: Real | None = None
+    entropy_error_sample: Text | None = None  # which sequences entropy_error_bits is over (not eval.json's)
     heldout_seed: Text | None = None
     figures: list[Text] | None = None
 

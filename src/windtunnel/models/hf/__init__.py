@@ -14,6 +14,16 @@ transformers.
 """
 
 from windtunnel.models.hf.core import Adapter, HFArchitecture, HFSize, HFStack, Slice
-from windtunnel.models.hf.wrap import HFCausalLM, families, from_hf
+from windtunnel.models.hf.wrap import HFCausalLM, HFModelSize, families, from_hf
 
-__all__ = ["Adapter", "HFArchitecture", "HFCausalLM", "HFSize", "HFStack", "Slice", "families", "from_hf"]
+__all__ = [
+    "Adapter",
+    "HFArchitecture",
+    "HFCausalLM",
+    "HFModelSize",
+    "HFSize",
+    "HFStack",
+    "Slice",
+    "families",
+    "from_hf",
+]
