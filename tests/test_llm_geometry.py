@@ -153,7 +153,9 @@ def check_complete(r: dict, n: int, kv_heads: int) -> None:
     and the difference, every number finite."""
     g = r["geometry"]
     L = g["shape"]["n_layers"]
-    assert r["kind"] == study.KIND and r["n"] == g["n_prompts"] == n and r["seed"] == 0 and r["null_seed"] == 0
+    assert r["kind"] == study.KIND and r["n"] == g["n_prompts"] == n and r["seed"] == 0
+    assert r["null_seeds"] == study.null_seeds(0, study.N_NULLS) and r["null_seed"] == r["null_seeds"][0]
+    assert g["null_draws"] == study.N_NULLS
     assert set(r["definitions"]) == set(geo.DEFINITIONS) and {"transformers", "torch"} <= set(r["versions"])
     assert r["config"]["n_kv_heads"] == kv_heads and os.path.isdir(r["model_dir"])
     for e in g["value_pca"]["layers"]:
@@ -225,6 +227,8 @@ def test_the_built_in_prompts_are_read_round_robin_and_scored_for_the_model_and_
     assert r["prompts"] == {"source": "builtin", "n": len(cells), "seed": 0}
     for who in ("model", "null_model"):
         assert r["scores"][who]["n_prompts"] == len(cells) and r["scores"][who]["families"]
+    drawn = r["scores"]["null_models"]  # every random-init draw scored, the first the paired one
+    assert len(drawn) == study.N_NULLS and drawn[0] == r["scores"]["null_model"] and drawn[1] != drawn[0]
     md = (tmp_path / "out" / study.MD_NAME).read_text()
     assert "### Random-init model" in md and "latent-label" in md
 
@@ -234,7 +238,8 @@ def test_heads_at_token_is_not_applicable_with_one_key_head_and_the_rest_is_ther
 
     model = save_toy(tmp_path / "mqa", "llama", kv=1)
     r = study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=7)
-    assert r["null_seed"] == 7 and "torch seed 7" in r["null_model"]
+    assert r["null_seeds"] == [7] and "1 draw, torch seeds 7" in r["null_model"]
+    assert "null_draws" not in r["geometry"]  # one draw: no range to give
     keys = r["geometry"]["key_orthogonality"]
     assert "one key/value head" in keys["heads_at_token"]["not_applicable"]
     assert len(keys["wk_columns"]["layers"][0]["model"]["per_head"]) == 1 and keys["tokens_at_layer"]["layers"]
@@ -242,6 +247,48 @@ def test_heads_at_token_is_not_applicable_with_one_key_head_and_the_rest_is_ther
     assert "Not applicable" in (tmp_path / "out" / study.MD_NAME).read_text()
     lines = summary(r)
     assert "tokens_at_layer" in lines[2] and "heads_at_token" not in lines[2]
+
+
+def test_the_null_draws_differ_from_the_model_and_from_each_other(results):
+    """Three random-init draws: every statistic holds each draw's value, distinct from one another and from the
+    model's, their range, the model's place against them and one paired difference per draw."""
+    r, _ = results["llama"]
+    assert len(set(r["null_seeds"])) == 3 and all(s > 1000 for s in r["null_seeds"])
+    for stat in ("value_pca", "attention_entropy"):
+        for e in r["geometry"][stat]["layers"]:
+            assert len(e["null_draws"]) == 3 and len(set(e["null_draws"])) == 3 and len(e["diff_draws"]) == 3
+            assert e["null_range"] == [min(e["null_draws"]), max(e["null_draws"])]
+            assert e["null_draws"][0] == geo._headline(e["null_model"])  # the paired intervals' draw is the first
+            model = geo._headline(e["model"])
+            assert model not in e["null_draws"]
+            lo, hi = e["null_range"]
+            expected = "above every draw" if model > hi else "below every draw" if model < lo else "within the draws"
+            assert e["model_vs_nulls"] == expected
+            assert e["null_rank_p"] == (0.25 if expected != "within the draws" else e["null_rank_p"]) >= 0.25
+    wk = r["geometry"]["key_orthogonality"]["wk_columns"]
+    for e in wk["layers"]:
+        assert e["ratio_to_analytic"] == pytest.approx(e["model"]["mean"] / wk["null_analytic"])
+        assert e["ratio_to_nulls"] == pytest.approx(e["model"]["mean"] / np.mean(e["null_draws"]))
+
+
+def test_a_null_with_the_model_s_own_weights_is_refused(prompts, tmp_path):
+    """A model built from its config under torch seed 1234 and a null drawn under 1234 are the same weights: the
+    statistic would be the model against itself, which is refused naming the seed; so are repeated seeds."""
+    model = save_toy(tmp_path / "toy", "gpt2", seed=1234)
+    with pytest.raises(ValueError, match="random-init model of seed 1234 has exactly the model's weights"):
+        study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=[5, 1234])
+    with pytest.raises(ValueError, match=r"--null-seed: each draw needs its own seed \(5 is given twice\)"):
+        study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=[5, 5])
+    with pytest.raises(ValueError, match="--nulls: must be between 1 and 16"):
+        study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, n_nulls=0)
+    assert not (tmp_path / "out" / study.JSON_NAME).exists()
+    from typer.testing import CliRunner
+
+    from windtunnel.cli import app
+
+    args = ["llm-geometry", "--model", str(model), "--prompts", str(prompts), "--n", "8", "--out", str(tmp_path / "o")]
+    done = CliRunner().invoke(app, [*args, "--null-seed", "5", "--null-seed", "1234"])  # the option repeats
+    assert done.exit_code == 2 and "seed 1234 has exactly the model's weights" in done.output
 
 
 # --- each definition against a direct computation ---------------------------------------------------------------

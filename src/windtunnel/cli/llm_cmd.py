@@ -47,9 +47,9 @@ def summary(r: dict[str, Any]) -> list[str]:
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     lines = [
         f"{c['family']}: {c['n_layers']} layers × {c['n_heads']} heads ({c['n_kv_heads']} key/value), d_model "
-        f"{c['d_model']}, {c['n_params']:,} parameters · {r['n']} prompts · seed {r['seed']} (random-init model: "
-        f"seed {r['null_seed']})",
-        "model / random-init model, per layer:",
+        f"{c['d_model']}, {c['n_params']:,} parameters · {r['n']} prompts · seed {r['seed']} (random-init draws: "
+        f"seeds {', '.join(map(str, r.get('null_seeds') or [r['null_seed']]))})",
+        "model / the first random-init draw, per layer (every draw: llm_geometry.md):",
         *("  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]),
     ]
     randoms = [f"{k} {_f(keys[k]['null_analytic'])} (d={keys[k]['d']})" for k in names]
@@ -79,7 +79,10 @@ def llm_geometry(
         None, "--n", help="prompts to read (default: 128 of the built-in ones, or all of a file's)"
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the built-in prompts, the bootstrap and the random-init model"),
-    null_seed: int | None = typer.Option(None, "--null-seed", help="the random-init model's own seed (default --seed)"),
+    null_seed: list[int] | None = typer.Option(
+        None, "--null-seed", help="a random-init draw's seed; repeat for several (default: --nulls draws)"
+    ),
+    nulls: int = typer.Option(3, "--nulls", help="random-init draws of the same config, when no --null-seed"),
     out: Path | None = out_option(None, "output folder (default runs/llm-geometry/<model dir name>)"),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="replace what an earlier llm-geometry wrote in --out (nothing else)"
@@ -98,8 +101,9 @@ def llm_geometry(
     For GPT-2, GPT-NeoX/Pythia, Llama or Phi (docs/llm.md): value PCA at the last token, attention entropy at the last
     query, key orthogonality under three definitions, per layer, each beside a random-init model of the same config on
     the same prompts; writes llm_geometry.json, .md and figures/. A .jsonl prompts file holds one JSON string, or
-    object with 'text', a line. The built-in prompts are taken round-robin over their family and position. Rerun
-    with other --null-seed values to see how far two random inits differ."""
+    object with 'text', a line. The built-in prompts are taken round-robin over their family and position. Every
+    statistic stands beside --nulls random-init draws (default 3): how far two random inits differ is part of the
+    null; a draw with the model's own weights is refused."""
     with loading():
         from windtunnel.llm import study
 
@@ -124,7 +128,8 @@ def llm_geometry(
 
     result = study.llm_geometry(
         model_dir, out_dir, prompts=prompts, n=n, seed=seed, score_prompts=score, overwrite=overwrite,
-        null_seed=null_seed, batch_size=batch_size, device=dev, dtype=dtype, progress=say if progress else None,
+        null_seed=null_seed or None, n_nulls=nulls, batch_size=batch_size, device=dev, dtype=dtype,
+        progress=say if progress else None,
     )  # fmt: skip
     for line in summary(result):
         typer.echo(line)

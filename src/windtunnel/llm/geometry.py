@@ -320,19 +320,30 @@ def drop_pct(first: float, last: float) -> float | None:
 
 def geometry(
     lm: Any, null_lm: Any, prompts: Sequence[Sequence[int]], *, seed: int = 0, batch_size: int = 16,
-    n_boot: int = N_BOOT, pad_id: int = 0, progress: Progress | None = None,
+    n_boot: int = N_BOOT, pad_id: int = 0, progress: Progress | None = None, more_nulls: Sequence[Any] = (),
 ) -> dict[str, Any]:  # fmt: skip
     """Every statistic of `DEFINITIONS`, per layer, of `lm` and of `null_lm` (a `from_hf` wrapper of
     `random_init_like`), read on the same token-id `prompts`, with the paired differences and, for the cosines,
-    E|cos| of random isotropic vectors of their dimension. Bootstrap draws are seeded by `seed`."""
+    E|cos| of random isotropic vectors of their dimension. Bootstrap draws are seeded by `seed`. `more_nulls`: further
+    random-init draws of the same config; each entry then also holds every draw's value, their range, the model's
+    place against it and its ratio to their mean (`_with_draws`)."""
     if len(prompts) < 3:
         raise ValueError(f"prompts: need at least 3 (got {len(prompts)})")
     ours = read(lm, prompts, batch_size, pad_id, progress, "model")
-    theirs = read(null_lm, prompts, batch_size, pad_id, progress, "random-init model")
+    nulls = [null_lm, *more_nulls]
+    pairs = []
+    for i, null in enumerate(nulls):
+        what = "random-init model" + (f" {i + 1} of {len(nulls)}" if len(nulls) > 1 else "")
+        theirs = read(null, prompts, batch_size, pad_id, progress, what)
+        (progress or (lambda _: None))(f"statistics against the {what}: value PCA, attention entropy, keys")
+        pairs.append(_paired(lm, null, ours, theirs, seed, n_boot))
+    return _with_draws(pairs[0], pairs) if len(pairs) > 1 else pairs[0]
+
+
+def _paired(lm: Any, null_lm: Any, ours: Any, theirs: Any, seed: int, n_boot: int) -> dict[str, Any]:
+    """The statistics of `geometry` from the model's and one null's readings (`read`)."""
     a = lm.adapter
     L, H, Hkv, dh, d = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head, a.d_model
-    say = progress or (lambda _: None)
-    say("statistics: value PCA, attention entropy, key orthogonality")
 
     values = [paired_value_pca(ours.values[l], theirs.values[l], n_boot, seed) for l in range(L)]
     entropy = [_per_prompt(ours.entropy[l], theirs.entropy[l], 1000, seed) for l in range(L)]
@@ -376,11 +387,12 @@ def geometry(
         stat["definition"] = DEFINITIONS[name]
         for layer in stat.get("layers", []):
             layer["diff_vs_analytic"] = layer["model"]["mean"] - stat["null_analytic"]
+            layer["ratio_to_analytic"] = layer["model"]["mean"] / stat["null_analytic"]
             layer["null_model_diff_vs_analytic"] = layer["null_model"]["mean"] - stat["null_analytic"]
 
     return {
         "shape": {"n_layers": L, "n_heads": H, "n_kv_heads": Hkv, "d_head": dh, "d_model": d},
-        "n_prompts": len(prompts),
+        "n_prompts": int(lens.size),
         "prompt_tokens": {"min": int(lens.min()), "mean": float(lens.mean()), "max": int(lens.max())},
         "value_pca": {"definition": DEFINITIONS["value_pca"], "d": Hkv * dh, "layers": values},
         "attention_entropy": {
@@ -391,3 +403,49 @@ def geometry(
         },
         "key_orthogonality": keys,
     }
+
+
+HEADLINE = ("mean", "pc1")  # the number of an entry's part that its draws are compared on
+
+
+def _headline(part: dict[str, Any]) -> float:
+    return float(next(part[k] for k in HEADLINE if k in part))
+
+
+def _entries(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Every (path, entry) of a `geometry` result whose entry compares the model with a null ("model", "null_model")."""
+    if isinstance(tree, dict):
+        if "model" in tree and "null_model" in tree and isinstance(tree["model"], dict):
+            return [(path, tree)]
+        return [e for k, v in tree.items() for e in _entries(v, (*path, k))]
+    if isinstance(tree, list):
+        return [e for i, v in enumerate(tree) for e in _entries(v, (*path, i))]
+    return []
+
+
+def _with_draws(first: dict[str, Any], pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`first` (the model against the first null) with, in each entry, the headline number (mean, or PC1 for the value
+    PCA) of every null draw (`null_draws`), their range, where the model stands against them (`model_vs_nulls`:
+    "above every draw", "below every draw" or "within the draws") with its one-sided rank p-value (`null_rank_p`: a
+    model that is one more random draw is beyond all k with probability 1/(k + 1), so 3 draws never give below 0.25),
+    the model's ratio to their mean, and each draw's paired difference with its interval (`diff_draws`)."""
+    each = [dict(_entries(p)) for p in pairs]
+    for path, entry in _entries(first):
+        parts = [e[path] for e in each]
+        draws = [_headline(p["null_model"]) for p in parts]
+        model = _headline(entry["model"])
+        lo, hi = min(draws), max(draws)
+        entry["null_draws"] = draws
+        entry["null_range"] = [lo, hi]
+        entry["model_vs_nulls"] = (
+            "above every draw" if model > hi else "below every draw" if model < lo else "within the draws"
+        )
+        mean = float(np.mean(draws))
+        entry["ratio_to_nulls"] = model / mean if mean else None
+        # a Monte Carlo p-value: an exchangeable draw is this far out with probability (1 + beyond) / (k + 1)
+        beyond = min(sum(x >= model for x in draws), sum(x <= model for x in draws))
+        entry["null_rank_p"] = (1 + beyond) / (len(draws) + 1)
+        key = next(k for k in HEADLINE if k in entry["diff"])
+        entry["diff_draws"] = [{"diff": float(p["diff"][key]), "ci": p["diff"].get(f"{key}_ci")} for p in parts]
+    first["null_draws"] = len(pairs)
+    return first

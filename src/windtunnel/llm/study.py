@@ -48,6 +48,9 @@ KIND = "windtunnel.llm_geometry"  # marks llm_geometry.json as this command's (w
 JSON_NAME, MD_NAME, FIGURES = "llm_geometry.json", "llm_geometry.md", "figures"
 FIGURE_NAMES = ("value_pc1.png", "attention_entropy.png", "key_orthogonality.png")
 N_DEFAULT, N_MIN, N_MAX = 128, 4, 100_000
+N_NULLS = 3  # random-init draws by default: one draw says nothing of how far two random inits differ
+NULL_SEED_BASE = 1_000_003  # default null seeds: NULL_SEED_BASE + seed * N_NULLS_MAX + i, far from the usual 0, 1, 42
+N_NULLS_MAX = 16
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_FIELDS = ("text", "choices", "posterior", "family", "position")
 _TEMP = re.compile(r"\.(.+)\.\w+\.tmp")  # rundir.atomic_write's .NAME.XXXXXXXX.tmp
@@ -440,7 +443,8 @@ def llm_geometry(
     score_prompts: bool = True,
     *,
     overwrite: bool = False,
-    null_seed: int | None = None,
+    null_seed: int | Sequence[int] | None = None,
+    n_nulls: int = N_NULLS,
     batch_size: int = 16,
     n_boot: int = geo.N_BOOT,
     device: torch.device | str = "cpu",
@@ -454,9 +458,12 @@ def llm_geometry(
     N_DEFAULT), taken round-robin over their (family, position) cells (`builtin_subset`), or a file (`read_prompts`:
     one prompt a line, or .jsonl), of which the first n are read.
     score_prompts: score the exact-posterior prompts (`prompts.score`) of the model and of the random-init model.
-    seed: the built-in prompts', the bootstrap's and (unless `null_seed`) the random-init model's.
-    null_seed: the random-init model's seed alone (default `seed`): rerun with others, the prompts and the model
-    unchanged, to see how far two random inits differ (the intervals are over prompts, not over inits).
+    seed: the built-in prompts' and the bootstrap's.
+    null_seed: the random-init models' seeds (one or several, distinct); default `null_seeds(seed, n_nulls)`. A draw
+    whose weights equal the model's (a model built under that torch seed) is refused: it would be its own null.
+    n_nulls: how many random-init draws when `null_seed` is not given (1 to N_NULLS_MAX; default 3). Each statistic
+    holds every draw's value, their range and the model's ratio to them (`geometry._with_draws`); the paired
+    intervals are over prompts against the first draw, and each draw's difference has its own.
     overwrite: replace what an earlier llm-geometry wrote in `out` (nothing else is ever deleted).
     """
     say = progress or (lambda _: None)
@@ -486,35 +493,80 @@ def llm_geometry(
         int(model.get_input_embeddings().num_embeddings),
     )
     pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-    init_seed = int(seed if null_seed is None else null_seed)
-    say(f"random-init model of the same config (seed {init_seed})")
-    null = geo.random_init_like(model, init_seed)
-    null_lm = from_hf(null)
+    seeds = check_null_seeds(null_seed, n_nulls, seed)
+    nulls = []
+    for s in seeds:
+        say(f"random-init model of the same config (seed {s})")
+        nulls.append(geo.random_init_like(model, s))
+        refuse_self_null(model, nulls[-1], s)
+    null_lms = [from_hf(null) for null in nulls]
     stats = geo.geometry(
-        lm, null_lm, ids, seed=seed, batch_size=batch_size, n_boot=n_boot, pad_id=int(pad), progress=progress
-    )
+        lm, null_lms[0], ids, seed=seed, batch_size=batch_size, n_boot=n_boot, pad_id=int(pad), progress=progress,
+        more_nulls=null_lms[1:],
+    )  # fmt: skip
+    draws = "draw" if len(seeds) == 1 else "draws"
+    seed_text = ", ".join(map(str, seeds))
     result: dict[str, Any] = {
         "kind": KIND,
         "model_dir": str(model_path.resolve()),
         "config": config_summary(model, lm),
         "n": len(items),
         "seed": int(seed),
-        "null_seed": init_seed,
+        "null_seed": seeds[0],
+        "null_seeds": seeds,
         "prompts": source,
-        "null_model": f"AutoModelForCausalLM.from_config(config), torch seed {init_seed}, {dtype}",
+        "null_model": f"AutoModelForCausalLM.from_config(config), {len(seeds)} {draws}, torch seeds {seed_text}, "
+        f"{dtype}; paired intervals against seed {seeds[0]}",
         "versions": _versions(),
         "definitions": dict(geo.DEFINITIONS),
         "geometry": stats,
-        "scores": _scores(model, null, tokenizer, items, score_prompts, batch_size, say),
+        "scores": _scores(model, nulls, tokenizer, items, score_prompts, batch_size, say),
     }
     write(out_dir, result, overwrite, say)
     return result
 
 
+def check_null_seeds(null_seed: int | Sequence[int] | None, n_nulls: int, seed: int) -> list[int]:
+    """The random-init draws' seeds: `null_seed` (one or several, distinct), else `null_seeds(seed, n_nulls)`; a
+    ValueError naming --null-seed or --nulls otherwise."""
+    if null_seed is None:
+        if isinstance(n_nulls, bool) or not 1 <= int(n_nulls) <= N_NULLS_MAX:
+            raise ValueError(f"--nulls: must be between 1 and {N_NULLS_MAX} (got {n_nulls})")
+        return null_seeds(seed, int(n_nulls))
+    seeds = [int(null_seed)] if isinstance(null_seed, int) else [int(s) for s in null_seed]
+    if not 1 <= len(seeds) <= N_NULLS_MAX:
+        raise ValueError(f"--null-seed: give between 1 and {N_NULLS_MAX} seeds (got {len(seeds)})")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--null-seed: each draw needs its own seed ({repeated[0]} is given twice)")
+    return seeds
+
+
+def null_seeds(seed: int, n: int) -> list[int]:
+    """The default seeds of `n` random-init draws for a run of `seed`: distinct, and away from the small seeds a model
+    is commonly built under (a model built under its null's seed is refused: `refuse_self_null`)."""
+    return [NULL_SEED_BASE + int(seed) * N_NULLS_MAX + i for i in range(n)]
+
+
+@torch.no_grad()
+def refuse_self_null(model: Any, null: Any, null_seed: int) -> None:
+    """A ValueError where the random-init draw of `null_seed` has the model's own weights (a model built from its
+    config under that torch seed): a statistic against it would be the model against itself."""
+    pairs = zip(model.parameters(), null.parameters(), strict=True)
+    if all(a.shape == b.shape and torch.equal(a, b.to(a.device)) for a, b in pairs):
+        raise ValueError(
+            f"--null-seed: the random-init model of seed {null_seed} has exactly the model's weights (the model was "
+            "built from its config under that torch seed): it cannot be the model's null; give other --null-seed "
+            "values"
+        )
+
+
 def _scores(
-    model: Any, null: Any, tokenizer: Any, items: Sequence[Any], wanted: bool, batch_size: int, say: Progress
-) -> dict[str, Any]:
-    """The exact-posterior prompts' scores of the model and of the random-init model, or why there are none."""
+    model: Any, nulls: Sequence[Any], tokenizer: Any, items: Sequence[Any], wanted: bool, batch_size: int,
+    say: Progress,
+) -> dict[str, Any]:  # fmt: skip
+    """The exact-posterior prompts' scores of the model and of each random-init draw (`null_model`: the first;
+    `null_models`: every one, in seed order), or why there are none."""
     if not wanted:
         return {"skipped": "not asked (--no-score)"}
     scorable = [x for x in items if _is_scorable(x)]
@@ -523,11 +575,13 @@ def _scores(
     mod = _prompts_module()
     if mod is None:
         return {"not_available": "windtunnel.llm.prompts is not in this installation"}
-    say(f"scoring {len(scorable)} exact-posterior prompts (model, then random-init model)")
+    say(f"scoring {len(scorable)} exact-posterior prompts (model, then {len(nulls)} random-init draws)")
+    drawn = [mod.score(null, tokenizer, scorable, batch_size=batch_size) for null in nulls]
     return {
         "n_prompts": len(scorable),
         "model": mod.score(model, tokenizer, scorable, batch_size=batch_size),
-        "null_model": mod.score(null, tokenizer, scorable, batch_size=batch_size),
+        "null_model": drawn[0],
+        "null_models": drawn,
     }
 
 
@@ -584,15 +638,18 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     rows = []
+    k = g.get("null_draws", 1)
     for l, e in enumerate(g["value_pca"]["layers"]):
         m, z, d = e["model"], e["null_model"], e["diff"]
         rows.append([
-            str(l), _ci(m["pc1"], m["pc1_ci"]), _ci(z["pc1"], z["pc1_ci"]), _ci(d["pc1"], d["pc1_ci"]),
+            str(l), _ci(m["pc1"], m["pc1_ci"]), _ci(z["pc1"], z["pc1_ci"]), _drawn(e), _ci(d["pc1"], d["pc1_ci"]),
             _f(m["pc12"]), _f(z["pc12"]), _f(m["participation_ratio"]), _f(z["participation_ratio"]),
         ])  # fmt: skip
     lines += _table(
-        ["layer", "PC1 model", "PC1 random-init", "Δ PC1", "PC1+2 model", "PC1+2 random", "PR model", "PR random"], rows
-    )
+        ["layer", "PC1 model", "PC1 random-init", f"PC1, {k} random-init draws", "Δ PC1", "PC1+2 model",
+         "PC1+2 random", "PR model", "PR random"],
+        rows,
+    )  # fmt: skip
     a = g["attention_entropy"]
     drop = a["drop_first_to_last_pct"]
     lines += [
@@ -605,46 +662,70 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     rows = [
         [str(l), _ci(e["model"]["mean"], e["model"]["mean_ci"]),
-         _ci(e["null_model"]["mean"], e["null_model"]["mean_ci"]), _ci(e["diff"]["mean"], e["diff"]["mean_ci"]),
-         " ".join(_f(h, ".3g") for h in e["model"].get("per_head", []))]
+         _ci(e["null_model"]["mean"], e["null_model"]["mean_ci"]), _drawn(e),
+         _ci(e["diff"]["mean"], e["diff"]["mean_ci"]), " ".join(_f(h, ".3g") for h in e["model"].get("per_head", []))]
         for l, e in enumerate(a["layers"])
     ]  # fmt: skip
-    lines += _table(["layer", "model (mean over heads)", "random-init", "Δ", "model per head"], rows)
+    lines += _table(
+        ["layer", "model (mean over heads)", "random-init", f"{k} random-init draws", "Δ", "model per head"], rows
+    )
     lines += ["", "## Key orthogonality (mean |cos|)", ""]
     for name in geo.KEY_DEFINITIONS:
-        k = g["key_orthogonality"][name]
-        lines += [f"### `{name}`", "", k["definition"] + "."]
-        if "not_applicable" in k:
-            lines += ["", f"Not applicable: {k['not_applicable']}.", ""]
+        stat = g["key_orthogonality"][name]
+        lines += [f"### `{name}`", "", stat["definition"] + "."]
+        if "not_applicable" in stat:
+            lines += ["", f"Not applicable: {stat['not_applicable']}.", ""]
             continue
-        lines += ["", f"E|cos| of random isotropic vectors in d = {k['d']}: {_f(k['null_analytic'])}.", ""]
+        lines += ["", f"E|cos| of random isotropic vectors in d = {stat['d']}: {_f(stat['null_analytic'])}.", ""]
         rows = [
             [str(l), _ci(e["model"]["mean"], e["model"].get("mean_ci")),
-             _ci(e["null_model"]["mean"], e["null_model"].get("mean_ci")), _f(k["null_analytic"]),
-             _ci(e["diff"]["mean"], e["diff"].get("mean_ci")), _f(e["diff_vs_analytic"])]
-            for l, e in enumerate(k["layers"])
+             _ci(e["null_model"]["mean"], e["null_model"].get("mean_ci")), _drawn(e), _f(stat["null_analytic"]),
+             _ci(e["diff"]["mean"], e["diff"].get("mean_ci")), _f(e["diff_vs_analytic"]),
+             _f(e.get("ratio_to_analytic"), ".3g")]
+            for l, e in enumerate(stat["layers"])
         ]  # fmt: skip
-        lines += _table(["layer", "model", "random-init", "random vectors", "Δ random-init", "Δ random vectors"], rows)
+        lines += _table(
+            ["layer", "model", "random-init", f"{k} random-init draws", "random vectors", "Δ random-init",
+             "Δ random vectors", "model / random vectors"],
+            rows,
+        )  # fmt: skip
         lines.append("")
-    lines += ["## Exact-posterior prompts", "", *_score_lines(result["scores"]), ""]
+    seeds = result.get("null_seeds") or [result["null_seed"]]
+    lines += ["## Exact-posterior prompts", "", *_score_lines(result["scores"], seeds), ""]
     lines += [
         "## Reading it",
         "",
         "Each number is a description of this model on these prompts, beside the same number of a model that learned "
         "nothing. A difference from the random-init model says training changed that statistic; it does not by itself "
-        "say the model computes a posterior (docs/llm.md).",
+        "say the model computes a posterior (docs/llm.md). The paired intervals are over prompts against one draw; "
+        "the draws' range is how far random inits differ, and a model above or below every one of k draws has a "
+        "rank p-value of 1/(k + 1) at best (0.25 with 3 draws): more draws (--nulls) before reading it as training's "
+        "doing.",
         "",
     ]
     return "\n".join(lines)
 
 
-def _score_lines(scores: dict[str, Any]) -> list[str]:
+def _drawn(entry: dict[str, Any]) -> str:
+    """The null draws' range of an entry and where the model stands against it ("—" with one draw)."""
+    if "null_range" not in entry:
+        return "—"
+    lo, hi = entry["null_range"]
+    where = {"above every draw": "model above", "below every draw": "model below"}.get(entry["model_vs_nulls"], "")
+    return f"{_f(lo)}–{_f(hi)}" + (f" ({where}, p {_f(entry['null_rank_p'], '.2g')})" if where else "")
+
+
+def _score_lines(scores: dict[str, Any], seeds: Sequence[int]) -> list[str]:
     if "skipped" in scores or "not_available" in scores:
         return [f"Not scored: {scores.get('skipped') or scores.get('not_available')}."]
     mod = _prompts_module()
+    drawn = scores.get("null_models") or [scores["null_model"]]
+    shown = [("Model", scores["model"])] + [
+        (f"Random-init model, seed {s}", one) for s, one in zip(seeds, drawn, strict=False)
+    ]
     lines = []
-    for who, title in (("model", "Model"), ("null_model", "Random-init model")):
-        text = mod.score_markdown(scores[who]) if mod is not None else "```\n" + json.dumps(scores[who]) + "\n```"
+    for title, table in shown:
+        text = mod.score_markdown(table) if mod is not None else "```\n" + json.dumps(table) + "\n```"
         lines += [f"### {title}", "", text.rstrip(), ""]
     return lines
 
