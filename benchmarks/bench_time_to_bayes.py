@@ -56,7 +56,7 @@ def _pair(task: str, arch: str, steps: int, batch: int, lr: float, *changes: dic
     return [Cell(**base), *(Cell(**{**base, **c, "set": {**base.get("set", {}), **c.get("set", {})}}) for c in changes)]
 
 
-# The levers of the CPU recipe (issue 37), each against the wsd control at a budget where the control is still falling.
+# The levers of the CPU recipe, each against the wsd control at a budget where the control is still falling.
 GROUPS["levers"] = [
     *_pair("bijection", "transformer", 1200, 32, 2e-3, {"recipe": "soft"}),
     *_pair("regression", "transformer", 600, 64, 2e-3, {"recipe": "soft"}),

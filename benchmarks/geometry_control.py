@@ -1,4 +1,4 @@
-"""Issue 25's two experiments against the authors' recipe, each one `time_to_bayes.run` call with two arms per task.
+"""Two experiments against the authors' recipe, each one `time_to_bayes.run` call with two arms per task.
 
 `control`: does the paper's geometry appear under the authors' training ingredients and not under ours? The transformer
 at the quick size and the time-to-Bayes budget (3,000 steps x 64), arm "authors" (their production cell's init, AdamW

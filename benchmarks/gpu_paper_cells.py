@@ -1,4 +1,4 @@
-"""The paper tier's cells on one GPU, many runs at once, under a wall-clock deadline (issue 37's GPU check).
+"""The paper tier's cells on one GPU, many runs at once, under a wall-clock deadline (the GPU check).
 
 Every run of `suite("paper")` that `--tasks` x `--archs` x `--seeds` selects trains at the authors' recipe and budget
 (`suites.settings.PAPER_SETTINGS`), each in its own `windtunnel train` process, all at once on the one GPU: these

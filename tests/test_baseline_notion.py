@@ -1,4 +1,4 @@
-"""One notion of "baseline" (issue 40): the `baseline` an architecture's class declares, asked in one way everywhere,
+"""One notion of "baseline": the `baseline` an architecture's class declares, asked in one way everywhere,
 `models.is_baseline` (a name, a class or a built model). A user's own baseline, registered from Python, is then a
 baseline at every stage: not trained, not probed, no size, evaluated like any run."""
 

@@ -1,4 +1,4 @@
-"""The leak alarm (issue 36): `models.check_causal` passes every built-in architecture and refuses, in one line naming
+"""The leak alarm: `models.check_causal` passes every built-in architecture and refuses, in one line naming
 the first position that sees the future, a plugin that reads later inputs -- a bidirectional mixer, a model that
 reads x[:, t+1], one that leaks only at its last position or at one middle position, on token and real-vector
 tasks -- before `windtunnel train` creates anything, and a model whose leak appears only in its trained weights

@@ -1,4 +1,4 @@
-"""Bad input and damaged driver files (issue 26, item 5): each is one `error:` line naming the file and the field,
+"""Bad input and damaged driver files: each is one `error:` line naming the file and the field,
 exit 2 for a wrong command and 1 for damaged data, or the right behaviour -- never a traceback, a hang or silence."""
 
 from __future__ import annotations

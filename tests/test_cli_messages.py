@@ -1,4 +1,4 @@
-"""What the CLI says (issue 27, "say what is happening"): eval's named columns and closest posterior, discrete
+"""What the CLI says ("say what is happening"): eval's named columns and closest posterior, discrete
 colours for discrete states, no `-0.000`, probe's "not reached", "does not exist" for a missing path, `--version`,
 and "did you mean" for a mistyped key, task or architecture."""
 

@@ -1,4 +1,4 @@
-"""Geometry statistics position cannot fake (issue 36): entropy correlations and R^2 within position, beside a
+"""Geometry statistics position cannot fake: entropy correlations and R^2 within position, beside a
 context-blind reference, and across-seed summaries that respect the statistic's range and PC1's arbitrary sign.
 
 A referee's two questions, asked of each statistic: can a representation that does not infer pass it (a position

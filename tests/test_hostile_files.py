@@ -1,4 +1,4 @@
-"""Hostile files in and around a run directory (issue 35): `--overwrite` on a folder that is not only a run, symbolic
+"""Hostile files in and around a run directory: `--overwrite` on a folder that is not only a run, symbolic
 links planted in a run, a checkpoint without its checksum, a damaged latest.json on a finished run, a write cut off
 by the file-size limit. Each test reproduces the attack and asserts the new behaviour."""
 

@@ -1,4 +1,4 @@
-"""Hostile inputs of issue 35 (second pass): a plugin task whose posterior is not a distribution, a checkpoint of NaN
+"""Hostile inputs (second pass): a plugin task whose posterior is not a distribution, a checkpoint of NaN
 weights, trackers that would hang or half-make a run, Ctrl-C while the CLI starts, a plugin that calls sys.exit on
 import, a YAML alias bomb, and a curriculum stage longer than the run. Each is one line naming what is wrong, with
 the documented exit code, and nothing made or deleted."""

@@ -204,7 +204,7 @@ def test_the_config_schema_is_a_leaf_that_loads_no_torch():
 
 
 def test_the_backward_edges_stay_gone():
-    """The four imports issue 40 found against the flow: the schema reaching the models, storage reaching resolve,
+    """The four imports once found against the flow: the schema reaching the models, storage reaching resolve,
     the executors reading their own done.json through the report, and the drivers taking names and constants from
     the report. What remains from a driver into the report is building output (and reproduce's read of a run's row)."""
     modules = _modules()

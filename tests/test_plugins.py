@@ -1,4 +1,4 @@
-"""Plugins (issue 27): a user's own task and architecture -- tests/plugins/windtunnel_demo_plugin, a Beta-Bernoulli
+"""Plugins: a user's own task and architecture -- tests/plugins/windtunnel_demo_plugin, a Beta-Bernoulli
 coin and a GRU -- by name on every command, brought in by `--import MODULE` and by the entry points of an installed
 distribution (a dist-info directory on sys.path, as pip leaves one); the imports recorded in config.json and needed
 again (--import or --trust-code) to load the run; a missing module's one-line error; configs without imports as

@@ -1,4 +1,4 @@
-"""Probes as objects (issue 40): every built-in probe registered once, and a probe registered by a user's module
+"""Probes as objects: every built-in probe registered once, and a probe registered by a user's module
 (imported as `--import` does) reaches geometry.json, the run's figures, `windtunnel probe`'s output and the report
 (its Geometry column, its rows across seeds and its figure) without a line of the package changed."""
 

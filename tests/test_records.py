@@ -1,4 +1,4 @@
-"""The run-directory records (`windtunnel.records.run_dir`, issue 40): each writes what the dict-literal writers wrote,
+"""The run-directory records (`windtunnel.records.run_dir`): each writes what the dict-literal writers wrote,
 byte for byte, and reads it back as it was; each reads the older forms released versions wrote in today's form; a
 garbled file or a field of the wrong kind is a CheckpointError naming the file and the field; and no other module
 reads or writes these files by hand."""
@@ -184,7 +184,7 @@ def test_a_run_before_versions_json_has_no_versions_and_no_difference(tmp_path):
 
 
 def test_a_trained_json_before_optimizer_and_exported_and_before_init_reads_in_todays_form(tmp_path):
-    """Written before issue 37 (no optimizer), before save_run (no exported) and before issue 25 (no size.init): the
+    """Written before Muon per block (no optimizer), before save_run (no exported) and before size.init: the
     paper Mamba trained with "normal" init, which is not today's default for it."""
     cfg = resolve_config(
         build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.variant": "paper"})
@@ -214,7 +214,8 @@ def test_a_run_before_trained_json_and_resumes_json_has_neither(tmp_path):
 
 
 def test_an_eval_json_before_run_records_reads_with_run_and_batch_size_none(tmp_path):
-    """Written before issue 35: no "run" record (the report reads it from the step and the config), no batch_size."""
+    """Written before trained.json existed: no "run" record (the report reads it from the step and the config), no
+    batch_size."""
     old = {k: v for k, v in _entry().items() if k not in ("run", "batch_size")}
     (tmp_path / rundir.EVAL).write_bytes(_old_writer({"default": old}))
     default = EvalFile.read(tmp_path).entries["default"]
@@ -222,7 +223,7 @@ def test_an_eval_json_before_run_records_reads_with_run_and_batch_size_none(tmp_
 
 
 def test_an_eval_json_entry_at_another_n_is_set_apart(tmp_path):
-    """Before issue 38, `windtunnel eval --n 8` merged its evaluation into eval.json beside the recorded one."""
+    """Once, `windtunnel eval --n 8` merged its evaluation into eval.json beside the recorded one."""
     (tmp_path / rundir.EVAL).write_bytes(_old_writer({"default": _entry(n=8), "L=5": _entry(n=16), "K=9": _entry()}))
     assert EvalFile.read(tmp_path).set_apart() == {"L=5", "K=9"}
 

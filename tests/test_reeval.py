@@ -1,4 +1,4 @@
-"""Re-evaluation never rewrites a run's record (issue 38): an evaluation at other settings than the run's own goes to
+"""Re-evaluation never rewrites a run's record: an evaluation at other settings than the run's own goes to
 evals/NAME.json beside eval.json, which stays byte-identical; the report reads eval.json only, and labels each
 number with the n that made it."""
 

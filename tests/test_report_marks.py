@@ -246,7 +246,7 @@ def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
 
 def test_seed_intervals_are_never_clipped_to_the_metric_range():
     """The Student-t interval the seeds give, past the metric's range where it reaches it: clipping would print a
-    lower end of 0 as if the seeds had pinned it (issue 38)."""
+    lower end of 0 as if the seeds had pinned it."""
     acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([0.06, 0.22, 0.19])]
     cell = tables.cell_value(acc, "accuracy")
     assert cell["lo"] < 0.0 < cell["hi"] < 1.0

@@ -1,4 +1,4 @@
-"""Honest wording at small numbers of seeds (issue 38): a Student-t interval over two seeds has one degree of freedom
+"""Honest wording at small numbers of seeds: a Student-t interval over two seeds has one degree of freedom
 and covers almost anything, so the report says "too few seeds to separate" where it would have said "not separated";
 it never calls a cell "no better than context-blind" while one of its seeds is measurably better; it prints intervals
 unclipped; a sweep's ★ says when it is not separated from the runner-up; and a ✗ names the condition of ◐ it missed,

@@ -1,4 +1,4 @@
-"""Resume that a person would expect (issue 27): `windtunnel train --resume RUN` continues with the run's own
+"""Resume that a person would expect: `windtunnel train --resume RUN` continues with the run's own
 config; a changed key that may not change is named with its old and new value; SIGINT/SIGTERM write a checkpoint at
 the current step and say how to resume, and the resumed run ends equal to an uninterrupted one. And what `train`
 says: the start line (parameters, config), progress lines on a non-terminal, the warning without a preset."""

@@ -1,4 +1,4 @@
-"""Runs that are what they say they are (issue 26): a driver reuses a run directory only when it holds the resolved
+"""Runs that are what they say they are: a driver reuses a run directory only when it holds the resolved
 config asked for, records its own runs in a manifest and reports from it; one --out per reproduce tier; time-to-Bayes
 names runs by their config hash and labels them from it, admits training-only recipes, holds a lock on --out,
 accumulates cells and refuses merges that mix what does not compare."""

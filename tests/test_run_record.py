@@ -1,4 +1,4 @@
-"""A run's record says what it is (issue 35): an unfinished, extended or resumed run is marked in eval.json and in
+"""A run's record says what it is: an unfinished, extended or resumed run is marked in eval.json and in
 every report row, never presented as its config's finished run; a resume refuses an edit of config.json outside the
 resumable keys, naming it; and evaluation draws the same test sequences whatever its forward batch size."""
 

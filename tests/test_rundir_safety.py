@@ -1,4 +1,4 @@
-"""Run directories that are safe to share, to run twice and to find corrupted (issue 13): the trust rule for import
+"""Run directories that are safe to share, to run twice and to find corrupted: the trust rule for import
 strings, the write lock, validation before creation, one-line errors with exit 1/2, resume fallback, temp files,
 file modes. Each case reproduces a report from the issue."""
 

@@ -1,4 +1,4 @@
-"""`windtunnel.save_run` (issue 38): a model trained in a loop of one's own becomes a run directory that eval, probe
+"""`windtunnel.save_run`: a model trained in a loop of one's own becomes a run directory that eval, probe
 and report read as any run, after the checks a training run makes; it is marked exported, never resumed."""
 
 from __future__ import annotations

@@ -58,9 +58,9 @@ class ConfigFile:
     @staticmethod
     def upgrade(data: Any) -> Any:
         """A stored config (a dict, changed in place) in today's form -- the one place an older config.json (or
-        trained.json's config) is upgraded: a size field added since reads as what the run trained with (`init`,
-        before issue 25 every run was initialised "normal"), a retired one as its successor (the transformer's
-        `explicit`, now `attention`); `resolve.upgrade_stored` holds both tables."""
+        trained.json's config) is upgraded: a size field added since reads as what the run trained with (`init`:
+        before it was recorded every run was initialised "normal"), a retired one as its successor (the
+        transformer's `explicit`, now `attention`); `resolve.upgrade_stored` holds both tables."""
         return upgrade_stored(data)
 
     @classmethod
@@ -132,7 +132,7 @@ def write_config(run_dir: str | Path, cfg: RunConfig) -> None:
 
 class Versions(RecordFile):
     """versions.json: the code that trained the run, written when its directory is created. A run made before
-    issue 26 has none (`find` is None): it is judged by its config alone."""
+    versions were recorded has none (`find` is None): it is judged by its config alone."""
 
     NAME: ClassVar[str] = rundir.VERSIONS
     windtunnel: Text = required()
@@ -176,9 +176,9 @@ class Exported(Record):
 class Trained(RecordFile):
     """trained.json: the config the run's checkpoints were trained with (written whenever training starts; config.json
     is what a person reads and may edit, this the record it is checked against), which parameters each optimiser
-    trains (`optim.describe`) and, for an exported model, `exported`. A run made before issue 35 has no trained.json
-    (`find` is None: its config.json is the record); one written before issue 37 (Muon per block) has no `optimizer`,
-    and one before `runs.save_run` (issue 38) no `exported`: both read as None."""
+    trains (`optim.describe`) and, for an exported model, `exported`. A run made before trained.json existed has none
+    (`find` is None: its config.json is the record); one written before Muon per block has no `optimizer`,
+    and one before `runs.save_run` no `exported`: both read as None."""
 
     NAME: ClassVar[str] = rundir.TRAINED
     config: RunConfig = required()
@@ -268,7 +268,8 @@ class EvalEntry(Record):
     """One evaluation setting of eval.json (or evals/NAME.json): its step, n and forward batch, the task parameters
     it ran at, the aggregate metrics (None: one the task does not define), per-position curves, approximations and
     the record of what the run is; other keys (verdict, bayes_gap, closest, stream) kept as they are. An entry
-    written before issue 35 has no `run` (the report reads it from the step and the config) and no `batch_size`."""
+    written before trained.json existed has no `run` (the report reads it from the step and the config) and no
+    `batch_size`."""
 
     step: Count | None = None
     arch: Text | None = None
@@ -316,7 +317,7 @@ class EvalFile(JsonFile, RootModel[dict[str, EvalEntry]]):
         return cls.read(run_dir, extra) if cls.path(run_dir, extra).exists() else cls({})
 
     def set_apart(self) -> set[str]:
-        """The entries at another n than the default entry's: before issue 38 `windtunnel eval --n` merged an
+        """The entries at another n than the default entry's: once, `windtunnel eval --n` merged an
         evaluation at another n into eval.json (extra evaluations now go to evals/NAME.json), so such an entry is no
         recorded evaluation and no label could say its n."""
         default = self.root.get("default")
@@ -372,7 +373,7 @@ class Geometry(RecordFile):
     """geometry.json (`geometry.run.probe_run`): what was probed -- the run (relative to this file), its architecture,
     task, step and seed, the init the probes compare with, the held-out sequences -- the figures drawn, and each
     probe's result under its name (`probes`: a JSON object each, {"not_applicable": reason} where it did not apply).
-    Every field is optional: a probe before issue 25 wrote no seed or init_source, one before geometry.json named
+    Every field is optional: an early probe wrote no seed or init_source, one before geometry.json named
     its run relative to itself wrote `run_dir` as the path it was given, and one without figures lists none."""
 
     NAME: ClassVar[str] = rundir.GEOMETRY
