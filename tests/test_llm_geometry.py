@@ -233,6 +233,27 @@ def test_the_built_in_prompts_are_read_round_robin_and_scored_for_the_model_and_
     assert "### Random-init model" in md and "latent-label" in md
 
 
+def test_prompts_whose_choices_are_not_single_tokens_are_left_out_and_said_so_not_an_error():
+    """A tokenizer that lacks one family's choice words: that family's prompts are left out of the scores, counted
+    and explained; the rest are scored (the default scoring never stops a run on a tokenizer's vocabulary)."""
+    prompts_mod = pytest.importorskip("windtunnel.llm.prompts")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    items = prompts_mod.builtin_prompts(1, 0)
+    split = pre_tokenizers.Whitespace()
+    lost = next(p for p in items if p.family == "text-bijection")
+    gone = {w for c in lost.choices for w, _ in split.pre_tokenize_str(c)}
+    vocab = {w: i for i, w in enumerate(x for x in vocabulary() if x not in gone)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = split
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+    kept, left = study._single_token_choices(prompts_mod, fast, items)
+    families = {p.family for p in kept}
+    assert "text-bijection" not in families and "latent-label" in families
+    assert left["families"] == {"text-bijection": sum(p.family == "text-bijection" for p in items)}
+    assert left["n"] == len(items) - len(kept) and "is not one token of this tokenizer" in left["why"]
+
+
 def test_heads_at_token_is_not_applicable_with_one_key_head_and_the_rest_is_there(prompts, tmp_path):
     from windtunnel.cli.llm_cmd import summary
 

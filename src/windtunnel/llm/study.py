@@ -575,14 +575,34 @@ def _scores(
     mod = _prompts_module()
     if mod is None:
         return {"not_available": "windtunnel.llm.prompts is not in this installation"}
+    scorable, left_out = _single_token_choices(mod, tokenizer, scorable)
+    if not scorable:
+        return {"not_available": f"no prompt's choices are single tokens of this tokenizer ({left_out['why']})"}
     say(f"scoring {len(scorable)} exact-posterior prompts (model, then {len(nulls)} random-init draws)")
     drawn = [mod.score(null, tokenizer, scorable, batch_size=batch_size) for null in nulls]
     return {
         "n_prompts": len(scorable),
+        **({"left_out": left_out} if left_out else {}),
         "model": mod.score(model, tokenizer, scorable, batch_size=batch_size),
         "null_model": drawn[0],
         "null_models": drawn,
     }
+
+
+def _single_token_choices(mod: Any, tokenizer: Any, items: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The prompts whose every choice is one token of `tokenizer` after the prompt (what scoring reads), and what was
+    left out: {"n", "families": {family: count}, "why": the first prompt's reason} ({} where none was)."""
+    kept, families, why = [], {}, ""
+    for item in items:
+        try:
+            mod.choice_ids(tokenizer, item)
+        except ValueError as err:
+            families[item.family] = families.get(item.family, 0) + 1
+            why = why or str(err).removeprefix("score: ")
+            continue
+        kept.append(item)
+    left = sum(families.values())
+    return kept, ({"n": left, "families": families, "why": why} if left else {})
 
 
 # --------------------------------------------------------------------------------------------- writing
@@ -720,6 +740,15 @@ def _score_lines(scores: dict[str, Any], seeds: Sequence[int]) -> list[str]:
         return [f"Not scored: {scores.get('skipped') or scores.get('not_available')}."]
     mod = _prompts_module()
     drawn = scores.get("null_models") or [scores["null_model"]]
+    left = scores.get("left_out")
+    if left:
+        counts = ", ".join(f"{f} {n}" for f, n in left["families"].items())
+        head = f"Left out, {left['n']} prompts whose choices are not single tokens of this tokenizer ({counts}): "
+        return [head + left["why"] + ".", "", *_score_tables(mod, scores, drawn, seeds)]
+    return _score_tables(mod, scores, drawn, seeds)
+
+
+def _score_tables(mod: Any, scores: dict[str, Any], drawn: Sequence[Any], seeds: Sequence[int]) -> list[str]:
     shown = [("Model", scores["model"])] + [
         (f"Random-init model, seed {s}", one) for s, one in zip(seeds, drawn, strict=False)
     ]
