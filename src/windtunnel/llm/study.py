@@ -592,7 +592,9 @@ def _scores(
 def _single_token_choices(mod: Any, tokenizer: Any, items: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
     """The prompts whose every choice is one token of `tokenizer` after the prompt (what scoring reads), and what was
     left out: {"n", "families": {family: count}, "why": the first prompt's reason} ({} where none was)."""
-    kept, families, why = [], {}, ""
+    kept: list[Any] = []
+    families: dict[str, int] = {}
+    why = ""
     for item in items:
         try:
             mod.choice_ids(tokenizer, item)
