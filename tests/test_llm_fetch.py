@@ -119,6 +119,12 @@ def test_smollm2_knows_the_capital_of_france_through_windtunnel_s_own_forward(sm
         probs = lm(ids)[0, -1].softmax(-1)  # (vocab,)
     top = int(probs.argmax())
     assert tokenizer.decode(top) == " Paris" and 0.6 < float(probs[top]) < 0.9  # 0.773 measured
+    from windtunnel.llm import prompts
+
+    by_family = {p.family: p for p in prompts.builtin_prompts(1, 0)}
+    bijection = prompts.fitted(tokenizer, by_family["text-bijection"])  # its tokenizer reads " 1" as " " and "1"
+    assert bijection.text.endswith(" ") and not any(c.startswith(" ") for c in bijection.choices)
+    assert prompts.fitted(tokenizer, by_family["latent-label"]) == by_family["latent-label"]  # " A": one token
 
 
 def test_llm_geometry_reads_two_real_layers_against_their_random_init(smollm2, tmp_path):

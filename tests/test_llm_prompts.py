@@ -400,3 +400,28 @@ def test_score_reads_the_choices_of_a_byte_level_bpe_as_gpt2_does():
     split = Prompt(ps[0].text, (" A", " Ab"), (0.5, 0.5), "latent-label", 0)  # " Ab": no merge learned for it
     with pytest.raises(ValueError, match="choice ' Ab'"):
         score(lm, tok, [split])
+
+
+class _Characters:
+    """A tokenizer of one token per character (no unknown token): " 1" reads as " " then "1", as digits do in
+    Llama-family BPE."""
+
+    unk_token_id = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_a_leading_space_the_tokenizer_reads_alone_moves_into_the_prompt_and_the_posterior_stays():
+    tok = _Characters()
+    p = Prompt(text="x ->", choices=(" 1", " 2"), posterior=(0.25, 0.75), family="text-bijection", position=1)
+    with pytest.raises(ValueError, match="is not one token"):
+        lp.choice_ids(tok, p)
+    moved = lp.fitted(tok, p)
+    assert (moved.text, moved.choices, moved.posterior) == ("x -> ", ("1", "2"), p.posterior)
+    assert lp.choice_ids(tok, moved) == [ord("1"), ord("2")]
+    single = Prompt(text="x ->", choices=("1", "2"), posterior=(0.5, 0.5), family="text-bijection", position=0)
+    assert lp.fitted(tok, single) is single  # already one token each: as it is
+    long = Prompt(text="x ->", choices=(" 10", " 2"), posterior=(0.5, 0.5), family="text-bijection", position=0)
+    with pytest.raises(ValueError, match="choice ' 10' of a text-bijection prompt is not one token"):
+        lp.fitted(tok, long)  # "10" is two characters either way: refused, naming the choice as written

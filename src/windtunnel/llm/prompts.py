@@ -65,6 +65,7 @@ there.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Iterable, Sequence
@@ -299,6 +300,27 @@ def choice_ids(tokenizer: Any, prompt: Prompt) -> list[int]:
     if len(set(ids)) != len(ids):
         raise ValueError(f"score: choices {prompt.choices} of a {prompt.family} prompt share a token of this tokenizer")
     return ids
+
+
+def fitted(tokenizer: Any, prompt: Prompt) -> Prompt:
+    """`prompt` as `tokenizer` reads each choice as one next token: as it is where it does, else, where every choice
+    starts with a space the tokenizer reads as a token of its own (digits in Llama-family BPE: " 1" is " " then "1"),
+    with that space moved to the end of the text, which is the model's own reading of the same string (the space, then
+    the choice) and leaves the posterior over the choices as it is. The ValueError of `choice_ids` where neither
+    reading has single-token choices."""
+    try:
+        choice_ids(tokenizer, prompt)
+        return prompt
+    except ValueError:
+        if not all(c.startswith(" ") and len(c) > 1 for c in prompt.choices):
+            raise
+        moved = dataclasses.replace(prompt, text=prompt.text + " ", choices=tuple(c[1:] for c in prompt.choices))
+        try:
+            choice_ids(tokenizer, moved)
+        except ValueError:
+            choice_ids(tokenizer, prompt)  # the original reading's error, which names the choice as written
+            raise
+        return moved
 
 
 def _accepts(model: Any, name: str) -> bool:

@@ -590,19 +590,18 @@ def _scores(
 
 
 def _single_token_choices(mod: Any, tokenizer: Any, items: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
-    """The prompts whose every choice is one token of `tokenizer` after the prompt (what scoring reads), and what was
-    left out: {"n", "families": {family: count}, "why": the first prompt's reason} ({} where none was)."""
+    """The prompts as `tokenizer` reads every choice as one next token (`prompts.fitted`: a leading space read as a
+    token of its own moved into the text), and what was left out: {"n", "families": {family: count}, "why": the
+    first prompt's reason} ({} where none was)."""
     kept: list[Any] = []
     families: dict[str, int] = {}
     why = ""
     for item in items:
         try:
-            mod.choice_ids(tokenizer, item)
+            kept.append(mod.fitted(tokenizer, item))
         except ValueError as err:
             families[item.family] = families.get(item.family, 0) + 1
             why = why or str(err).removeprefix("score: ")
-            continue
-        kept.append(item)
     left = sum(families.values())
     return kept, ({"n": left, "families": families, "why": why} if left else {})
 
