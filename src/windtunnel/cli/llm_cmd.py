@@ -107,10 +107,8 @@ def llm_geometry(
     with loading():
         from windtunnel.llm import study
 
-    from windtunnel.llm.fetch import resolve_model
-
     study.check_n(n)
-    model_dir = study.check_model_dir(resolve_model(model))
+    model_dir = study.check_model_dir(model)
     if batch_size < 1:
         raise ValueError(f"--batch-size: must be >= 1 (got {batch_size})")
     dev = cli_device(device)

@@ -60,9 +60,11 @@ _TEMP = re.compile(r"\.(.+)\.\w+\.tmp")  # rundir.atomic_write's .NAME.XXXXXXXX.
 
 
 def check_model_dir(model_dir: str | Path) -> Path:
-    """`model_dir` as a Path if it is a saved Hugging Face model (a folder with config.json); else a one-line error
-    naming --model."""
-    p = Path(model_dir)
+    """`model_dir` as a Path if it is a saved Hugging Face model (a folder with config.json), a packaged model's name
+    (`smollm2`) as its fetched folder (`fetch.resolve_model`); else a one-line error naming --model."""
+    from windtunnel.llm.fetch import resolve_model
+
+    p = resolve_model(model_dir)
     if not p.exists():
         raise FileNotFoundError(f"--model: {str(p)!r} does not exist")
     if not p.is_dir():
