@@ -90,7 +90,7 @@ FIGURE_CAPTIONS = {
     "frame": "frame-precision: entropy error and layer-0 attention cosine to the final checkpoint, every seed",
     "time_to_bayes": "validation entropy error against training seconds, every seed",
 }
-GEOMETRY_FIGURE = (  # the `geometry.seeds.SEED_QUANTITIES` drawn in figures/geometry-<task>.png (the table has all)
+GEOMETRY_FIGURE = (  # the `registry.seed_quantities()` drawn in figures/geometry-<task>.png (the table has all)
     "L0 key mean |cos|, key tokens",
     "L0 key mean |cos|, value tokens",
     "authors' L0 signed key cos, key tokens",

@@ -19,7 +19,7 @@ from windtunnel.geometry import figures
 from windtunnel.geometry import memory as memory_module
 from windtunnel.geometry.data import heldout_batch
 from windtunnel.geometry.memory import make_edits, memory_probe, reach_ratios, window_predictors
-from windtunnel.geometry.probes import PROBES
+from windtunnel.geometry.probes import single_checkpoint_probes
 from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.geometry.stats import bootstrap_ratios
 from windtunnel.tasks._util import scatter_posterior
@@ -154,7 +154,7 @@ def test_probe_of_a_smoke_trained_run_writes_memory(tmp_path):
 
 def test_summary_line_reads_each_lag_beside_the_exact_move():
     mem = {"lags": [1, 2, 3], "model": [0.081, 0.0, 0.002], "exact": [0.085, 0.03, 0.013]}
-    others = {name: {"not_applicable": "not probed"} for name in (*PROBES, "dynamics")}
+    others = {name: {"not_applicable": "not probed"} for name in (*single_checkpoint_probes(), "dynamics")}
     r = {"arch": "a", "task": "hmm", "step": 1, "entropy_error_bits": 0.1, **others, "memory": mem}
     (line,) = [ln for ln in _summary(r) if "memory" in ln]
     assert (

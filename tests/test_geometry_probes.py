@@ -267,7 +267,7 @@ def test_lens_authors_direction_is_brute_force_kl_of_lens_to_floored_posterior()
 
 
 def test_report_geometry_cells_show_both_statistics_and_directions():
-    from windtunnel.report.build import GEOMETRY_COLUMNS, _geometry_cell
+    from windtunnel.geometry.registry import columns
 
     g = {
         "keys": {
@@ -282,12 +282,12 @@ def test_report_geometry_cells_show_both_statistics_and_directions():
         },
         "lens": {"kl_bits_per_layer": [1.5, 0.01], "kl_lens_to_posterior_bits_per_layer": [12.0, 0.4]},
     }
-    cells = {name: _geometry_cell(g, path) for name, path in GEOMETRY_COLUMNS}
+    cells = {c.header: c.text(g) for c in columns()}
     assert cells["authors' L0 signed key cos (trained / init / Gaussian)"] == "0.250 / 0.010 / 0.000 ± 0.020"
     assert cells["L0 keys in training"] == ("ours: less orthogonal than at init; authors': further from 0 than at init")
     assert cells["lens KL(Bayes‖lens) first→last"] == "1.500 → 0.010"
     assert cells["lens KL(lens‖Bayes) first→last"] == "12.000 → 0.400"
-    assert _geometry_cell({}, ("keys", "layer0_direction")) == "—"
+    assert next(c for c in columns() if c.header == "L0 keys in training").text({}) == "—"
 
 
 def test_probe_run_on_the_cpu_device_equals_the_default(run_dir, tmp_path):

@@ -17,7 +17,8 @@ from windtunnel import models, tasks
 from windtunnel.geometry.attention import evidence_stats
 from windtunnel.geometry.data import collect
 from windtunnel.geometry.keys import key_orthogonality, token_sets
-from windtunnel.geometry.seeds import SEED_QUANTITIES, across_seeds, dig
+from windtunnel.geometry.registry import seed_quantities
+from windtunnel.geometry.seeds import across_seeds, dig
 from windtunnel.metrics import seed_interval
 from windtunnel.tasks.bijection import value_positions
 
@@ -180,7 +181,7 @@ def test_across_seed_intervals(probed):
     assert two[name]["trained"]["mean"] == pytest.approx(math.tanh(sum(z) / 2)) and two[name]["trained"]["scale"]
     assert two[name]["init"]["n_seeds"] == 2
     assert two[name]["baseline"]["interval"] == pytest.approx([two[name]["baseline"]["mean"]] * 2)  # one draw, twice
-    quantities = {q[0] for q in SEED_QUANTITIES}
+    quantities = {q[0] for q in seed_quantities()}
     assert (
         {"PC1 var, values at value positions", "|Spearman(PC1, H)|, final at scored positions"}
         <= set(two)

@@ -159,7 +159,7 @@ def test_a_plugin_probe_reaches_geometry_json_the_cli_and_the_report(plugin, tin
 
 def test_without_the_plugin_the_report_has_no_such_column(tiny_run, tmp_path):
     _forget()
-    from windtunnel.report.build import GEOMETRY_COLUMNS
+    from windtunnel.geometry.registry import columns
 
-    assert "final norm (plugin)" not in [c for c, _ in GEOMETRY_COLUMNS]
-    assert [c for c, _ in GEOMETRY_COLUMNS][0] == "L0 key mean abs cos (ours)"
+    assert "final norm (plugin)" not in [c.header for c in columns()]
+    assert [c.header for c in columns()][0] == "L0 key mean abs cos (ours)"

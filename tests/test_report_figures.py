@@ -19,8 +19,8 @@ from windtunnel.report import figures as report_figures
 from windtunnel.report.collect import find_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
-KINDS = [k.kind for k in report_figures.PROBE_FIGURES]
-TITLES = {k.kind: k.title for k in report_figures.PROBE_FIGURES}
+KINDS = [k.kind for k in report_figures.probe_figure_kinds()]
+TITLES = {k.kind: k.title for k in report_figures.probe_figure_kinds()}
 
 
 def geometry(names: list[str]) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def fabricated(root: Path, name: str, lr: float, seed: int, arch: str = "transfo
         for s, e in zip((10, 20, 30), errs, strict=True)
     ]
     d = write_run(root, name, config=config, evals=evals, metrics_lines=lines)
-    sources = [k.source for k in report_figures.PROBE_FIGURES]
+    sources = [k.source for k in report_figures.probe_figure_kinds()]
     (d / "figures").mkdir()
     for src in sources:
         (d / "figures" / src).write_bytes(PNG + name.encode())
@@ -233,7 +233,7 @@ def test_every_probe_figure_is_in_the_report_with_its_caption(probed, tmp_path):
         "state_clusters": ["mamba"],
         "memory_profile": ["transformer", "mamba"],
     }
-    kinds = {k.kind: k for k in report_figures.PROBE_FIGURES}
+    kinds = {k.kind: k for k in report_figures.probe_figure_kinds()}
     for kind, archs in expected.items():
         text = section(md, kinds[kind].title)
         assert text, kind
@@ -255,7 +255,7 @@ def test_without_probe_data_there_is_no_probe_figure_and_no_crash(two_configs, t
     out = tmp_path / "report"
     build_report([bare], out)
     md = (out / "report.md").read_text()
-    for kind in report_figures.PROBE_FIGURES:
+    for kind in report_figures.probe_figure_kinds():
         assert f"### {kind.title}" not in md
         assert not list((out / "figures").glob(f"{kind.kind}_*"))
 
@@ -267,7 +267,7 @@ def test_garbled_or_foreign_probe_files_draw_nothing(tmp_path):
     (d / "figures" / "key_cosines_layer0.png").unlink()
     (tmp_path / "elsewhere.png").write_bytes(PNG + b"elsewhere")
     (d / "figures" / "key_cosines_layer0.png").symlink_to(tmp_path / "elsewhere.png")
-    g = geometry([k.source for k in report_figures.PROBE_FIGURES if k.kind != "value_manifold"])  # not its PNG
+    g = geometry([k.source for k in report_figures.probe_figure_kinds() if k.kind != "value_manifold"])  # not its PNG
     g["dynamics"] = {"not_applicable": "needs at least two checkpoints"}
     g["memory"] = {"lags": "garbled"}
     (d / "figures" / "memory_profile.png").unlink()
@@ -277,7 +277,7 @@ def test_garbled_or_foreign_probe_files_draw_nothing(tmp_path):
     names = {p.name.split("_bijection")[0] for p in (out / "figures").glob("*_bijection_transformer*.png")}
     assert names == set()  # none: not a PNG, a link, not listed, not applicable, garbled numbers
     md = (out / "report.md").read_text()
-    assert not any(f"### {k.title}" in md for k in report_figures.PROBE_FIGURES)
+    assert not any(f"### {k.title}" in md for k in report_figures.probe_figure_kinds())
 
 
 def test_a_run_probed_before_the_memory_png_gets_its_profile_drawn_from_the_numbers(tmp_path):

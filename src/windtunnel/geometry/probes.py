@@ -30,13 +30,6 @@ def single_checkpoint_probes() -> tuple[str, ...]:
     return tuple(p.name for p in registered() if not p.history)
 
 
-def __getattr__(name: str) -> Any:
-    """PROBES: `single_checkpoint_probes()`, read when asked for, so a probe registered later is in it."""
-    if name == "PROBES":
-        return single_checkpoint_probes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def probe_model(
     model: nn.Module,
     task: Any,

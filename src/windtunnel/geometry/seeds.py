@@ -80,14 +80,6 @@ Quantity = tuple[str, KeyPath, KeyPath, tuple[str, KeyPath], Scale]
 BLIND = "position + own input (context-blind)"
 
 
-def __getattr__(name: str) -> Any:
-    """SEED_QUANTITIES: every registered probe's quantities (`registry.seed_quantities`), read when asked for, so a
-    probe registered later is in it."""
-    if name == "SEED_QUANTITIES":
-        return seed_quantities()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

@@ -13,7 +13,6 @@ from windtunnel import marks, rundir, tasks
 from windtunnel.evaluate import score_controls
 from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import across_seeds, seed_text
-from windtunnel.geometry.seeds import dig as _dig
 from windtunnel.metric_specs import METRICS
 from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import claims, figures, prose, tables
@@ -72,20 +71,6 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
 def _deviation_lines(meta: ReproduceRecord | None) -> list[str]:
     lines = list(meta.deviations) if meta is not None else []
     return lines or ["none recorded (runs made outside `windtunnel reproduce`; see each run's config.json)"]
-
-
-def __getattr__(name: str) -> Any:
-    """GEOMETRY_COLUMNS: (column, path into geometry.json) of every registered probe's columns (`Probe.columns`,
-    geometry/registry.py), read when asked for; definitions in docs/geometry.md."""
-    if name == "GEOMETRY_COLUMNS":
-        return [(c.header, c.path) for c in geometry_registry.columns()]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _geometry_cell(g: dict[str, Any], path: tuple[Any, ...]) -> str:
-    """The Geometry table's cell of the registered column reading `path` (as a number where no column does)."""
-    column = next((c for c in geometry_registry.columns() if tuple(c.path) == tuple(path)), None)
-    return column.text(g) if column is not None else geometry_registry.default_cell(_dig(g, *path))
 
 
 def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:

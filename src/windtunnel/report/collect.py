@@ -134,11 +134,6 @@ class RunRecord:
         """The periodic (validation-stream) evaluations of metrics.jsonl (`validation_evals`)."""
         return validation_evals(self.history)
 
-    @property
-    def eval_curve(self) -> list[tuple[int, float]]:
-        """(step, entropy_mae_bits) from the periodic (validation-stream) evaluations in metrics.jsonl."""
-        return self.curve("entropy_mae_bits")
-
     def curve(self, metric: str) -> list[tuple[int, float]]:
         """(step, metric) from the periodic (validation-stream) evaluations in metrics.jsonl."""
         pts = []

@@ -300,13 +300,6 @@ def probe_figure_kinds() -> list[ProbeFigure]:
     ]
 
 
-def __getattr__(name: str) -> Any:
-    """PROBE_FIGURES: `probe_figure_kinds()`, read when asked for, so a probe registered later is in it."""
-    if name == "PROBE_FIGURES":
-        return tuple(probe_figure_kinds())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _applies(g: dict[str, Any] | None, probe: str) -> bool:
     result = dig(g, probe)
     return isinstance(result, dict) and "not_applicable" not in result and "error" not in result

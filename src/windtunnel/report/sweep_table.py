@@ -49,7 +49,6 @@ from windtunnel.rundir import atomic_write, read_metrics
 
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", SweepTableRecord.NAME
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval
-METRIC_TITLES = {m: SPECS[m].short_title for m in METRICS}  # the narrow titles (`MetricSpec.short_title`)
 BEST = "★"
 SEED = "seed"  # the grid key whose values repeat one setting: rows that differ only in it are one setting
 
@@ -448,7 +447,6 @@ def _wall_text(table: SweepTableRecord) -> str:
 __all__ = [
     "BEST",
     "METRICS",
-    "METRIC_TITLES",
     "NO_VALIDATION",
     "SEED",
     "TABLE_CSV",
