@@ -11,7 +11,7 @@ import sys
 import pytest
 from pydantic import Field
 
-from test_report_marks import record
+from report_runs import record
 from windtunnel import models
 from windtunnel.models import ArchInfo, ModelSize, ResidualModel, SequenceModel
 from windtunnel.models.baselines import BASELINES

@@ -4,84 +4,20 @@ names, and the report puts the verdicts first, colours its marks in HTML and dro
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from test_report_safety import write_run
-from windtunnel.report import build_report, claims, tables
-from windtunnel.report.build import geometry_across_seeds
+from claim_records import iv, keys_geometry, run, verdicts
+from report_runs import write_run
+from windtunnel.report import build_report, claims
 from windtunnel.report.collect import RunRecord
 
 BIJECTION = "Transformer exact on bijection (belief accumulation)"
-HMM_WINDOWS = {"context-blind": 0, "last 1 obs": 1, "last 2 obs": 2, "last 3 obs": 3}  # every window of the HMM
-
-
-def iv(v: float) -> dict[str, float]:
-    return {"mean": v, "lo": v, "hi": v}
-
-
-def scores(task: str, value: float, kl: float | None) -> dict[str, Any]:
-    """One evaluation setting: the headline at `value`, KL(exact ‖ model) at `kl` (default: the headline's number, or
-    0.001 under an accuracy headline); on the HMM the model beats every window filter when it is within 0.01 bits."""
-    metric = tables.headline_metric(task)
-    metrics = {metric: iv(value), "kl_bits": iv(kl if kl is not None else value if metric != "accuracy" else 0.001)}
-    if metric == "accuracy":
-        metrics["entropy_mae_bits"] = iv(0.001)
-    out: dict[str, Any] = {"metrics": metrics}
-    if task.startswith("hmm"):
-        gain = 0.01 if value <= 0.01 else -0.1
-        out["approximations"] = {
-            n: {"depth": d, "gain_bits": {"mean": gain, "lo": gain - 1e-4, "hi": gain + 1e-4}}
-            for n, d in HMM_WINDOWS.items()
-        }
-    return out
-
-
-def run(
-    task: str,
-    arch: str,
-    seed: int,
-    value: float,
-    curve: tuple[float, ...] = (),
-    kl: float | None = None,
-    long: float | None = None,
-    geometry: dict[str, Any] | None = None,
-) -> RunRecord:
-    """A run record: its default evaluation, its validation curve (`curve`, one value per periodic evaluation), an
-    HMM evaluation at K = 50 (`long`) and its geometry."""
-    evals = {"default": {**scores(task, value, kl), "task_params": {"K": 20} if task == "hmm" else {}}}
-    if long is not None:
-        evals["K=50"] = {**scores(task, long, None), "task_params": {"K": 50}}
-    metric = tables.headline_metric(task)
-    history = [{"step": 10 * (i + 1), "split": "eval", "train_s": float(i), metric: v} for i, v in enumerate(curve)]
-    return RunRecord(
-        path=Path(f"{task}-{arch}-s{seed}"),
-        task=task,
-        arch=arch,
-        seed=seed,
-        config={
-            "task": {"name": task, "params": {}},
-            "model": {"arch": arch},
-            "train": {"steps": 100, "batch_size": 8},
-            "seed": seed,
-        },
-        evals=evals,
-        history=history,
-        geometry=geometry,
-    )
 
 
 def seeds(task: str, arch: str, value: float, n: int = 3, **kw: Any) -> list[RunRecord]:
     return [run(task, arch, s, value, **kw) for s in range(n)]
-
-
-def verdicts(records: list[RunRecord]) -> dict[str, dict[str, str]]:
-    """Each claim's finding, its evidence without the scope that ends it (`cells`; the scope is its own key too)."""
-    _, _, data = tables.primitives_table(records)
-    found = claims.judge_claims(records, data, geometry_across_seeds(records)[1])
-    return {c["claim"]: {**c, "cells": c["evidence"].split(" · scope: ")[0]} for c in found}
 
 
 UNIFORM = [run("bijection", "uniform", 0, 1.107)]  # the context-blind floor of the bijection column
@@ -167,12 +103,6 @@ def test_a_mamba_that_failed_to_train_is_not_evidence_that_it_binds_worse():
     one_binds += [run("recall", "mamba", s, 0.1, curve=(0.1, 0.1)) for s in (1, 2)]
     found = verdicts(tf + one_binds)[claim]
     assert found["verdict"] == "undecided" and "seeds disagree" in found["why"]
-
-
-def keys_geometry(trained: float, drop: float) -> dict[str, Any]:
-    """A geometry.json with layer-0 key statistics on the key tokens and an attention-entropy drop."""
-    keys = {"mean_abs_cos_per_layer": [trained], "init_mean_abs_cos_per_layer": [0.16], "gaussian_baseline": 0.14}
-    return {"keys": {"by_token_set": {"key_tokens": keys}}, "attention": {"drop_first_to_last_pct": drop}}
 
 
 def test_geometry_claims_are_judged_on_models_that_infer():

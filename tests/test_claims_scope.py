@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_claims import keys_geometry, run, verdicts
+from claim_records import keys_geometry, run, verdicts
 from windtunnel.report import claims, tables
 from windtunnel.report.collect import RunRecord
 

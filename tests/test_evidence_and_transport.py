@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.distributions import Distribution
 
-from test_verdicts import TUNNELS, best_window, mixture, reads_the_answer
+from reference_predictors import TUNNELS, best_window, mixture, reads_the_answer
 from windtunnel import marks, tasks
 from windtunnel.evaluate import score_predictor
 from windtunnel.suites.paper import EVAL_N

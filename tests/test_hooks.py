@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from windtunnel import models, tasks
+from hook_models import ARCHS, build, inputs
 from windtunnel.models import mamba as mamba_module
-from windtunnel.models import presets
 from windtunnel.models.base import predictive
 
-ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
 LOCAL = {  # per-layer hook points beyond resid_pre / resid_post, where the concept exists
     "transformer": {"attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out"},
     "mamba": {"ssm.delta", "ssm.B", "ssm.C", "ssm.h", "ssm.y", "ssm.out"},
@@ -18,20 +16,6 @@ LOCAL = {  # per-layer hook points beyond resid_pre / resid_post, where the conc
     "mlp": {"mlp.out"},
     "mlp-pointwise": {"mlp.out"},
 }
-
-
-def build(arch: str, task: str = "bijection", **extra):
-    torch.manual_seed(0)
-    spec = tasks.make(task, **({"V": 6, "L": 5} if task == "bijection" else {})).spec
-    return models.make(arch, spec, presets.preset(task, arch, "smoke"), **extra).eval()
-
-
-def inputs(model, B: int = 3, T: int = 8, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    spec = model.spec
-    if spec.input_kind == "tokens":
-        return torch.randint(0, spec.vocab_size, (B, T), generator=g)
-    return torch.randn(B, T, spec.input_dim, generator=g)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

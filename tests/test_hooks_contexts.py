@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from test_hooks import build, inputs
+from hook_models import build, inputs
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int64])

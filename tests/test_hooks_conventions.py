@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_hooks import ARCHS, build, inputs
+from hook_models import ARCHS, build, inputs
 from windtunnel.models.hooks import ActivationCache, HookPoint
 
 ADDITIVE = [arch for arch in ARCHS if arch != "lstm"]  # the LSTM's layers replace the stream

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from test_hooks import ARCHS, build, inputs
+from hook_models import ARCHS, build, inputs
 from windtunnel.models.hooks import TL_SHORT_NAMES
 
 

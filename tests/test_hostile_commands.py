@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from test_hostile_files import _error_line
+from cli_checks import error_line
 from windtunnel.cli import app
 
 runner = CliRunner()
@@ -84,7 +84,7 @@ def read_only(monkeypatch):
 def test_eval_of_a_run_on_read_only_storage_says_so_in_one_line_and_how_to_write_elsewhere(trained, read_only, access):
     before = _snapshot(trained)
     read_only(trained, access=access)
-    line = _error_line(runner.invoke(app, ["eval", str(trained)]), 2)
+    line = error_line(runner.invoke(app, ["eval", str(trained)]), 2)
     assert "is read-only" in line and str(trained) in line and "--out FILE" in line, line
     assert _snapshot(trained) == before
 
@@ -103,7 +103,7 @@ def test_eval_out_writes_the_results_elsewhere_and_only_reads_a_run_on_read_only
 
 def test_eval_out_refuses_a_file_inside_the_run_before_any_work(trained):
     before = _snapshot(trained)
-    line = _error_line(runner.invoke(app, ["eval", str(trained), "--out", str(trained / "mine.json")]), 2)
+    line = error_line(runner.invoke(app, ["eval", str(trained), "--out", str(trained / "mine.json")]), 2)
     assert "--out" in line and "run directory" in line, line
     assert _snapshot(trained) == before
 
@@ -114,7 +114,7 @@ def test_probe_of_a_run_on_read_only_storage_says_so_in_one_line_and_out_only_re
 ):
     before = _snapshot(trained)
     read_only(trained, access=access)
-    line = _error_line(runner.invoke(app, ["probe", str(trained), "--n", "8", "--no-figures"]), 2)
+    line = error_line(runner.invoke(app, ["probe", str(trained), "--n", "8", "--no-figures"]), 2)
     assert "is read-only" in line and "--out DIR" in line and "geometry.json" in line, line
     out = tmp_path / "geo"
     r = runner.invoke(app, ["probe", str(trained), "--n", "8", "--out", str(out)])
@@ -146,7 +146,7 @@ def test_probe_of_a_run_on_read_only_storage_says_so_in_one_line_and_out_only_re
     ],
 )
 def test_eval_set_of_a_key_that_is_no_task_parameter_says_what_sets_it(trained, item, says):
-    line = _error_line(runner.invoke(app, ["eval", str(trained), "--set", item]), 2)
+    line = error_line(runner.invoke(app, ["eval", str(trained), "--set", item]), 2)
     assert says in line, line
     assert "not task.name" not in line, line
 
@@ -156,7 +156,7 @@ def test_eval_set_takes_a_task_parameter_as_train_s_set_does_task_params_name(tr
     long = runner.invoke(app, ["eval", str(trained), "--set", "task.params.L=3", "--json"])
     assert short.exit_code == 0 and long.exit_code == 0, long.output
     assert json.loads(short.stdout)["L=3"]["metrics"] == json.loads(long.stdout)["L=3"]["metrics"]
-    line = _error_line(runner.invoke(app, ["eval", str(trained), "--set", "task.L=3", "--set", "task.params.L=4"]), 2)
+    line = error_line(runner.invoke(app, ["eval", str(trained), "--set", "task.L=3", "--set", "task.params.L=4"]), 2)
     assert "given twice" in line, line
 
 
@@ -175,7 +175,7 @@ def test_a_config_that_is_no_yaml_is_one_line_naming_line_and_column_never_its_t
     f = tmp_path / "base.yaml"
     f.write_text(text)
     for args in (["sweep", str(f), "--grid", "train.lr=1e-3"], ["train", "--config", str(f)]):
-        line = _error_line(runner.invoke(app, [*args, "--out", str(tmp_path / "o")]), 2)
+        line = error_line(runner.invoke(app, [*args, "--out", str(tmp_path / "o")]), 2)
         assert f"cannot parse {str(f)!r}: {where}" in line, line
         assert "SECRET" not in line and "^" not in line
     assert not (tmp_path / "o").exists()
@@ -183,7 +183,7 @@ def test_a_config_that_is_no_yaml_is_one_line_naming_line_and_column_never_its_t
 
 @pytest.mark.parametrize(("path", "kind"), [("/dev/null", "a device, FIFO or socket"), (".", "a directory")])
 def test_a_config_that_is_no_file_is_named_so_not_missing(tmp_path, path, kind):
-    line = _error_line(runner.invoke(app, ["sweep", path, "--grid", "train.lr=1e-3", "--out", str(tmp_path / "o")]), 2)
+    line = error_line(runner.invoke(app, ["sweep", path, "--grid", "train.lr=1e-3", "--out", str(tmp_path / "o")]), 2)
     assert f"is {kind}, not a config file" in line and "no such file" not in line, line
 
 
@@ -193,7 +193,7 @@ def test_sweep_set_of_a_whole_section_is_named_as_the_set_key_it_is(tmp_path):
     base = tmp_path / "base.json"
     base.write_text(json.dumps(SWEEP_BASE))
     args = ["sweep", str(base), "--grid", "train.lr=1e-3", "--out", str(tmp_path / "o")]
-    line = _error_line(runner.invoke(app, [*args, "--set", "train=1"]), 2)
+    line = error_line(runner.invoke(app, [*args, "--set", "train=1"]), 2)
     assert line.startswith("error: --set train: ") and "train is a section" in line and "train.lr" not in line, line
     assert not (tmp_path / "o").exists()
 
@@ -209,7 +209,7 @@ def test_a_cell_s_set_value_that_is_a_list_is_one_value():
 def test_of_several_cells_the_one_at_fault_is_named(tmp_path):
     good = "task=bijection,arch=transformer,tier=smoke,steps=4,batch_size=4"
     args = ["time-to-bayes", "--out", str(tmp_path / "o"), "--cell", good]
-    line = _error_line(runner.invoke(app, [*args, "--cell", good + ",set.model.size.d_model=1e9"]), 2)
+    line = error_line(runner.invoke(app, [*args, "--cell", good + ",set.model.size.d_model=1e9"]), 2)
     assert line.startswith("error: --cell 2 (bijection/transformer/baseline, 4 steps): model.size.d_model"), line
     assert not (tmp_path / "o").exists()
 
@@ -231,7 +231,7 @@ def test_merge_refuses_a_file_that_holds_one_setting_twice(tmp_path):
     data["cells"] *= 2  # a hand-edited or concatenated file: the table listed the setting twice
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(data))
-    line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
+    line = error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
     assert "time_to_bayes.json: cells: cells 0 and 1 are one setting" in line, line
     assert not (tmp_path / "o").exists()
 
@@ -239,7 +239,7 @@ def test_merge_refuses_a_file_that_holds_one_setting_twice(tmp_path):
 def test_merge_of_a_test_value_that_is_no_number_names_the_field(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(_results("cell a", "abc123", test="TOPSECRET")))
-    line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
+    line = error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
     assert "cells[0].test.mean: expected a number, got a string of 9 characters" in line, line
     assert "TOPSECRET" not in line and not (tmp_path / "o").exists()
 

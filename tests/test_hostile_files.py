@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cli_args import train_args
+from cli_checks import error_line, snapshot
 from windtunnel import checkpoints, plotting, rundir, tracking
 from windtunnel.cli import app
 
@@ -29,23 +29,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", CLI, *args], capture_output=True, text=True, check=False)
 
 
-def _error_line(r, code: int) -> str:
-    """The single `error: ...` line of a CLI result that exited with `code` (no traceback)."""
-    assert r.exit_code == code, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
-    return lines[0]
-
-
-def _snapshot(root: Path) -> dict[str, bytes | str]:
-    """Every entry under `root`: a file's bytes, a link's target, a folder as "dir"."""
-    out: dict[str, bytes | str] = {}
-    for p in sorted(root.rglob("*")):
-        key = str(p.relative_to(root))
-        out[key] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
-    return out
-
-
 # --- 1. --overwrite deletes only what windtunnel wrote -----------------------------------------------------------
 
 
@@ -57,11 +40,11 @@ def test_overwrite_of_a_project_folder_deletes_nothing_and_names_the_first_stray
     (proj / "src" / "app.py").write_text("print('app')\n")
     (proj / "thesis.tex").write_text("\\chapter{Four years}\n")
     (proj / "config.json").write_text('{"name": "app"}')
-    before = _snapshot(proj)
-    line = _error_line(runner.invoke(app, train_args(proj, "--overwrite")), 2)
+    before = snapshot(proj)
+    line = error_line(runner.invoke(app, train_args(proj, "--overwrite")), 2)
     assert f"overwrite: {str(proj)!r} is not a run directory: it holds '.git'" in line
     assert "refusing to delete anything" in line
-    assert _snapshot(proj) == before
+    assert snapshot(proj) == before
 
 
 @pytest.mark.parametrize(
@@ -75,10 +58,10 @@ def test_overwrite_of_a_project_folder_deletes_nothing_and_names_the_first_stray
 )
 def test_overwrite_refuses_a_run_directory_holding_anything_else(trained, plant, named):
     plant(trained)
-    before = _snapshot(trained)
-    line = _error_line(runner.invoke(app, train_args(trained, "--overwrite")), 2)
+    before = snapshot(trained)
+    line = error_line(runner.invoke(app, train_args(trained, "--overwrite")), 2)
     assert f"it holds {named!r}, which windtunnel did not write" in line
-    assert _snapshot(trained) == before
+    assert snapshot(trained) == before
 
 
 def test_overwrite_refuses_a_link_even_at_a_name_of_the_layout(trained, tmp_path):
@@ -87,7 +70,7 @@ def test_overwrite_refuses_a_link_even_at_a_name_of_the_layout(trained, tmp_path
     (elsewhere / "keep.png").write_bytes(b"png")
     (trained / "figures").rmdir()
     (trained / "figures").symlink_to(elsewhere)
-    line = _error_line(runner.invoke(app, train_args(trained, "--overwrite")), 2)
+    line = error_line(runner.invoke(app, train_args(trained, "--overwrite")), 2)
     assert "it holds 'figures'" in line
     assert (elsewhere / "keep.png").read_bytes() == b"png" and (trained / "checkpoints").is_dir()
 
@@ -103,7 +86,7 @@ def test_overwrite_recognises_a_run_by_its_config_not_by_the_file_name(tmp_path,
     out = tmp_path / "app"
     out.mkdir()
     (out / "config.json").write_text(config)
-    line = _error_line(runner.invoke(app, train_args(out, "--overwrite")), 2)
+    line = error_line(runner.invoke(app, train_args(out, "--overwrite")), 2)
     assert f"is not a run directory ({out / 'config.json'}: {why})" in line
     assert (out / "config.json").read_text() == config
 
@@ -173,7 +156,7 @@ def test_no_writer_writes_through_a_planted_link(trained, tmp_path):
     with pytest.raises(OSError, match="is a symbolic link"):
         rundir.MetricsLog(trained)
     r = runner.invoke(app, train_args(trained, "--resume", "--steps", "3"))
-    assert "metrics.jsonl" in _error_line(r, 1)
+    assert "metrics.jsonl" in error_line(r, 1)
     figure = tmp_path / "fig.png"
     (tmp_path / "fig.tmp.png").symlink_to(victim)
     fig, _ = plotting.subplots()
@@ -206,10 +189,10 @@ def test_no_folder_of_a_run_directory_is_followed_through_a_link(trained, tmp_pa
     if link.exists():
         os.rename(link, tmp_path / f"{folder}.kept")
     link.symlink_to(elsewhere, target_is_directory=True)
-    before, run = _snapshot(elsewhere), {name: (trained / name).read_bytes() for name in ("metrics.jsonl", "eval.json")}
+    before, run = snapshot(elsewhere), {name: (trained / name).read_bytes() for name in ("metrics.jsonl", "eval.json")}
     r = runner.invoke(app, [command[0], str(trained), *command[1:]])
-    assert f"{link}: is a symbolic link; a run directory's folders are never followed through one" in _error_line(r, 1)
-    assert SECRET not in r.output and _snapshot(elsewhere) == before
+    assert f"{link}: is a symbolic link; a run directory's folders are never followed through one" in error_line(r, 1)
+    assert SECRET not in r.output and snapshot(elsewhere) == before
     assert run == {name: (trained / name).read_bytes() for name in run}  # refused before anything was touched
 
 
@@ -217,11 +200,11 @@ def test_a_value_read_from_a_run_file_is_never_echoed(trained):
     """A field of the wrong kind is named with the kind and size of what is there, never its text."""
     (trained / "evals").mkdir(exist_ok=True)
     (trained / "evals" / "eval.n=4.json").write_text(json.dumps({"default": SECRET}))
-    line = _error_line(runner.invoke(app, ["eval", str(trained), "--n", "4"]), 1)
+    line = error_line(runner.invoke(app, ["eval", str(trained), "--n", "4"]), 1)
     assert SECRET not in line
     assert line.endswith(f"eval.n=4.json: default: expected a JSON object, got a string of {len(SECRET)} characters")
     (trained / "metrics.jsonl").write_text(json.dumps({"step": SECRET}) + "\n")
-    line = _error_line(runner.invoke(app, ["train", "--resume", str(trained), "--no-progress"]), 1)
+    line = error_line(runner.invoke(app, ["train", "--resume", str(trained), "--no-progress"]), 1)
     assert SECRET not in line and f"step must be a non-negative integer (got a string of {len(SECRET)}" in line
 
 
@@ -239,7 +222,7 @@ def test_a_checkpoint_without_its_checksum_is_refused_naming_the_file(trained, d
     meta_path.write_text(json.dumps(meta))
     key = "sha256.weights" if drop == "sha256" else "sha256.state"
     for args in (["eval", str(trained)], train_args(trained, "--resume", "--steps", "3")):
-        line = _error_line(runner.invoke(app, args), 1)
+        line = error_line(runner.invoke(app, args), 1)
         assert f"{meta_path} is corrupted: no checksum {key}" in line
 
 
@@ -269,7 +252,7 @@ def test_latest_step_falls_back_only_past_latest_json_never_past_the_checkpoint_
     (trained / "checkpoints" / "latest.json").write_text('{"step": 2}')
     (trained / "checkpoints" / "step_00000002.safetensors").write_bytes(b"x")
     assert checkpoints.latest_step(trained) == 2  # its damage is the loader's to name (eval: exit 1)
-    assert "step_00000002.safetensors" in _error_line(runner.invoke(app, ["eval", str(trained)]), 1)
+    assert "step_00000002.safetensors" in error_line(runner.invoke(app, ["eval", str(trained)]), 1)
 
 
 # --- 5. a write cut off by the file-size limit names the file ------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE, train_args
-from test_hostile_files import _error_line, _snapshot
+from cli_checks import error_line, snapshot
 from windtunnel import rundir, tracking
 from windtunnel.cli import app
 
@@ -46,20 +46,20 @@ def _compare(pair, *extra: str):
 )
 def test_compare_out_never_replaces_a_file_of_a_run_directory(pair, name):
     a = pair[0]
-    before = _snapshot(a)
-    line = _error_line(_compare(pair, "--out", str(a / name)), 2)
+    before = snapshot(a)
+    line = error_line(_compare(pair, "--out", str(a / name)), 2)
     assert line.startswith(f"error: --out: {str(a / name)!r} is inside the run directory {str(a)!r}"), line
-    assert _snapshot(a) == before
+    assert snapshot(a) == before
 
 
 def test_compare_plot_never_lands_in_a_run_directory_even_through_a_link(pair, tmp_path):
     a = pair[0]
     (tmp_path / "figs").symlink_to(a / "figures")
     path = tmp_path / "figs" / "curves.png"
-    before = _snapshot(a)
-    line = _error_line(_compare(pair, "--plot", str(path)), 2)
+    before = snapshot(a)
+    line = error_line(_compare(pair, "--plot", str(path)), 2)
     assert line.startswith(f"error: --plot: {str(path)!r} is inside the run directory {str(a)!r}"), line
-    assert _snapshot(a) == before
+    assert snapshot(a) == before
 
 
 # --- 2. what is not a regular file, and folders that do not exist -------------------------------------------------
@@ -93,13 +93,13 @@ def _folder(p: Path) -> Path:
 )
 def test_an_output_that_is_not_a_regular_file_is_refused_and_left_as_it_is(pair, tmp_path, option, make, kind, still):
     path = make(tmp_path / "result.png")
-    line = _error_line(_compare(pair, option, str(path)), 2)
+    line = error_line(_compare(pair, option, str(path)), 2)
     assert line == f"error: {option}: {str(path)!r} is {kind}, not a regular file; name a file to write"
     assert still(path)
 
 
 def test_dev_null_is_refused_and_stays_a_device(pair):
-    line = _error_line(_compare(pair, "--out", "/dev/null"), 2)
+    line = error_line(_compare(pair, "--out", "/dev/null"), 2)
     assert "--out: '/dev/null' is a character device, not a regular file" in line
     assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
 
@@ -107,17 +107,17 @@ def test_dev_null_is_refused_and_stays_a_device(pair):
 @pytest.mark.parametrize("option", ["--out", "--plot"])
 def test_an_output_in_a_folder_that_does_not_exist_is_refused_and_nothing_is_created(pair, tmp_path, option):
     path = tmp_path / "nonexist" / "deeper" / "x.png"
-    line = _error_line(_compare(pair, option, str(path)), 2)
+    line = error_line(_compare(pair, option, str(path)), 2)
     assert line == f"error: {option}: {str(path)!r}: its folder {str(path.parent)!r} does not exist"
     assert not (tmp_path / "nonexist").exists()
 
 
 def test_out_and_plot_naming_one_file_and_a_plot_beside_a_file_of_its_temp_name_are_refused(pair, tmp_path):
     same = tmp_path / "c.png"
-    line = _error_line(_compare(pair, "--out", str(same), "--plot", str(same)), 2)
+    line = error_line(_compare(pair, "--out", str(same), "--plot", str(same)), 2)
     assert "--out and --plot: both name" in line and not same.exists()
     (tmp_path / "curves.tmp.png").write_bytes(b"mine")
-    line = _error_line(_compare(pair, "--plot", str(tmp_path / "curves.png")), 2)
+    line = error_line(_compare(pair, "--plot", str(tmp_path / "curves.png")), 2)
     assert "curves.tmp.png" in line and (tmp_path / "curves.tmp.png").read_bytes() == b"mine"
 
 
@@ -129,7 +129,7 @@ def test_a_run_compared_with_itself_is_refused_naming_both(pair, tmp_path, monke
     monkeypatch.chdir(a.parent)
     (tmp_path / "alias").symlink_to(a)
     for second in ("./s0", str(a), str(tmp_path / "alias")):
-        line = _error_line(runner.invoke(app, ["compare", "s0", second, "--no-paired"]), 2)
+        line = error_line(runner.invoke(app, ["compare", "s0", second, "--no-paired"]), 2)
         label = str(Path(second))
         same = f"'s0' and {label!r} name the same run, {str(a)!r}; compare needs different runs or cells"
         assert line == f"error: RUN_OR_REPORT: {same}"
@@ -155,10 +155,10 @@ def test_a_report_replaces_only_a_report_it_wrote_unless_overwrite(trained, tmp_
     out = tmp_path / "mine"
     out.mkdir()
     plant(out)
-    before = _snapshot(out)
-    line = _error_line(runner.invoke(app, ["report", str(trained), "--out", str(out)]), 2)
+    before = snapshot(out)
+    line = error_line(runner.invoke(app, ["report", str(trained), "--out", str(out)]), 2)
     assert line.startswith(f"error: --out: {str(out / named)!r} is not a report's"), line
-    assert "--overwrite" in line and _snapshot(out) == before
+    assert "--overwrite" in line and snapshot(out) == before
     r = runner.invoke(app, ["report", str(trained), "--out", str(out), "--overwrite"])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["report", str(trained), "--out", str(out)])  # now its own: rebuilt in place, as before
@@ -171,19 +171,19 @@ def test_a_report_file_that_is_not_a_regular_file_is_refused_even_with_overwrite
     out = tmp_path / "rep"
     out.mkdir()
     path = make(out / "report.md")
-    line = _error_line(runner.invoke(app, ["report", str(trained), "--out", str(out), "--overwrite"]), 2)
+    line = error_line(runner.invoke(app, ["report", str(trained), "--out", str(out), "--overwrite"]), 2)
     assert f"--out: {str(path)!r} is " in line and "not a regular file" in line
     assert path.is_symlink() or stat.S_ISFIFO(os.lstat(path).st_mode)
 
 
 def test_a_report_is_never_written_into_a_run_directory(pair):
     a, b = pair
-    before = _snapshot(b)
-    line = _error_line(runner.invoke(app, ["report", str(a), "--out", str(b)]), 2)
+    before = snapshot(b)
+    line = error_line(runner.invoke(app, ["report", str(a), "--out", str(b)]), 2)
     assert line == f"error: --out: {str(b)!r} is a run directory, whose files are the run's own; write elsewhere"
-    line = _error_line(runner.invoke(app, ["report", str(a), "--out", str(b / "figures")]), 2)
+    line = error_line(runner.invoke(app, ["report", str(a), "--out", str(b / "figures")]), 2)
     assert f"lies inside {str(b)!r}" in line
-    assert _snapshot(b) == before
+    assert snapshot(b) == before
 
 
 def test_train_overwrite_says_that_it_deletes_the_runs_wandb_folder_too(trained):
@@ -205,15 +205,15 @@ def test_no_run_directory_is_made_or_probed_into_inside_another(pair, tmp_path):
     from windtunnel.geometry.run import probe_run
 
     a, b = pair
-    before = _snapshot(a), _snapshot(b)
-    line = _error_line(runner.invoke(app, train_args(a / "checkpoints" / "inner")), 2)
+    before = snapshot(a), snapshot(b)
+    line = error_line(runner.invoke(app, train_args(a / "checkpoints" / "inner")), 2)
     assert f"lies inside the run directory {str(a)!r}; a run directory is never made inside another" in line
     run = runs.load_run(b)
     with pytest.raises(ValueError, match="lies inside the run directory"):
         runs.save_run(run.load_checkpoint(2), run.task, a / "evals" / "exported", run.config)
     with pytest.raises(ValueError, match=r"--out: .* is or lies inside the run directory"):
         probe_run(b, out=a, n=4)  # would replace a's geometry.json and figures with b's
-    assert (_snapshot(a), _snapshot(b)) == before
+    assert (snapshot(a), snapshot(b)) == before
 
 
 def test_llm_geometry_never_writes_into_a_run_directory(pair, tmp_path):
@@ -224,10 +224,10 @@ def test_llm_geometry_never_writes_into_a_run_directory(pair, tmp_path):
     (model / "config.json").write_text("{}")
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("one two\nthree four\nfive six\nseven eight\n")
-    before = _snapshot(pair[0])
+    before = snapshot(pair[0])
     with pytest.raises(ValueError, match=r"--out: .* lies inside .* which is a run directory"):
         study.llm_geometry(model, pair[0] / "evals" / "llm", prompts=prompts, n=4)
-    assert _snapshot(pair[0]) == before
+    assert snapshot(pair[0]) == before
 
 
 def test_a_driver_never_replaces_files_of_a_folder_no_driver_owns(tmp_path):
@@ -236,14 +236,14 @@ def test_a_driver_never_replaces_files_of_a_folder_no_driver_owns(tmp_path):
     sweep_out = tmp_path / "notes"
     sweep_out.mkdir()
     (sweep_out / "sweep.md").write_text("# my sweep notes\n")
-    line = _error_line(runner.invoke(app, ["sweep", str(base), "--grid", "seed=0", "--out", str(sweep_out)]), 2)
+    line = error_line(runner.invoke(app, ["sweep", str(base), "--grid", "seed=0", "--out", str(sweep_out)]), 2)
     assert f"--out: {str(sweep_out / 'sweep.md')!r} is already there and no sweep owns" in line
     assert (sweep_out / "sweep.md").read_text() == "# my sweep notes\n" and not (sweep_out / "runs").exists()
     ttb_out = tmp_path / "ttb"
     ttb_out.mkdir()
     (ttb_out / "time_to_bayes.md").write_text("mine\n")
     source = ROOT / "docs" / "results" / "time-to-bayes-recall16"
-    line = _error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(source), "--out", str(ttb_out)]), 2)
+    line = error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(source), "--out", str(ttb_out)]), 2)
     assert "time_to_bayes.md" in line and (ttb_out / "time_to_bayes.md").read_text() == "mine\n"
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from test_tasks_hmm import path_sum_posterior
+from reference_predictors import path_sum_posterior
 from windtunnel import tasks
 
 SAMPLED = [

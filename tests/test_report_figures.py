@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from test_report_safety import METRIC, write_run
+from report_runs import METRIC, write_run
 from tiny_runs import train_checkpointed
 from windtunnel.report import build_report, tables
 from windtunnel.report import figures as report_figures

@@ -7,53 +7,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+from report_runs import record
 from windtunnel import marks
 from windtunnel.report import tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced
-
-
-def record(
-    task: str,
-    arch: str,
-    seed: int,
-    value: float,
-    lo: float | None = None,
-    hi: float | None = None,
-    metric: str = "entropy_mae_bits",
-    kl_exact: float | None = None,
-    gains: dict[str, tuple[int, float]] | None = None,
-    params: dict | None = None,
-) -> RunRecord:
-    """A run record with one headline metric, KL(exact ‖ model) (default: the same numbers as the headline for an
-    entropy headline, 0.001 for accuracy), and optionally approximations {name: (depth, gain over it)}."""
-    iv = {"mean": value, "lo": value if lo is None else lo, "hi": value if hi is None else hi}
-    metrics = {metric: iv}
-    kl = kl_exact if kl_exact is not None else (None if metric == "entropy_mae_bits" else 0.001)
-    metrics["kl_bits"] = dict(iv) if kl is None else {"mean": kl, "lo": kl, "hi": kl}
-    if metric == "accuracy":
-        metrics["entropy_mae_bits"] = {"mean": 0.001, "lo": 0.001, "hi": 0.001}
-    default: dict = {"metrics": metrics}
-    if gains is not None:
-        default["approximations"] = {
-            n: {
-                "depth": d,
-                "gain_bits": {"mean": g, "lo": g - 1e-4, "hi": g + 1e-4},
-                "kl_from_model_bits": 0.1,
-                "entropy_mae_bits": 0.0,
-                "kl_bits": 0.1,
-            }
-            for n, (d, g) in gains.items()
-        }
-        default["closest"] = {"name": "exact", "margins": {}}
-    return RunRecord(
-        path=Path(f"{task}-{arch}-s{seed}"),
-        task=task,
-        arch=arch,
-        seed=seed,
-        config={"task": {"name": task, "params": params or {}}, "seed": seed},
-        evals={"default": default},
-    )
 
 
 @pytest.mark.parametrize(

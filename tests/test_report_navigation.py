@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report_safety import write_run
+from report_runs import write_run
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Cell, Contents, Details, Document, Heading, Paragraph, Table

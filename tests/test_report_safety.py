@@ -11,41 +11,13 @@ from typing import Any
 
 import pytest
 
+from report_runs import METRIC, write_run
 from windtunnel.errors import CheckpointError
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Document, Table, md_escape
 
 HOSTILE_ARCH = "<img src=x onerror=alert(1)>|x\n| injected | row |"
-METRIC = {"mean": 0.05, "lo": 0.04, "hi": 0.06}
-
-
-def write_run(
-    root: Path,
-    name: str,
-    arch: str = "transformer",
-    task: str = "bijection",
-    config: Any = None,
-    evals: Any = None,
-    metrics_lines: list[str] | None = None,
-) -> Path:
-    """A fabricated run directory (config.json, eval.json, optionally metrics.jsonl): no training needed."""
-    d = root / name
-    d.mkdir(parents=True)
-    if config is None:
-        config = {
-            "task": {"name": task, "params": {}},
-            "model": {"arch": arch},
-            "seed": 0,
-            "train": {"steps": 10, "batch_size": 4},
-        }
-    if evals is None:
-        evals = {"default": {"task_params": {}, "n": 10, "metrics": {"entropy_mae_bits": METRIC}}}
-    (d / "config.json").write_text(json.dumps(config))
-    (d / "eval.json").write_text(json.dumps(evals))
-    if metrics_lines is not None:
-        (d / "metrics.jsonl").write_text("".join(line + "\n" for line in metrics_lines))
-    return d
 
 
 def unescaped_pipes(line: str) -> int:

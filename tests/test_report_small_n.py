@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from test_report_safety import write_run
+from report_runs import write_run
 from windtunnel import marks
 from windtunnel.records.drivers import SweepTableRecord, plain
 from windtunnel.report import build_report, claims, sweep_table, tables

@@ -19,8 +19,8 @@ import torch
 from typer.testing import CliRunner
 
 from cli_args import TINY, train_args
-from tiny_runs import smoke_config
-from windtunnel import checkpoints, rundir, runs, tracking
+from interrupts import SignalAt, signal_cfg
+from windtunnel import checkpoints, rundir, runs
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
 from windtunnel.progress import StepLines
@@ -194,27 +194,9 @@ def test_run_argument_errors_are_one_line(tmp_path, args, message):
 # --- SIGINT / SIGTERM -----------------------------------------------------------------------------------------
 
 
-def _signal_cfg(**extra):
-    o = {"task.name": "bijection", "task.V": 5, "task.L": 4, "train.steps": 8, "train.batch_size": 4}
-    o |= {"train.eval_every": 0, "train.checkpoint_every": 0, "train.warmup_steps": 2, "eval.n": 8}
-    return smoke_config(**{**o, **extra})
-
-
-class _SignalAt(tracking.Callback):
-    """Sends this process `sig` (`times` times) when the training line of `step` is written."""
-
-    def __init__(self, step: int, sig: int = signal.SIGINT, times: int = 1) -> None:
-        self.step, self.sig, self.times = step, sig, times
-
-    def on_step(self, step: int, record: dict) -> None:
-        if step == self.step:
-            for _ in range(self.times):
-                os.kill(os.getpid(), self.sig)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_checkpoints_the_current_step_restores_the_handlers_and_resumes_exactly(tmp_path, sig):
-    cfg = _signal_cfg()
+    cfg = signal_cfg()
     seen: list[int] = []
 
     def mine(signum: int, frame: object) -> None:  # the caller's handler
@@ -223,7 +205,7 @@ def test_a_signal_checkpoints_the_current_step_restores_the_handlers_and_resumes
     previous = signal.signal(sig, mine)
     try:
         with pytest.raises(TrainingInterrupted) as info:
-            train(cfg, tmp_path / "cut", progress=False, handle_signals=True, callbacks=[_SignalAt(3, sig)])
+            train(cfg, tmp_path / "cut", progress=False, handle_signals=True, callbacks=[SignalAt(3, sig)])
         assert signal.getsignal(sig) is mine  # restored
         os.kill(os.getpid(), sig)
         assert seen == [sig]
@@ -247,19 +229,19 @@ def test_an_extended_finished_run_is_not_done_until_it_finishes_again(tmp_path):
     """done.json, eval.json and geometry.json describe the run before the change: gone at once, so a run cut off
     mid-extension never shows the shorter run's evaluation under the longer run's config."""
     run = tmp_path / "run"
-    train(_signal_cfg(**{"train.steps": 4}), run, progress=False)
+    train(signal_cfg(**{"train.steps": 4}), run, progress=False)
     (run / "done.json").write_text("{}")
     (run / "geometry.json").write_text("{}")
     with pytest.raises(TrainingInterrupted):
-        train(_signal_cfg(), run, resume=True, progress=False, handle_signals=True, callbacks=[_SignalAt(6)])
+        train(signal_cfg(), run, resume=True, progress=False, handle_signals=True, callbacks=[SignalAt(6)])
     assert json.loads((run / "config.json").read_text())["train"]["steps"] == 8
     assert not any((run / f).exists() for f in ("done.json", "eval.json", "geometry.json"))
-    assert train(_signal_cfg(), run, resume=True, progress=False) and (run / "eval.json").exists()
+    assert train(signal_cfg(), run, resume=True, progress=False) and (run / "eval.json").exists()
 
 
 def test_a_second_signal_stops_at_once_and_without_handle_signals_nothing_changes(tmp_path):
     with pytest.raises(TrainingInterrupted) as info:
-        train(_signal_cfg(), tmp_path / "r", progress=False, handle_signals=True, callbacks=[_SignalAt(3, times=2)])
+        train(signal_cfg(), tmp_path / "r", progress=False, handle_signals=True, callbacks=[SignalAt(3, times=2)])
     assert not info.value.saved and info.value.step is None and "before any checkpoint" in str(info.value)
     assert checkpoints.list_checkpoints(tmp_path / "r") == []
     # without handle_signals the caller's handler acts: here Python's own Ctrl-C (set, as an earlier test or library
@@ -267,7 +249,7 @@ def test_a_second_signal_stops_at_once_and_without_handle_signals_nothing_change
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt) as plain:
-            train(_signal_cfg(), tmp_path / "p", progress=False, callbacks=[_SignalAt(3)])
+            train(signal_cfg(), tmp_path / "p", progress=False, callbacks=[SignalAt(3)])
     finally:
         signal.signal(signal.SIGINT, previous)
     assert not isinstance(plain.value, TrainingInterrupted) and checkpoints.list_checkpoints(tmp_path / "p") == []
@@ -284,11 +266,11 @@ def test_a_signal_during_the_final_evaluation_stops_at_once_the_last_checkpoint_
 
     monkeypatch.setattr(tr, "evaluate", interrupted)
     with pytest.raises(TrainingInterrupted) as info:
-        train(_signal_cfg(), tmp_path / "r", progress=False, handle_signals=True)
+        train(signal_cfg(), tmp_path / "r", progress=False, handle_signals=True)
     assert info.value.saved and info.value.step == 8 and not (tmp_path / "r" / "eval.json").exists()
     monkeypatch.setattr(tr, "evaluate", real)
     assert checkpoints.latest_step(tmp_path / "r") == 8
-    train(_signal_cfg(), tmp_path / "r", resume=True, progress=False)  # nothing left but the evaluation
+    train(signal_cfg(), tmp_path / "r", resume=True, progress=False)  # nothing left but the evaluation
     assert (tmp_path / "r" / "eval.json").exists()
 
 

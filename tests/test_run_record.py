@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_args import train_args
-from test_resume_cli import _signal_cfg, _SignalAt
+from interrupts import SignalAt, signal_cfg
 from windtunnel import models, seeds, tasks
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
@@ -49,7 +49,7 @@ def _rows(md: str, first: str, *having: str) -> list[str]:
 def _interrupted(run: Path, at: int = 3) -> None:
     """An 8-step run (batch 4) stopped by Ctrl-C at step `at`, its checkpoint written there."""
     with pytest.raises(TrainingInterrupted):
-        train(_signal_cfg(), run, progress=False, handle_signals=True, callbacks=[_SignalAt(at)])
+        train(signal_cfg(), run, progress=False, handle_signals=True, callbacks=[SignalAt(at)])
 
 
 # --- 1. unfinished, extended and resumed runs are marked --------------------------------------------------------
@@ -58,7 +58,7 @@ def _interrupted(run: Path, at: int = 3) -> None:
 def test_an_unfinished_run_is_marked_in_eval_json_and_every_report_row_and_never_pooled(tmp_path):
     cut, full = tmp_path / "cut", tmp_path / "full"
     _interrupted(cut)
-    train(_signal_cfg(), full, progress=False)  # the same config, finished
+    train(signal_cfg(), full, progress=False)  # the same config, finished
     r = runner.invoke(app, ["eval", str(cut)])
     _ok(r)
     assert f"warning: {cut}: unfinished: stopped at step 3 of 8 (12 of 32 sequences seen)" in r.stderr

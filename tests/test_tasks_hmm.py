@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from reference_predictors import path_sum_posterior
 from windtunnel import tasks
 from windtunnel.metrics import entropy_bits, kl_divergence_bits
 from windtunnel.tasks.hmm import (
@@ -81,20 +82,6 @@ def test_layout_and_spec():
     assert b.target_mask[0].nonzero().flatten().tolist() == list(range(54, 93, 2))
     assert torch.equal(b.targets[:, 54::2], b.latent["states"])
     assert task.describe(b)[:3][0] == "[TRANS]" and task.describe(b)[54].startswith("o")
-
-
-def path_sum_posterior(T: np.ndarray, E: np.ndarray, obs: list[int]) -> np.ndarray:
-    """p(s_t | o_1..t) for each t by summing the joint over every hidden path (uniform initial state)."""
-    S, K = T.shape[0], len(obs)
-    out = np.zeros((K, S))
-    for t in range(K):
-        for path in itertools.product(range(S), repeat=t + 1):
-            w = 1.0 / S * E[path[0], obs[0]]
-            for k in range(1, t + 1):
-                w *= T[path[k - 1], path[k]] * E[path[k], obs[k]]
-            out[t, path[-1]] += w
-        out[t] /= out[t].sum()
-    return out
 
 
 @pytest.mark.parametrize(("S", "O", "K", "seed"), [(2, 2, 6, 0), (3, 2, 5, 1), (3, 3, 6, 2), (2, 4, 4, 3)])

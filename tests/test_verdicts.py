@@ -12,11 +12,12 @@ import pytest
 import torch
 from torch.distributions import Categorical, Distribution, Normal
 
+from reference_predictors import TUNNELS, best_window, mixture, reads_the_answer
 from windtunnel import tasks
 from windtunnel.evaluate import control_predictors, score_controls, score_predictor
 from windtunnel.suites.paper import TASK_PARAMS, TASKS
 from windtunnel.tasks._util import scatter_posterior
-from windtunnel.tasks.hmm import _log_matrices, window_filter
+from windtunnel.tasks.hmm import _log_matrices
 
 # Every tier's task parameters (the rule is one for every tier; the paper tier's HMM and bijection are the defaults).
 TIER_PARAMS = [(task, tier, TASK_PARAMS[tier].get(task, {})) for tier in ("smoke", "quick") for task in TASKS]
@@ -104,29 +105,6 @@ def test_score_predictor_scores_a_function_as_eval_json_scores_a_model():
 # --- power: a predictor at the stated precision is exact on every tunnel -------------------------------------------
 
 POWER_N = 300
-# (task, params, epsilon of the mixture with uniform that puts its entropy error near 1e-3 bits)
-TUNNELS = [
-    ("bijection", {}, 1e-4),
-    ("hmm", {}, 1e-3),
-    ("hmm-sticky", {}, 3e-4),
-    ("recall", TASK_PARAMS["quick"]["recall"], 1e-4),
-    ("regression", {}, 1e-4),
-]
-
-
-def mixture(eps: float):
-    """The exact posterior mixed with epsilon of uniform (a Normal: moment-matched with N(0, 1), the value an
-    unscored position holds): it infers exactly and is a little unsure."""
-
-    def predict(batch) -> Distribution:
-        p = batch.posterior
-        if isinstance(p, Categorical):
-            return Categorical(probs=(1 - eps) * p.probs.double() + eps / p.probs.shape[-1], validate_args=False)
-        mean = (1 - eps) * p.loc.double()
-        var = (1 - eps) * (p.scale.double() ** 2 + p.loc.double() ** 2) + eps - mean**2
-        return Normal(mean, var.sqrt(), validate_args=False)
-
-    return predict
 
 
 def tempered(beta: float):
@@ -161,18 +139,6 @@ def test_a_predictor_at_the_stated_precision_is_exact_on_every_tunnel(name, para
 # --- no short memory earns a mark ----------------------------------------------------------------------------------
 
 
-def best_window(w: int):
-    """The best predictor of the last w observations, computed by the reference loop (`window_filter`), not by the
-    task's own `approximations`."""
-
-    def predict(batch) -> Distribution:
-        log_T, log_E = _log_matrices(batch)
-        post = window_filter(log_T, log_E, batch.latent["observations"], w)  # (B,K,S)
-        return scatter_posterior(post.reshape(-1, post.shape[-1]), batch.target_mask, (*batch.target_mask.shape, 5))
-
-    return predict
-
-
 def restarted_one_step_after_uniform(batch) -> Distribution:
     """The earlier "last 1 obs": the current observation under the prior u T (one step after a uniform state), which
     is not the best one-observation predictor (that one starts from u T^t)."""
@@ -202,16 +168,6 @@ def test_no_predictor_of_fewer_observations_than_the_demand_is_exact(name):
 
 
 # --- a predictor that sees the answer ------------------------------------------------------------------------------
-
-
-def reads_the_answer(batch) -> Distribution:
-    """A non-causal predictor: 90% on the realised answer (batch.targets), or a narrow Normal around it."""
-    p = batch.posterior
-    if isinstance(p, Categorical):
-        K = p.probs.shape[-1]
-        hot = torch.nn.functional.one_hot(batch.targets.long(), K).double()  # (B,T,K)
-        return Categorical(probs=0.9 * hot + 0.1 / K, validate_args=False)
-    return Normal(batch.targets.double(), torch.full(p.batch_shape, 0.1, dtype=torch.float64), validate_args=False)
 
 
 @pytest.mark.parametrize(("name", "params", "eps"), TUNNELS, ids=[t[0] for t in TUNNELS])
