@@ -44,9 +44,9 @@ def test_a_name_resolves_to_its_fetched_folder_and_an_unfetched_one_says_how_to_
     (folder / fetch.RECORD).write_text(f'{{"sha256": "{fetch.MODELS["smollm2"].sha256}"}}')
     assert fetch.resolve_model("smollm2") == folder
     (folder / "config.json").write_text("{}")
-    from windtunnel.llm import study
+    from windtunnel.llm import model_files
 
-    assert study.check_model_dir("smollm2") == folder  # the Python API takes the name as the CLI does
+    assert model_files.check_model_dir("smollm2") == folder  # the Python API takes the name as the CLI does
 
 
 def test_a_wheel_whose_gguf_is_not_the_pinned_file_is_refused_and_nothing_is_kept(tmp_path):
@@ -114,9 +114,9 @@ def test_smollm2_knows_the_capital_of_france_through_windtunnel_s_own_forward(sm
     import transformers
 
     from windtunnel.hf import from_hf
-    from windtunnel.llm import study
+    from windtunnel.llm import model_files
 
-    model, tokenizer = study.load(transformers, smollm2, torch.float32)
+    model, tokenizer = model_files.load(transformers, smollm2, torch.float32)
     lm = from_hf(model.eval())
     ids = tokenizer("The capital of France is", return_tensors="pt").input_ids  # (1,T)
     with torch.no_grad():
@@ -137,9 +137,9 @@ def test_llm_geometry_reads_two_real_layers_against_their_random_init(smollm2, t
     measured on all 30 layers), and the scores of the model and of the null are both there."""
     import transformers
 
-    from windtunnel.llm import study
+    from windtunnel.llm import model_files, study
 
-    model, tokenizer = study.load(transformers, smollm2, torch.float32)
+    model, tokenizer = model_files.load(transformers, smollm2, torch.float32)
     model.model.layers = model.model.layers[:2]
     model.config.num_hidden_layers = 2
     model.save_pretrained(tmp_path / "two")

@@ -31,7 +31,7 @@ from windtunnel.cli import app  # noqa: E402
 from windtunnel.geometry.stats import expected_abs_cosine_random, probs_entropy_bits  # noqa: E402
 from windtunnel.hf import from_hf  # noqa: E402
 from windtunnel.llm import geometry as geo  # noqa: E402
-from windtunnel.llm import study  # noqa: E402
+from windtunnel.llm import prompt_sources, study, study_output  # noqa: E402
 
 runner = CliRunner()
 SPECIALS = ("[UNK]", "[PAD]", "[EOS]")
@@ -61,7 +61,7 @@ N_PROMPTS = 24
 
 
 def has_prompts() -> bool:
-    return study._prompts_module() is not None
+    return prompt_sources._prompts_module() is not None
 
 
 def vocabulary() -> dict[str, int]:
@@ -70,7 +70,7 @@ def vocabulary() -> dict[str, int]:
     from tokenizers import pre_tokenizers
 
     words = [*WORDS, *(str(i) for i in range(100))]
-    mod = study._prompts_module()
+    mod = prompt_sources._prompts_module()
     if mod is not None:
         split = pre_tokenizers.Whitespace()
         for p in mod.builtin_prompts(4, 0):
@@ -153,7 +153,7 @@ def check_complete(r: dict, n: int, kv_heads: int) -> None:
     and the difference, every number finite."""
     g = r["geometry"]
     L = g["shape"]["n_layers"]
-    assert r["kind"] == study.KIND and r["n"] == g["n_prompts"] == n and r["seed"] == 0
+    assert r["kind"] == study_output.KIND and r["n"] == g["n_prompts"] == n and r["seed"] == 0
     assert r["null_seeds"] == study.null_seeds(0, study.N_NULLS) and r["null_seed"] == r["null_seeds"][0]
     assert g["null_draws"] == study.N_NULLS
     assert set(r["definitions"]) == set(geo.DEFINITIONS) and {"transformers", "torch"} <= set(r["versions"])
@@ -187,10 +187,10 @@ def check_complete(r: dict, n: int, kv_heads: int) -> None:
 
 
 def check_folder(out) -> None:
-    assert (out / study.JSON_NAME).is_file() and (out / study.MD_NAME).is_file()
-    for name in study.FIGURE_NAMES:
-        assert (out / study.FIGURES / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    md = (out / study.MD_NAME).read_text()
+    assert (out / study_output.JSON_NAME).is_file() and (out / study_output.MD_NAME).is_file()
+    for name in study_output.FIGURE_NAMES:
+        assert (out / study_output.FIGURES / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / study_output.MD_NAME).read_text()
     assert "## Value PCA" in md and "## Attention entropy" in md and "`wk_columns`" in md and "random-init" in md
 
 
@@ -202,10 +202,10 @@ def test_cli_writes_every_statistic_with_its_null_for_gpt_neox(toys, prompts, tm
     args = ["llm-geometry", "--model", str(toys["gpt_neox"]), "--prompts", str(prompts), "--out", str(out)]
     done = run_cli(args, tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=300)
     check_ran(args, done)
-    assert "wk_columns" in done.stdout and f"wrote {out / study.JSON_NAME}" in done.stdout
+    assert "wk_columns" in done.stdout and f"wrote {out / study_output.JSON_NAME}" in done.stdout
     assert "llm-geometry: loading" in done.stderr  # progress lines on stderr
     check_folder(out)
-    r = json.loads((out / study.JSON_NAME).read_text())
+    r = json.loads((out / study_output.JSON_NAME).read_text())
     check_complete(r, N_PROMPTS, kv_heads=4)
     assert r["config"]["family"] == "hf-gpt-neox" and "not_available" in r["scores"]  # plain text: nothing to score
 
@@ -215,13 +215,13 @@ def test_the_api_gives_every_statistic_with_its_null(results, family):
     r, out = results[family]
     check_complete(r, N_PROMPTS, kv_heads=2 if family == "llama" else 4)
     check_folder(out)
-    assert json.loads((out / study.JSON_NAME).read_text()) == json.loads(json.dumps(r))
+    assert json.loads((out / study_output.JSON_NAME).read_text()) == json.loads(json.dumps(r))
 
 
 def test_the_built_in_prompts_are_read_round_robin_and_scored_for_the_model_and_its_null(toys, tmp_path):
     prompts_mod = pytest.importorskip("windtunnel.llm.prompts")
     cells = {(p.family, p.position) for p in prompts_mod.builtin_prompts(1, 0)}
-    picked = study.builtin_subset(prompts_mod, len(cells) + 3, 0)
+    picked = prompt_sources.builtin_subset(prompts_mod, len(cells) + 3, 0)
     assert len(picked) == len(cells) + 3 and {(p.family, p.position) for p in picked[: len(cells)]} == cells
     r = study.llm_geometry(toys["llama"], tmp_path / "out", n=len(cells), seed=0, n_boot=20)
     assert r["prompts"] == {"source": "builtin", "n": len(cells), "seed": 0}
@@ -229,7 +229,7 @@ def test_the_built_in_prompts_are_read_round_robin_and_scored_for_the_model_and_
         assert r["scores"][who]["n_prompts"] == len(cells) and r["scores"][who]["families"]
     drawn = r["scores"]["null_models"]  # every random-init draw scored, the first the paired one
     assert len(drawn) == study.N_NULLS and drawn[0] == r["scores"]["null_model"] and drawn[1] != drawn[0]
-    md = (tmp_path / "out" / study.MD_NAME).read_text()
+    md = (tmp_path / "out" / study_output.MD_NAME).read_text()
     assert "### Random-init model" in md and "latent-label" in md
 
 
@@ -265,7 +265,7 @@ def test_heads_at_token_is_not_applicable_with_one_key_head_and_the_rest_is_ther
     assert "one key/value head" in keys["heads_at_token"]["not_applicable"]
     assert len(keys["wk_columns"]["layers"][0]["model"]["per_head"]) == 1 and keys["tokens_at_layer"]["layers"]
     check_folder(tmp_path / "out")
-    assert "Not applicable" in (tmp_path / "out" / study.MD_NAME).read_text()
+    assert "Not applicable" in (tmp_path / "out" / study_output.MD_NAME).read_text()
     lines = summary(r)
     assert "tokens_at_layer" in lines[2] and "heads_at_token" not in lines[2]
 
@@ -302,7 +302,7 @@ def test_a_null_with_the_model_s_own_weights_is_refused(prompts, tmp_path):
         study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=[5, 5])
     with pytest.raises(ValueError, match="--nulls: must be between 1 and 16"):
         study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, n_nulls=0)
-    assert not (tmp_path / "out" / study.JSON_NAME).exists()
+    assert not (tmp_path / "out" / study_output.JSON_NAME).exists()
     from typer.testing import CliRunner
 
     from windtunnel.cli import app
@@ -391,12 +391,12 @@ def test_wk_columns_of_a_random_init_model_is_random_vectors_e_abs_cos_not_0_4(f
 
 def test_read_prompts_takes_text_lines_and_jsonl(tmp_path):
     (tmp_path / "p.txt").write_text("a b\n\n  \nc d\n")
-    assert study.read_prompts(tmp_path / "p.txt") == ["a b", "c d"]
+    assert prompt_sources.read_prompts(tmp_path / "p.txt") == ["a b", "c d"]
     (tmp_path / "p.jsonl").write_text('"a b"\n{"text": "c d", "note": 1}\n')
-    assert study.read_prompts(tmp_path / "p.jsonl") == ["a b", {"text": "c d", "note": 1}]
+    assert prompt_sources.read_prompts(tmp_path / "p.jsonl") == ["a b", {"text": "c d", "note": 1}]
     (tmp_path / "bad.jsonl").write_text('"a"\n{"txt": 1}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
-        study.read_prompts(tmp_path / "bad.jsonl")
+        prompt_sources.read_prompts(tmp_path / "bad.jsonl")
 
 
 # --- the command line and the folder ------------------------------------------------------------------------------
@@ -487,23 +487,23 @@ def test_a_damaged_model_folder_is_one_line_naming_the_file_and_a_pickle_is_neve
 
 def test_an_existing_folder_is_refused_without_overwrite_and_overwrite_deletes_only_its_own(results, toys, prompts):
     _, out = results["gpt2"]
-    before = (out / study.JSON_NAME).read_bytes()
+    before = (out / study_output.JSON_NAME).read_bytes()
     base = ["llm-geometry", "--model", str(toys["gpt2"]), "--prompts", str(prompts), "--out", str(out), "--n", "6"]
     assert "--overwrite" in _one_error(runner.invoke(app, base))
-    assert (out / study.JSON_NAME).read_bytes() == before  # untouched
-    (out / study.FIGURES / "old.png.tmp.png").write_bytes(b"x")  # not a figure llm-geometry writes
+    assert (out / study_output.JSON_NAME).read_bytes() == before  # untouched
+    (out / study_output.FIGURES / "old.png.tmp.png").write_bytes(b"x")  # not a figure llm-geometry writes
     assert "old.png.tmp.png" in _one_error(runner.invoke(app, [*base, "--overwrite"]))
-    (out / study.FIGURES / "old.png.tmp.png").unlink()
-    (out / study.FIGURES / "value_pc1.tmp.png").write_bytes(b"x")  # a temp file of one it writes: its own
+    (out / study_output.FIGURES / "old.png.tmp.png").unlink()
+    (out / study_output.FIGURES / "value_pc1.tmp.png").write_bytes(b"x")  # a temp file of one it writes: its own
     result = runner.invoke(app, [*base, "--overwrite", "--no-progress"])
     assert result.exit_code == 0, result.output
-    r = json.loads((out / study.JSON_NAME).read_text())
-    assert r["n"] == 6 and not (out / study.FIGURES / "value_pc1.tmp.png").exists()
+    r = json.loads((out / study_output.JSON_NAME).read_text())
+    assert r["n"] == 6 and not (out / study_output.FIGURES / "value_pc1.tmp.png").exists()
     check_folder(out)
     (out / "notes.txt").write_text("mine")  # a user's file: overwrite deletes nothing at all
     assert "notes.txt" in _one_error(runner.invoke(app, [*base, "--overwrite"]))
-    assert (out / "notes.txt").read_text() == "mine" and (out / study.JSON_NAME).is_file()
+    assert (out / "notes.txt").read_text() == "mine" and (out / study_output.JSON_NAME).is_file()
     (out / "notes.txt").unlink()
-    (out / study.JSON_NAME).write_text('{"kind": "something else"}')  # not this command's json
+    (out / study_output.JSON_NAME).write_text('{"kind": "something else"}')  # not this command's json
     assert "not one llm-geometry wrote" in _one_error(runner.invoke(app, [*base, "--overwrite"]))
-    assert (out / study.MD_NAME).is_file()
+    assert (out / study_output.MD_NAME).is_file()

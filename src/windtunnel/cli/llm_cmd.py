@@ -105,10 +105,10 @@ def llm_geometry(
     statistic stands beside --nulls random-init draws (default 3): how far two random inits differ is part of the
     null; a draw with the model's own weights is refused."""
     with loading():
-        from windtunnel.llm import study
+        from windtunnel.llm import model_files, prompt_sources, study, study_output
 
-    study.check_n(n)
-    model_dir = study.check_model_dir(model)
+    prompt_sources.check_n(n)
+    model_dir = model_files.check_model_dir(model)
     if batch_size < 1:
         raise ValueError(f"--batch-size: must be >= 1 (got {batch_size})")
     dev = cli_device(device)
@@ -131,7 +131,9 @@ def llm_geometry(
     )  # fmt: skip
     for line in summary(result):
         typer.echo(line)
-    typer.echo(f"wrote {out_dir / study.JSON_NAME} (tables: {study.MD_NAME}, figures: {study.FIGURES}/)")
+    typer.echo(
+        f"wrote {out_dir / study_output.JSON_NAME} (tables: {study_output.MD_NAME}, figures: {study_output.FIGURES}/)"
+    )
 
 
 @app.command("llm-fetch")
