@@ -20,7 +20,7 @@ files. `--loss-form authors` (the default) trains the authors arm with the autho
 cross-entropy over every tied token logit, `train.loss: ce_vocab`) and ours with our V-way loss over the value logits;
 `--loss-form v-way` trains both arms with the V-way loss, as the committed results in docs/results/geometry-control
 and docs/results/time-to-bayes-side-by-side were measured. The report states the loss form beside every other
-difference from their production code (`suites.paper.config_deviations`).
+difference from their production code (`suites.paper_diff.config_deviations`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from windtunnel.marks import EXACT_FILTER, crossings, format_mark, mark_header, 
 from windtunnel.recipes import get_recipe
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
 from windtunnel.resolve import resolve_config
-from windtunnel.suites.paper import authors_loss, config_deviations, dense_schedule, run_config
+from windtunnel.suites.paper import authors_loss, dense_schedule, run_config
+from windtunnel.suites.paper_diff import config_deviations
 from windtunnel.suites.settings import paper_setting, values
 from windtunnel.time_to_bayes import Cell, cell_runs
 from windtunnel.time_to_bayes import run as time_to_bayes

@@ -19,7 +19,8 @@ from windtunnel.config import apply_overrides, build_config, config_to_json, run
 from windtunnel.optim import describe
 from windtunnel.resolve import resolve_config
 from windtunnel.seeds import train_seed
-from windtunnel.suites.paper import config_deviations, recipe_text, run_config
+from windtunnel.suites.paper import recipe_text, run_config
+from windtunnel.suites.paper_diff import config_deviations
 
 AUX = {"train.aux_target": "next_state_prior", "train.aux_weight": 0.5}
 HMM = {"task.name": "hmm", "task.K": 4, "train.schedule": "constant"}

@@ -17,8 +17,9 @@ from windtunnel.config import TrainConfig, build_config, config_to_json
 from windtunnel.evaluate import evaluate, evaluate_model
 from windtunnel.models.common import tied_head
 from windtunnel.resolve import resolve_config, resolve_loss
-from windtunnel.suites import paper
-from windtunnel.suites.paper import config_deviations, run_config
+from windtunnel.suites import paper, paper_diff
+from windtunnel.suites.paper import run_config
+from windtunnel.suites.paper_diff import config_deviations
 
 V, L = 6, 5
 TINY = {"task.name": "bijection", "task.V": V, "task.L": L, "model.preset": "smoke", "train.device": "cpu"}
@@ -166,7 +167,7 @@ def test_deviations_see_it_as_the_authors_loss_form():
 
 
 def test_paper_tier_bijection_cells_train_with_the_authors_loss():
-    lines = paper.deviations("paper")
+    lines = paper_diff.deviations("paper")
     for arch in ("transformer", "mamba", "lstm", "mlp-pointwise"):  # the authors' form is the 2V-way tied loss
         assert run_config("bijection", arch, "paper")["train"]["loss"] == "ce_vocab"
         assert not any(line.startswith(f"bijection / {arch} training: ") and "loss = " in line for line in lines)

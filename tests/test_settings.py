@@ -8,7 +8,8 @@ import pytest
 from windtunnel.config import validate
 from windtunnel.resolve import resolve_config
 from windtunnel.suites import paper
-from windtunnel.suites.paper import deviations, run_config
+from windtunnel.suites.paper import run_config
+from windtunnel.suites.paper_diff import deviations
 from windtunnel.suites.settings import PAPER_SETTINGS, SOURCE_NOTES, paper_setting, settings_markdown
 
 # The cells behind the paper's headline numbers (official-code.md section 1).

@@ -6,12 +6,12 @@ from windtunnel.suites.paper import (
     TIER_CAVEATS,
     TIERS,
     SuiteRun,
-    deviations,
     earlier_seeds,
     more_seeds,
     run_config,
     suite,
 )
+from windtunnel.suites.paper_diff import deviations
 
 __all__ = [
     "ARCHS",
