@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from hook_models import ARCHS, build, inputs
-from windtunnel.models.hooks import ActivationCache, HookPoint
+from windtunnel.models.activation_cache import ActivationCache
+from windtunnel.models.hooks import HookPoint
 
 ADDITIVE = [arch for arch in ARCHS if arch != "lstm"]  # the LSTM's layers replace the stream
 

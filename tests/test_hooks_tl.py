@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hook_models import ARCHS, build, inputs
-from windtunnel.models.hooks import TL_SHORT_NAMES
+from windtunnel.models.activation_cache import TL_SHORT_NAMES
 
 
 def zero_head(h: int):
