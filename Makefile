@@ -7,7 +7,7 @@ DEVSTAMP := $(VENV)/.installed-dev
 # torch first, pinned to the CPU wheel on disk; the package's range then installs nothing more.
 TORCH := torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,11 @@ test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
+
+# The inner loop: every test but those marked `slow` (whole tiers, a Ray cluster, real pretrained weights).
+test-fast: $(DEVSTAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from windtunnel.cli import app
 from windtunnel.llm import fetch
 
+pytestmark = pytest.mark.slow  # real pretrained weights, fetched and converted
+
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:

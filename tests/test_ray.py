@@ -43,6 +43,8 @@ from windtunnel.lock import read_owner
 from windtunnel.reproduce import reproduce
 from windtunnel.suites import suite
 
+pytestmark = pytest.mark.slow  # a real two-node Ray cluster
+
 FOREIGN_TOKEN = "f" * 64  # another cluster's token, as `ray` leaves it in ~/.ray/auth_token (mode 0644)
 
 

@@ -16,6 +16,7 @@ def test_the_readme_shows_the_commands_a_user_needs():
     assert {"train", "eval", "probe", "reproduce", "report", "sweep", "time-to-bayes", "tasks"} <= shown
 
 
+@pytest.mark.slow
 def test_every_readme_command_runs_through_the_entry_point(tmp_path):
     """Each command line of the README, in order, in one working directory (train writes the run eval and probe
     read; reproduce writes the folder report reads). The Ray line runs on a real cluster in tests/test_ray.py."""
@@ -32,6 +33,7 @@ def test_every_readme_command_runs_through_the_entry_point(tmp_path):
     assert (tmp_path / "runs" / "hmm-tf" / "eval.json").is_file() and (tmp_path / "report" / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_demo_runs_the_smoke_tier_to_its_report(tmp_path):
     """`make demo` runs `windtunnel demo`; `--tier smoke --out DIR` is the same command at its smallest size: every
     cell of the smoke tier is trained, evaluated, probed and reported."""

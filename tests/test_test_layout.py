@@ -4,6 +4,7 @@ module of tests/ without the test_ prefix (cli_args.py, report_runs.py, ...) or,
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -36,3 +37,15 @@ def test_the_checker_finds_every_form_of_import():
     source = "import test_a\nimport os, test_b.sub as b\nfrom test_c import x\n\ndef f():\n    from test_d import y\n"
     assert imported_test_modules(source) == ["test_a", "test_b.sub", "test_c", "test_d"]
     assert imported_test_modules("import os\nfrom tiny_runs import smoke_config\nfrom . import test_e\n") == []
+
+
+def test_the_fast_lane_leaves_out_exactly_the_slow_marker():
+    """`make test-fast` deselects the `slow` marker that pyproject declares; every `make X` the README names exists."""
+    root = Path(__file__).resolve().parents[1]
+    makefile = (root / "Makefile").read_text()
+    fast = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    assert '-m "not slow"' in fast
+    assert '"slow: ' in (root / "pyproject.toml").read_text()
+    targets = set(re.findall(r"^([a-z][a-z-]*):", makefile, flags=re.M))
+    named = set(re.findall(r"`make ([a-z-]+)`", (root / "README.md").read_text()))
+    assert named and named <= targets, named - targets
