@@ -17,7 +17,7 @@ from windtunnel.models import ArchInfo, ModelSize, ResidualModel, SequenceModel
 from windtunnel.models.baselines import BASELINES
 from windtunnel.models.presets import archs
 from windtunnel.registry import Registry
-from windtunnel.report import tables
+from windtunnel.report import table_cells, tables
 from windtunnel.report.figures import USER_COLORS, arch_color
 from windtunnel.suites.paper import ARCHS
 
@@ -34,7 +34,7 @@ def test_the_built_ins_declare_what_the_lists_held():
     assert ARCHS == tuple(ROWS[:5]) and archs() == ROWS[:5] and BASELINES == ("oracle", "uniform")
     assert models.built_ins(baseline=True) == ["oracle", "uniform"]
     infos = {a: models.info(a) for a in ROWS}
-    assert sorted(ROWS, key=tables.arch_row) == ROWS
+    assert sorted(ROWS, key=table_cells.arch_row) == ROWS
     assert {a: i.color for a, i in infos.items()} == {**COLORS, "oracle": "k"}
     assert {a: arch_color(a) for a in ROWS} == {**COLORS, "oracle": "k"}
     assert {a: i.cost for a, i in infos.items() if not i.baseline} == COSTS
@@ -73,7 +73,7 @@ def test_an_unknown_name_gets_the_defaults_and_imports_nothing():
     assert models.info("gone") == defaults
     assert models.info("no_such_pkg.models:GRU") == dataclasses.replace(defaults, name="no_such_pkg.models:GRU")
     assert "no_such_pkg" not in sys.modules
-    assert tables.arch_row("gone") > max(models.info(a).row for a in ROWS)  # after the built-ins, as before
+    assert table_cells.arch_row("gone") > max(models.info(a).row for a in ROWS)  # after the built-ins, as before
     assert arch_color("gone") in USER_COLORS
     for key in ("row", "follows", "context_blind", "baseline", "cost", "color"):  # the defaults are the base class's
         assert getattr(defaults, key) == getattr(SequenceModel, key)

@@ -139,7 +139,7 @@ def test_tasks_show_prints_no_negative_zero():
 
 def test_shared_table_formatters_print_no_negative_zero():
     from windtunnel.progress import format_val
-    from windtunnel.report.tables import fmt
+    from windtunnel.report.formatting import fmt
 
     assert fmt(-0.0, "entropy_mae_bits") == "0.000" and fmt(-0.0, "accuracy") == "0.0%"
     assert format_val(-0.0, "kl_bits") == "0.0000" and format_val(-0.0, "accuracy") == "0.0%"

@@ -16,7 +16,12 @@ from windtunnel.config import TrainConfig, _Strict, config_to_json, run_identity
 from windtunnel.errors import CheckpointError
 from windtunnel.report import build_report
 from windtunnel.report.collect import RunRecord, read_run
-from windtunnel.report.tables import cell_time_to_verdict, run_time_to_verdict, time_to_verdict_text, untimed_note
+from windtunnel.report.time_to_verdict import (
+    cell_time_to_verdict,
+    run_time_to_verdict,
+    time_to_verdict_text,
+    untimed_note,
+)
 from windtunnel.reproduce import reproduce
 from windtunnel.resume import run_record
 

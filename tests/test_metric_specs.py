@@ -16,7 +16,7 @@ from windtunnel.executors.driver import headline
 from windtunnel.marks import PRECISION_MARKS, seed_stats
 from windtunnel.metric_specs import HEADLINE_METRICS, METRICS, MetricSpec, headline_metric, pool_seeds, spec
 from windtunnel.progress import format_val
-from windtunnel.report import sweep_table, tables
+from windtunnel.report import formatting, sweep_table, tables
 from windtunnel.tasks.base import HEADLINE_METRICS as TASK_HEADLINE_METRICS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
@@ -73,7 +73,7 @@ def test_formats():
         "nan",
     ]
     assert acc.fmt(0.9712) == "97.1%" and acc.fmt(math.nan) == "nan"
-    assert tables.fmt(0.9712, "accuracy") == "97.1%" and tables.fmt(2e-5, "entropy_mae_bits") == "2.0e-05"
+    assert formatting.fmt(0.9712, "accuracy") == "97.1%" and formatting.fmt(2e-5, "entropy_mae_bits") == "2.0e-05"
     assert bits.fmt_live(2e-5) == "0.0000" and acc.fmt_live(0.9712) == "97.1%"
     assert format_val(0.12345, "entropy_mae_bits") == "0.1235"
 

@@ -16,7 +16,7 @@ from windtunnel.cli import app
 from windtunnel.errors import CheckpointError
 from windtunnel.evaluate import evaluate, extra_name
 from windtunnel.report import build_report, read_run
-from windtunnel.report.tables import configurations
+from windtunnel.report.table_cells import configurations
 from windtunnel.train import train
 
 runner = CliRunner()

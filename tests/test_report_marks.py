@@ -9,7 +9,7 @@ from scipy import stats
 
 from report_runs import record
 from windtunnel import marks
-from windtunnel.report import tables
+from windtunnel.report import formatting, table_cells, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced
 
@@ -35,25 +35,25 @@ def test_a_windowed_filter_cannot_earn_exact():
     window = record(
         "hmm", "transformer", 0, 0.005, kl_exact=0.004, gains={n: (d, gains[n]) for n, d in HMM_WINDOWS.items()}
     )
-    cell = tables.cell_value([window], "entropy_mae_bits")
+    cell = table_cells.cell_value([window], "entropy_mae_bits")
     assert cell["level"] == "approximate" and cell["seed_levels"] == ["approximate"]
-    assert (cell["horizon"], cell["horizon_max"]) == (2, 3) and tables.horizon_text(cell) == "2 of 3 obs"
+    assert (cell["horizon"], cell["horizon_max"]) == (2, 3) and formatting.horizon_text(cell) == "2 of 3 obs"
     exact = record(
         "hmm", "transformer", 0, 0.005, kl_exact=0.0005, gains={n: (d, 0.01) for n, d in HMM_WINDOWS.items()}
     )
-    cell = tables.cell_value([exact], "entropy_mae_bits")
-    assert cell["level"] == "exact" and tables.horizon_text(cell) == "3 of 3 obs (every window)"
+    cell = table_cells.cell_value([exact], "entropy_mae_bits")
+    assert cell["level"] == "exact" and formatting.horizon_text(cell) == "3 of 3 obs (every window)"
     # a task without approximations is marked on its numbers alone: entropy error and KL
-    assert tables.cell_value([record("bijection", "lstm", 0, 0.005)], "entropy_mae_bits")["level"] == "exact"
+    assert table_cells.cell_value([record("bijection", "lstm", 0, 0.005)], "entropy_mae_bits")["level"] == "exact"
     blind = record("bijection", "lstm", 0, 0.0, kl_exact=19.5)  # right entropy, wrong distribution
-    assert tables.cell_value([blind], "entropy_mae_bits")["level"] == "fail"
+    assert table_cells.cell_value([blind], "entropy_mae_bits")["level"] == "fail"
 
 
 def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
     """Three seeds whose mean is exact but whose spread is wide: the t-interval's upper end decides."""
     vals = [0.002, 0.004, 0.0135]
     runs = [record("bijection", "transformer", s, v, lo=v - 1e-4, hi=v + 1e-4) for s, v in enumerate(vals)]
-    cell = tables.cell_value(runs, "entropy_mae_bits")
+    cell = table_cells.cell_value(runs, "entropy_mae_bits")
     m, sd, n = sum(vals) / 3, stats.tstd(vals), 3
     half = stats.t.ppf(0.975, n - 1) * sd / n**0.5
     assert cell["interval"] == "seeds" and cell["mean"] == pytest.approx(m)
@@ -65,10 +65,10 @@ def test_the_mark_uses_the_seed_interval_not_evaluation_noise():
     assert (cell["seed_min"], cell["seed_max"]) == (0.002, 0.0135)
     # accuracy: the lower end decides
     acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([1.0, 0.995, 0.96])]
-    cell = tables.cell_value(acc, "accuracy")
+    cell = table_cells.cell_value(acc, "accuracy")
     assert cell["lo"] < marks.Thresholds().exact_accuracy and cell["level"] == "approximate"
     # one seed: its bootstrap interval, and the cell says so
-    one = tables.cell_value([record("bijection", "lstm", 0, 0.009, lo=0.008, hi=0.011)], "entropy_mae_bits")
+    one = table_cells.cell_value([record("bijection", "lstm", 0, 0.009, lo=0.008, hi=0.011)], "entropy_mae_bits")
     assert one["interval"] == "bootstrap" and one["level"] == "approximate"
 
 
@@ -93,9 +93,11 @@ def test_runs_that_differ_in_a_task_parameter_are_separate_cells():
     header, rows, data = tables.primitives_table(runs)
     assert [r[0] for r in rows] == ["lstm (task.params.K=10)", "lstm (task.params.K=20)"]
     assert all("seed" not in r[1] for r in rows)  # one seed each: no seed count (Table 1's legend says so)
-    assert tables.mixed_configurations(runs) == ["lstm / hmm: 2 configurations (task.params.K=10; task.params.K=20)"]
+    assert table_cells.mixed_configurations(runs) == [
+        "lstm / hmm: 2 configurations (task.params.K=10; task.params.K=20)"
+    ]
     same = [record("hmm", "lstm", s, 0.3, params={"K": 10}) for s in range(2)]  # seeds of one configuration
-    assert len(tables.primitives_table(same)[1]) == 1 and not tables.mixed_configurations(same)
+    assert len(tables.primitives_table(same)[1]) == 1 and not table_cells.mixed_configurations(same)
 
 
 def test_every_paper_value_carries_a_source_tag():
@@ -206,10 +208,10 @@ def test_seed_intervals_are_never_clipped_to_the_metric_range():
     """The Student-t interval the seeds give, past the metric's range where it reaches it: clipping would print a
     lower end of 0 as if the seeds had pinned it."""
     acc = [record("recall", "mamba", s, v, metric="accuracy") for s, v in enumerate([0.06, 0.22, 0.19])]
-    cell = tables.cell_value(acc, "accuracy")
+    cell = table_cells.cell_value(acc, "accuracy")
     assert cell["lo"] < 0.0 < cell["hi"] < 1.0
     err = [record("bijection", "mamba", s, v) for s, v in enumerate([0.001, 0.002, 0.05])]
-    assert tables.cell_value(err, "entropy_mae_bits")["lo"] < 0.0
+    assert table_cells.cell_value(err, "entropy_mae_bits")["lo"] < 0.0
 
 
 def test_time_to_bayes_table_reads_first_crossings_from_each_runs_history():

@@ -15,6 +15,7 @@ from report_runs import write_run
 from windtunnel.report import build_report, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Cell, Contents, Details, Document, Heading, Paragraph, Table
+from windtunnel.report.formatting import BEYOND_RANGE, interval_text
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -111,15 +112,15 @@ def test_table1_definitions_are_folded_behind_one_sentence(report):
 
 
 def test_interval_ends_beyond_the_range_are_labelled_not_clipped(report):
-    assert tables.interval_text(_bits(0.788, 0.32, 1.256), "accuracy") == f"78.8% [32.0%, 125.6%{tables.BEYOND_RANGE}]"
-    assert tables.interval_text(_bits(0.83, -1.061, 2.724), "kl_bits") == f"0.830 [-1.061{tables.BEYOND_RANGE}, 2.724]"
-    assert tables.interval_text(_bits(0.5, 0.0, 1.0), "accuracy") == "50.0% [0.0%, 100.0%]"  # the ends themselves: in
-    assert tables.interval_text(_bits(-0.1, -0.2, 0.1), "nll_bits") == "-0.100 [-0.200, 0.100]"  # no range: no label
+    assert interval_text(_bits(0.788, 0.32, 1.256), "accuracy") == f"78.8% [32.0%, 125.6%{BEYOND_RANGE}]"
+    assert interval_text(_bits(0.83, -1.061, 2.724), "kl_bits") == f"0.830 [-1.061{BEYOND_RANGE}, 2.724]"
+    assert interval_text(_bits(0.5, 0.0, 1.0), "accuracy") == "50.0% [0.0%, 100.0%]"  # the ends themselves: in
+    assert interval_text(_bits(-0.1, -0.2, 0.1), "nll_bits") == "-0.100 [-0.200, 0.100]"  # no range: no label
     md = (report / "report.md").read_text()
     details = md.split("### Recall")[1].split("\n## ")[0]
     row = next(line for line in details.splitlines() if "cell-recall-mamba" in line)
-    assert re.search(rf"65\.0% \[-?\d+\.\d%{tables.BEYOND_RANGE}, \d+\.\d%{tables.BEYOND_RANGE}\]", row), row
-    assert f"{tables.BEYOND_RANGE} beyond the metric's range" in details  # the footnote under the table
+    assert re.search(rf"65\.0% \[-?\d+\.\d%{BEYOND_RANGE}, \d+\.\d%{BEYOND_RANGE}\]", row), row
+    assert f"{BEYOND_RANGE} beyond the metric's range" in details  # the footnote under the table
 
 
 def test_a_forest_plot_per_tunnel_is_written_and_shown(report):

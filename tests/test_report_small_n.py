@@ -15,9 +15,10 @@ import pytest
 from report_runs import write_run
 from windtunnel import marks
 from windtunnel.records.drivers import SweepTableRecord, plain
-from windtunnel.report import build_report, claims, sweep_table, tables
+from windtunnel.report import build_report, claims, sweep_table, table_cells, tables
 from windtunnel.report.build import geometry_across_seeds
 from windtunnel.report.collect import RunRecord
+from windtunnel.report.formatting import BEYOND_RANGE, fmt
 
 BIJECTION = "Transformer exact on bijection (belief accumulation)"
 CLOSEST = "HMM: KL-nearest reference · belief horizon"
@@ -79,7 +80,7 @@ def bijection(err: float, kl: float | None = None, half: float = 1e-4) -> dict[s
 
 
 def cell(runs: list[RunRecord]) -> dict[str, Any]:
-    out = tables.cell_value(runs, tables.headline_metric(runs[0].task))
+    out = table_cells.cell_value(runs, tables.headline_metric(runs[0].task))
     assert out is not None
     return out
 
@@ -211,10 +212,10 @@ def test_intervals_are_printed_unclipped_and_the_legend_says_so(tmp_path):
     assert c["seeds"] == 2 and c["lo"] < 0  # the Student-t interval the seeds give, below 0 bits
     md = (tmp_path / "report" / "report.md").read_text()
     row = next(line for line in md[md.index("## Table 1") :].splitlines() if line.startswith("| transformer |"))
-    assert f"0.026 [{tables.fmt(c['lo'], 'entropy_mae_bits')}{tables.BEYOND_RANGE}, " in row and "[0.000, " not in row
+    assert f"0.026 [{fmt(c['lo'], 'entropy_mae_bits')}{BEYOND_RANGE}, " in row and "[0.000, " not in row
     assert "Intervals are never clipped to a metric's range" in md
     # the end beyond the range is labelled, and the footnote under Table 1 says what the label means
-    assert f"{tables.BEYOND_RANGE} beyond the metric's range (below 0 bits, or past 100%)" in md
+    assert f"{BEYOND_RANGE} beyond the metric's range (below 0 bits, or past 100%)" in md
     # accuracy past 100% is printed as it is
     acc = [
         record("recall", "mamba", s, {"metrics": {"accuracy": iv(a), "entropy_mae_bits": iv(0.001)}})

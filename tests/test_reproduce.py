@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError
 from windtunnel.models.baselines import BASELINES
-from windtunnel.report import build_report, tables
+from windtunnel.report import build_report, table_cells, tables
 from windtunnel.report.collect import find_runs
 from windtunnel.reproduce import reproduce
 from windtunnel.suites import ARCHS, TASKS, deviations, paper, suite
@@ -172,7 +172,7 @@ def test_smoke_report_structure(smoke):
     # HMM runs say which approximate filter they are closest to; the oracle is closest to the exact one
     assert "Which filter does each model compute?" in md
     hmm_oracle = next(r for r in results["runs"] if r["name"] == "hmm-oracle")
-    W = max(tables.tunnel("hmm", [r for r in find_runs([out / "runs"]) if r.task == "hmm"]).windows())
+    W = max(table_cells.tunnel("hmm", [r for r in find_runs([out / "runs"]) if r.task == "hmm"]).windows())
     assert list(hmm_oracle["approximations"]) == ["context-blind", *(f"last {w} obs" for w in range(1, W + 1))]
     which = md.split("## Which filter")[1].splitlines()
     oracle_row = next(line for line in which if line.startswith("| hmm | hmm-oracle |"))

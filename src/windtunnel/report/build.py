@@ -15,7 +15,7 @@ from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import across_seeds, seed_text
 from windtunnel.metric_specs import METRICS
 from windtunnel.records.drivers import ReproduceRecord
-from windtunnel.report import claims, figures, prose, tables
+from windtunnel.report import claims, figures, formatting, prose, table_cells, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import (
     Banner,
@@ -29,6 +29,7 @@ from windtunnel.report.document import (
     Table,
     Verdicts,
 )
+from windtunnel.report.time_to_verdict import untimed_note
 from windtunnel.suites import TIER_CAVEATS
 
 
@@ -38,11 +39,11 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
     of any that earned ✓ or ◐ when it should not have (a control never may; an approximation never ✓)."""
     by_params: dict[tuple[str, str], list[RunRecord]] = {}
     for r in records:
-        by_params.setdefault(tables.params_key(r), []).append(r)
-    labels, _ = tables.task_labels(records)
+        by_params.setdefault(table_cells.params_key(r), []).append(r)
+    labels, _ = table_cells.task_labels(records)
     rows, flagged = [], []
     for key, runs in sorted(by_params.items()):
-        task = tables.tunnel_of(runs)
+        task = table_cells.tunnel_of(runs)
         if task is None:
             continue
         n = max(int(r.default.get("n") or 0) for r in runs) or 1000
@@ -57,9 +58,9 @@ def controls_rows(records: list[RunRecord]) -> tuple[list[list[str]], list[str]]
                 [
                     labels[key],
                     name,
-                    tables.fmt(m["entropy_mae_bits"]["mean"], "entropy_mae_bits"),
-                    tables.fmt(m["kl_bits"]["mean"], "kl_bits"),
-                    tables.fmt(m["accuracy"]["mean"], "accuracy") if m.get("accuracy") else "—",
+                    formatting.fmt(m["entropy_mae_bits"]["mean"], "entropy_mae_bits"),
+                    formatting.fmt(m["kl_bits"]["mean"], "kl_bits"),
+                    formatting.fmt(m["accuracy"]["mean"], "accuracy") if m.get("accuracy") else "—",
                     f"{v.mark} "
                     + marks.shortfall(v.level, v.reasons)
                     + (f" · closest: {v.closest_text}" if v.closest_text and metric else ""),
@@ -77,7 +78,7 @@ def _geometry_rows(records: list[RunRecord]) -> list[list[str]]:
     """One row per probed run: the headline number of each probe, "—" where it does not apply."""
     columns = geometry_registry.columns()
     return [
-        [r.task, r.arch + tables.runs_tag([r])] + [c.text(r.geometry) for c in columns]
+        [r.task, r.arch + table_cells.runs_tag([r])] + [c.text(r.geometry) for c in columns]
         for r in sorted(records, key=lambda r: (r.task, r.arch, r.seed))
         if r.geometry
     ]
@@ -87,7 +88,9 @@ def geometry_across_seeds(records: list[RunRecord]) -> tuple[list[list[str]], li
     """Per cell (runs differing only in the seed) with probed seeds, every registered probe's quantities across seeds
     (`Probe.seed_quantities`): table rows and the JSON for results.json."""
     rows, data = [], []
-    for (arch, task), by_config in sorted(tables.configurations(records).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (arch, task), by_config in sorted(
+        table_cells.configurations(records).items(), key=lambda kv: (kv[0][1], kv[0][0])
+    ):
         for label, runs in sorted(by_config.items()):
             probed = sorted((r for r in runs if r.geometry), key=lambda r: r.seed)
             if not probed:
@@ -129,7 +132,7 @@ def build_report(
     header, rows, data = tables.primitives_table(records)
     seed_rows, seed_geometry = geometry_across_seeds(records)
     verdicts = claims.judge_claims(records, data, seed_geometry, _added_seeds(meta))
-    task_note = tables.task_labels(records)[1]
+    task_note = table_cells.task_labels(records)[1]
     _tier_caveat(doc, meta)
     doc.add(Contents())
     _verdicts_section(doc, verdicts)
@@ -198,14 +201,14 @@ def _table1_section(doc: Document, header: list[str], rows: list[list[str]], dat
     doc.add(Details(prose.TABLE1_SUMMARY, [Paragraph(prose.TABLE1.substitute(rule=marks.rule_text()))]))
     doc.add(Table(header, rows))
     _beyond_range_note(doc, rows)
-    if untimed := tables.untimed_note(data):
+    if untimed := untimed_note(data):
         doc.add(Paragraph(untimed))
 
 
 def _beyond_range_note(doc: Document, rows: list[list[Any]]) -> None:
-    """The footnote of `tables.BEYOND_RANGE`, under a table where some interval end carries it."""
-    if any(tables.BEYOND_RANGE in str(c) for row in rows for c in row):
-        doc.add(Paragraph(prose.BEYOND_RANGE.substitute(mark=tables.BEYOND_RANGE)))
+    """The footnote of `formatting.BEYOND_RANGE`, under a table where some interval end carries it."""
+    if any(formatting.BEYOND_RANGE in str(c) for row in rows for c in row):
+        doc.add(Paragraph(prose.BEYOND_RANGE.substitute(mark=formatting.BEYOND_RANGE)))
 
 
 def _tunnels_section(doc: Document, records: list[RunRecord], data: dict[str, dict[str, Any]], out: Path) -> None:
@@ -215,8 +218,8 @@ def _tunnels_section(doc: Document, records: list[RunRecord], data: dict[str, di
         return
     doc.add(Heading("Each cell against the thresholds"))
     doc.add(Paragraph(prose.TUNNELS))
-    for task, metric, _ in tables.columns(records):
-        built = tables.tunnel(task, records)
+    for task, metric, _ in table_cells.columns(records):
+        built = table_cells.tunnel(task, records)
         header, rows = tables.tunnel_details(task, metric, data)
         if not rows:
             continue
@@ -241,7 +244,7 @@ def _floors(task: str, records: list[RunRecord], data: dict[str, dict[str, Any]]
         out.append(figures.Floor("context-blind floor (uniform)", {metric: c["mean"], **kl}))
     out += [
         figures.Floor(ref.label, {metric: ref.value})
-        for ref in tables.task_references(task, records)
+        for ref in table_cells.task_references(task, records)
         if ref.floor and ref.value is not None
     ]
     return out
@@ -250,8 +253,8 @@ def _floors(task: str, records: list[RunRecord], data: dict[str, dict[str, Any]]
 def _table1_notes(doc: Document, records: list[RunRecord], data: dict[str, dict[str, Any]]) -> list[str]:
     """The listings under Table 1: marked runs, mixed configurations (returned, for results.json), disagreements with
     the paper and results below a tunnel's failure floor."""
-    _listing(doc, prose.MARKED_RUNS_LEAD.substitute(mark=tables.STATUS_MARK), tables.marked_runs(records))
-    mixed = tables.mixed_configurations(records)
+    _listing(doc, prose.MARKED_RUNS_LEAD.substitute(mark=table_cells.STATUS_MARK), table_cells.marked_runs(records))
+    mixed = table_cells.mixed_configurations(records)
     _listing(doc, prose.MIXED_LEAD, mixed)
     _listing(doc, prose.DISAGREEMENTS_LEAD, tables.disagreements(data), none="nowhere")
     _listing(doc, prose.BELOW_FLOOR_LEAD, tables.below_floor(data, records))
@@ -286,7 +289,7 @@ def _length_generalisation_section(doc: Document, records: list[RunRecord]) -> N
         if len(r.evals) > 1:
             metric = tables.headline_metric(r.task)
             cells = [
-                f"{name}: {tables.fmt(m['mean'], metric)}{tables.runs_tag([r], name)}"
+                f"{name}: {formatting.fmt(m['mean'], metric)}{table_cells.runs_tag([r], name)}"
                 for name in r.evals
                 if (m := r.metric(metric, name)) is not None
             ]
@@ -299,8 +302,8 @@ def _length_generalisation_section(doc: Document, records: list[RunRecord]) -> N
 
 def _capacity_sections(doc: Document, records: list[RunRecord]) -> None:
     """One capacity table per present tunnel that has a capacity parameter: its headline metric against it."""
-    for task in tables.task_order({r.task for r in records}):
-        capacity = getattr(tables.tunnel(task, records), "capacity", None)
+    for task in table_cells.task_order({r.task for r in records}):
+        capacity = getattr(table_cells.tunnel(task, records), "capacity", None)
         if not capacity:
             continue
         param, what = capacity
@@ -319,8 +322,10 @@ def _filters_section(doc: Document, records: list[RunRecord]) -> None:
     per_task = tables.approximations_tables(records)
     if not per_task:
         return
-    present = tables.task_order({r.task for r in records})
-    notes = [note for task in present if (note := getattr(tables.tunnel(task, records), "approximations_note", ""))]
+    present = table_cells.task_order({r.task for r in records})
+    notes = [
+        note for task in present if (note := getattr(table_cells.tunnel(task, records), "approximations_note", ""))
+    ]
     doc.add(Heading("Which filter does each model compute?"))
     doc.add(Details(prose.APPROXIMATIONS_SUMMARY, [Paragraph(prose.APPROXIMATIONS + " ".join(dict.fromkeys(notes)))]))
     for task, header, rows in per_task:
@@ -420,14 +425,14 @@ def _run_row(r: RunRecord, meta: ReproduceRecord | None) -> list[str]:
     total = meta.run_wall_s.get(r.path.name) if meta is not None else None
     metric = tables.headline_metric(r.task)
     tail = r.curve(metric)[-2:]
-    late = " → ".join(f"{tables.fmt(v, metric)} (step {s:,})" for s, v in tail) if len(tail) == 2 else "—"
+    late = " → ".join(f"{formatting.fmt(v, metric)} (step {s:,})" for s, v in tail) if len(tail) == 2 else "—"
     st = r.state()
     return [
         r.path.name,
         r.task,
         r.arch,
         str(r.seed),
-        (f"{tables.STATUS_MARK} {st.status}" if st.marked else st.status)
+        (f"{table_cells.STATUS_MARK} {st.status}" if st.marked else st.status)
         + (f" (stopped early at step {st.stopped_early:,})" if st.stopped_early is not None else ""),
         f"{st.steps_trained:,}" + (f" of {r.steps:,}" if st.steps_trained != r.steps else ""),
         str(r.batch_size),

@@ -34,8 +34,9 @@ from windtunnel import marks, models
 from windtunnel.geometry.keys import PAPER as KEYS_PAPER
 from windtunnel.geometry.seeds import dig
 from windtunnel.metric_specs import METRICS
-from windtunnel.report import tables
+from windtunnel.report import formatting, table_cells
 from windtunnel.report.collect import RunRecord
+from windtunnel.report.formatting import fmt, horizon_text
 from windtunnel.suites.paper import first_seeds
 from windtunnel.suites.settings import paper_setting, values
 from windtunnel.text import number
@@ -86,8 +87,8 @@ class Cell:
         than one), with its belief horizon if asked."""
         c = self.data
         seeds = f", {c['seeds_exact']}/{c['seeds']} seeds ✓" if c["seeds"] > 1 else ""
-        belief = f", belief horizon {tables.horizon_text(c)}" if horizon and c.get("horizon_max") is not None else ""
-        return f"{self.name}/{self.task} {marks.MARK[self.level]} {tables.fmt(c['mean'], c['metric'])}{seeds}{belief}"
+        belief = f", belief horizon {horizon_text(c)}" if horizon and c.get("horizon_max") is not None else ""
+        return f"{self.name}/{self.task} {marks.MARK[self.level]} {fmt(c['mean'], c['metric'])}{seeds}{belief}"
 
 
 @dataclass
@@ -102,7 +103,7 @@ class Evidence:
     def __post_init__(self) -> None:
         self.columns = {r.task for r in self.records}
         self._cells: dict[tuple[str, str], list[Cell]] = {}
-        for (arch, task), by_label in tables.configurations(self.records).items():
+        for (arch, task), by_label in table_cells.configurations(self.records).items():
             for label, runs in by_label.items():
                 data = self.table1.get(f"{arch} ({label})" if label else arch, {}).get(task)
                 if data is not None and not runs[0].state().variant:
@@ -172,7 +173,7 @@ def _floors(ev: Evidence, task: str) -> list[float]:
     per-position MLP) and a tunnel's failure floor (chance among recall's stored values)."""
     floors = [b.data["mean"] for b in ev.context_blind(task)]
     return floors + [
-        ref.value for ref in tables.task_references(task, ev.records) if ref.floor and ref.value is not None
+        ref.value for ref in table_cells.task_references(task, ev.records) if ref.floor and ref.value is not None
     ]
 
 
@@ -330,7 +331,7 @@ def not_exact(arch: str, task: str, ev: Evidence) -> Finding:
 
 def mlps_none(ev: Evidence) -> Finding:
     """No MLP is exact or approximate anywhere, and at least one fails decisively (`_not_exact_cell`)."""
-    cells = [c for arch in MLPS for task in tables.task_order(ev.columns) for c in ev.cells(arch, task)]
+    cells = [c for arch in MLPS for task in table_cells.task_order(ev.columns) for c in ev.cells(arch, task)]
     if not cells:
         return Finding(UNDECIDED, "", "not run in this report: no MLP runs")
     findings = [_not_exact_cell(ev, c) for c in cells]
@@ -352,7 +353,7 @@ def all_exact(archs: tuple[str, ...], task: str, ev: Evidence) -> Finding:
     findings = [exact(a, task, ev) for a in archs]
     verdicts = {f.verdict for f in findings}
     verdict = REFUTED if REFUTED in verdicts else REPRODUCED if verdicts == {REPRODUCED} else UNDECIDED
-    shown = sorted(ev.column(task), key=lambda c: tables.arch_row(c.arch))
+    shown = sorted(ev.column(task), key=lambda c: table_cells.arch_row(c.arch))
     evidence = "; ".join(c.text(horizon=True) for c in shown) or "; ".join(f.evidence for f in findings if f.evidence)
     return Finding(verdict, evidence, _reasons(findings, verdict))
 
@@ -506,7 +507,7 @@ def _key_gaps(name: str, gaussian: float | None) -> list[str]:
 def scale_gaps(cell: Cell) -> list[str]:
     """How a cell was trained away from the paper's scale: a task smaller or otherwise set than the paper's, and
     fewer sequences seen than the paper's budget for the architecture (steps × batch); [] at the paper's scale."""
-    gaps = [] if tables.at_paper_params(cell.task, cell.runs[0].params) else ["task not at the paper's size"]
+    gaps = [] if table_cells.at_paper_params(cell.task, cell.runs[0].params) else ["task not at the paper's size"]
     paper = _paper_sequences(cell.task, cell.arch)
     seen = max(r.state().sequences_seen for r in cell.runs)
     if paper is not None and seen < paper:
@@ -563,7 +564,7 @@ def _clusters_cell(ev: Evidence, cell: Cell) -> Finding | None:
 
 
 def _length_cell(param: str, cell: Cell) -> Finding:
-    trained = (tables.full_params(cell.task, cell.runs[0].params) or cell.runs[0].params).get(param)
+    trained = (table_cells.full_params(cell.task, cell.runs[0].params) or cell.runs[0].params).get(param)
     longer = [
         (value, name)
         for name, e in cell.runs[0].evals.items()
@@ -574,10 +575,10 @@ def _length_cell(param: str, cell: Cell) -> Finding:
     if not longer:
         return Finding(UNDECIDED, cell.text(), f"not evaluated at {LENGTH_RATIO:g}× the training {param}")
     value, setting = max(longer)
-    long = tables.cell_value(cell.runs, cell.data["metric"], setting)
+    long = table_cells.cell_value(cell.runs, cell.data["metric"], setting)
     if long is None:
         return Finding(UNDECIDED, cell.text(), f"no {param}={value} number")
-    at_long = f"{marks.MARK[long['level']]} {tables.fmt(long['mean'], cell.data['metric'])}"
+    at_long = f"{marks.MARK[long['level']]} {formatting.fmt(long['mean'], cell.data['metric'])}"
     evidence = f"{cell.text()} at {param}={trained} → {at_long} at {param}={value}"
     kept = marks.LEVELS.index(long["level"]) <= marks.LEVELS.index(cell.level)
     return _judge_geometry(cell, evidence, kept, not kept, len(cell.runs), "")
@@ -640,13 +641,13 @@ def scope_text(ev: Evidence, archs: tuple[str, ...], tasks: tuple[str, ...] | No
     64 = 192,000 sequences; the paper's 64 pairs, 256 keys, …, 50,000 steps × 64 = 3,200,000 sequences`; "" where
     none of its cells ran. A budget that differs between the claim's architectures is given per architecture."""
     out = []
-    for task in tables.task_order(set(tasks) & ev.columns if tasks is not None else ev.columns):
+    for task in table_cells.task_order(set(tasks) & ev.columns if tasks is not None else ev.columns):
         cells = [c for a in archs for c in ev.cells(a, task)]
         if not cells:
             continue
-        tested = tables.full_params(task, cells[0].runs[0].params) or cells[0].runs[0].params
+        tested = table_cells.full_params(task, cells[0].runs[0].params) or cells[0].runs[0].params
         ours = {c.name: _budget_text(c.runs) for c in cells}
-        paper_params = tables.full_params(task, values(paper_setting(task, "*"), "task."))
+        paper_params = table_cells.full_params(task, values(paper_setting(task, "*"), "task."))
         theirs = {c.arch: b for c in cells if (b := _paper_budget_text(task, c.arch)) is not None}
         line = f"{task} tested at {', '.join(p for p in (_params_text(task, tested), _per_arch(ours)) if p)}"
         if paper_params is not None or theirs:
@@ -682,7 +683,7 @@ def added_seeds(
             return None
     if not first or not later:
         return None
-    c = tables.cell_value(first, cell.data["metric"])
+    c = table_cells.cell_value(first, cell.data["metric"])
     if c is None or len(set(c["seed_levels"])) < 2:  # the first seeds agreed: the further seeds were asked for
         return None
     return first, later
@@ -695,14 +696,14 @@ def added_seeds_note(cell: Cell, added: Mapping[str, Sequence[int]] | None = Non
     if split is None:
         return None
     first, later = split
-    c = tables.cell_value(first, cell.data["metric"])
+    c = table_cells.cell_value(first, cell.data["metric"])
     assert c is not None
     levels = " ".join(marks.MARK[lv] for lv in c["seed_levels"])
     return (
         f"{cell.name}/{cell.task}: seed{'s' if len(later) > 1 else ''} {', '.join(str(r.seed) for r in later)} "
         f"added by the tier after its first "
         f"{len(first)} seeds disagreed ({levels}); those {len(first)} pooled are {marks.MARK[c['level']]} "
-        f"{tables.fmt(c['mean'], cell.data['metric'])}"
+        f"{formatting.fmt(c['mean'], cell.data['metric'])}"
     )
 
 
@@ -714,14 +715,14 @@ def capacity_text(cell: Cell) -> str | None:
     the share of it that was trained (N_trained / N): `capacity (trained at 16 pairs): 24 pairs ✗ 65.0% (16/24 =
     67% trained), 32 pairs ✗ 49.0% (16/32 = 50% trained)`; None where it was evaluated at no larger size."""
     param = CAPACITY_PARAM.get(cell.task)
-    trained = (tables.full_params(cell.task, cell.runs[0].params) or cell.runs[0].params).get(param or "")
+    trained = (table_cells.full_params(cell.task, cell.runs[0].params) or cell.runs[0].params).get(param or "")
     if param is None or not isinstance(trained, int):
         return None
     metric, points = cell.data["metric"], []
     for setting, e in cell.runs[0].evals.items():
         n = (e.get("task_params") or {}).get(param)
-        if isinstance(n, int) and n > trained and (c := tables.cell_value(cell.runs, metric, setting)) is not None:
-            mark = f"{marks.MARK[c['level']]} {tables.fmt(c['mean'], metric)}"
+        if isinstance(n, int) and n > trained and (c := table_cells.cell_value(cell.runs, metric, setting)) is not None:
+            mark = f"{marks.MARK[c['level']]} {formatting.fmt(c['mean'], metric)}"
             points.append((n, f"{_param_word(param, n)} {mark} ({trained}/{n} = {100 * trained / n:.0f}% trained)"))
     if not points:
         return None
@@ -868,7 +869,7 @@ def judge_claims(
     for claim in CLAIMS:
         f = claim.judge(ev)
         tasks = claim.tasks if claim.tasks is not None else tuple(ev.columns)
-        cells = [c for t in tables.task_order(set(tasks)) for a in claim.archs for c in ev.cells(a, t)]
+        cells = [c for t in table_cells.task_order(set(tasks)) for a in claim.archs for c in ev.cells(a, t)]
         scope = scope_text(ev, claim.archs, claim.tasks)
         capacity = [capacity_text(c) for c in cells] if claim.tasks is not None else []  # a claim about a tunnel
         evidence = "; ".join(p for p in (f.evidence, *capacity) if p)

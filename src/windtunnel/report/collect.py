@@ -208,7 +208,7 @@ def read_run(path: str | Path) -> RunRecord:
 
 def _as_evaluated(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
     """`config` with the eval.n and eval.batch_size of the evaluation that made the run's numbers (eval.json's
-    default entry, where it records them), so a label read from the config (`tables.config_key`) says the n behind
+    default entry, where it records them), so a label read from the config (`table_cells.config_key`) says the n behind
     each number, even for an eval.json rewritten at other settings before those were kept apart."""
     made = {key: default[key] for key in ("n", "batch_size") if key in default}
     return {**config, "eval": {**config.get("eval", {}), **made}} if made else config

@@ -1,7 +1,7 @@
 """Two or more runs, or cells of a directory of runs, side by side (`windtunnel compare`).
 
 Per input: its verdict, the headline metric, entropy error and KL with their intervals, and the steps it trained, as
-the report computes them (`tables.cell_value`: a cell's seeds pooled by `marks.pool`, one configuration per cell).
+the report computes them (`table_cells.cell_value`: a cell's seeds pooled by `marks.pool`, one configuration per cell).
 Against the first input, the reference: each metric's difference, paired over test sequences where both were scored
 on the same ones, else unpaired; the config keys that differ; validation curves on one axes (`plot_curves`).
 
@@ -30,7 +30,8 @@ from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import MISSING, RunRecord, find_runs, read_run, validation_evals
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
-from windtunnel.report.tables import arch_row, cell_value, configurations, fmt, status_tag, task_order
+from windtunnel.report.formatting import fmt
+from windtunnel.report.table_cells import arch_row, cell_value, configurations, status_tag, task_order
 
 RECHECK_BITS = 1e-6  # a re-scored mean further than this from eval.json's: the weights or the code changed since
 
@@ -46,7 +47,7 @@ class CompareInputError(ValueError):
 @dataclass(frozen=True)
 class Input:
     """One side of a comparison: a run directory, or the runs (seeds) of one configuration in a directory of runs;
-    `cell`: its pooled scores and verdict (`tables.cell_value` of its headline metric)."""
+    `cell`: its pooled scores and verdict (`table_cells.cell_value` of its headline metric)."""
 
     label: str
     runs: tuple[RunRecord, ...]
@@ -163,7 +164,7 @@ def _input(label: str, runs: list[RunRecord]) -> Input:
 
 
 def _cells(name: str, records: list[RunRecord]) -> list[Input]:
-    """The configurations of `records` (`tables.configurations`: seeds pooled, configs never), in report order."""
+    """The configurations of `records` (`table_cells.configurations`: seeds pooled, configs never), in report order."""
     grouped = configurations(records)
     order = task_order({task for _, task in grouped})
     cells = sorted(grouped.items(), key=lambda kv: (order.index(kv[0][1]), arch_row(kv[0][0])))

@@ -2,12 +2,13 @@
 probes' figures (layer-0 keys beside init, attention entropy, value manifold, frame-precision dissociation, state
 clusters, memory profile).
 
-Every figure is drawn from configurations, never a pool of them: a cell is one configuration (`tables.configurations`,
-Table 1's grouping: runs that differ only in the seed), each line or panel is one cell, and its seed is named (the
-lowest seed that has the data, or every seed overlaid, each labelled). A probe figure is the PNG the probe drew into
-its run's figures/ (`geometry.figures.write_figures`), copied to `figures/<kind>_<task>_<arch>[_<hash>].png`, the hash
-(of the configuration) only where the architecture has several configurations of the task; the memory profile is drawn
-from geometry.json's numbers where a run was probed before its PNG existed.
+Every figure is drawn from configurations, never a pool of them: a cell is one configuration
+(`table_cells.configurations`, Table 1's grouping: runs that differ only in the seed), each line or panel is one cell,
+and its seed is named (the lowest seed that has the data, or every seed overlaid, each labelled). A probe figure is the
+PNG the probe drew into its run's figures/ (`geometry.figures.write_figures`), copied to
+`figures/<kind>_<task>_<arch>[_<hash>].png`, the hash (of the configuration) only where the architecture has several
+configurations of the task; the memory profile is drawn from geometry.json's numbers where a run was probed before its
+PNG existed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import dig
 from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
-from windtunnel.report import tables
+from windtunnel.report import table_cells
 from windtunnel.report.collect import RunRecord
 
 # Colours of the architectures that declare none (`models.info(arch).color`: a user's own), none of them a built-in's:
@@ -71,7 +72,7 @@ def _save(fig, path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration of an architecture on a task (`tables.configurations`): its runs, in seed order."""
+    """One configuration of an architecture on a task (`table_cells.configurations`): its runs, in seed order."""
 
     task: str
     arch: str
@@ -96,17 +97,17 @@ class Cell:
         if not self.label:
             return base
         first = self.runs[0]
-        return f"{base}_{_digest([tables.config_key(first), first.state().variant])}"
+        return f"{base}_{_digest([table_cells.config_key(first), first.state().variant])}"
 
 
 def cells(records: list[RunRecord]) -> list[Cell]:
     """Every configuration in `records`, by task (registration order), architecture (table order) and configuration
     (Table 1's)."""
     out = []
-    configs = tables.configurations(records)
-    order = {t: i for i, t in enumerate(tables.task_order({t for _, t in configs}))}
+    configs = table_cells.configurations(records)
+    order = {t: i for i, t in enumerate(table_cells.task_order({t for _, t in configs}))}
     for (arch, task), by_label in sorted(
-        configs.items(), key=lambda kv: (order[kv[0][1]], tables.arch_row(kv[0][0]), kv[0][0])
+        configs.items(), key=lambda kv: (order[kv[0][1]], table_cells.arch_row(kv[0][0]), kv[0][0])
     ):
         for label, runs in by_label.items():
             out.append(Cell(task, arch, label, tuple(sorted(runs, key=lambda r: (r.seed, r.path.name)))))
@@ -138,7 +139,7 @@ def _first_with(runs: tuple[RunRecord, ...], test: Callable[[RunRecord], bool]) 
 
 
 def calibration_figures(records: list[RunRecord], task: str, out: Path) -> list[tuple[Path, str]]:
-    """Per task configuration (task parameters, `tables.params_key`; one figure each): the per-position predictive
+    """Per task configuration (task parameters, `table_cells.params_key`; one figure each): the per-position predictive
     entropy of each cell's lowest seed with per-position curves against the exact Bayes entropy."""
 
     def curves(r: RunRecord) -> bool:
@@ -149,8 +150,8 @@ def calibration_figures(records: list[RunRecord], task: str, out: Path) -> list[
     for cell in cells(records):
         r = _first_with(cell.runs, curves) if cell.task == task and cell.arch != "oracle" else None
         if r is not None:
-            groups.setdefault(tables.params_key(r), []).append((cell, r))
-    labels, _ = tables.task_labels(records)
+            groups.setdefault(table_cells.params_key(r), []).append((cell, r))
+    labels, _ = table_cells.task_labels(records)
     drawn = []
     for key, lines in groups.items():
         fig, ax = subplots(figsize=(6.5, 4))
@@ -246,7 +247,7 @@ def training_curves_figure(records: list[RunRecord], out: Path) -> Path | None:
         for k, (r, c) in enumerate(curves):
             steps, values = zip(*c, strict=True)
             style = SEED_STYLES[k % len(SEED_STYLES)]
-            label = f"seed {r.seed}" + tables.runs_tag([r])
+            label = f"seed {r.seed}" + table_cells.runs_tag([r])
             ax.plot(
                 steps,
                 [_y(v, metric) for v in values],
@@ -374,7 +375,7 @@ def report_figures(records: list[RunRecord], out: Path) -> list[tuple[str, str, 
     length generalisation per task, training curves per cell, then the probes' figures (`probe_figures`); "" = no
     sub-heading (or paragraph)."""
     first: list[tuple[Path, str]] = []
-    present = tables.task_order({r.task for r in records})
+    present = table_cells.task_order({r.task for r in records})
     for task in present:
         first += calibration_figures(records, task, out)
     for task in present:

@@ -19,7 +19,7 @@ TABLE1_SUMMARY = (
     "seeds are ✓ on their own and the time to verdict (definitions and the marking rule: open)."
 )
 
-# Under a table where an interval end lies beyond its metric's range; `$mark` is `tables.BEYOND_RANGE`.
+# Under a table where an interval end lies beyond its metric's range; `$mark` is `formatting.BEYOND_RANGE`.
 BEYOND_RANGE = Template(
     "$mark beyond the metric's range (below 0 bits, or past 100%): the Student-t interval over training seeds is "
     "printed as the seeds give it, never clipped; an end past the range says too few seeds, or seeds too far apart, "
@@ -62,7 +62,7 @@ TABLE1 = Template(
 )
 
 # The listings under Table 1: each lead is followed by its items joined by "; " and a full stop.
-# `$mark` is `tables.STATUS_MARK`.
+# `$mark` is `table_cells.STATUS_MARK`.
 MARKED_RUNS_LEAD = Template(
     "$mark Not the finished run of its config, and never pooled with it: a run stopped before its "
     "last step (unfinished), extended by a resume that changed the learning rates it had trained at (extended), "

@@ -43,7 +43,7 @@ from windtunnel.records.drivers import SweepRow, SweepSetting, SweepTableRecord,
 from windtunnel.records.run_dir import read_done
 from windtunnel.report.collect import read_test_metrics
 from windtunnel.report.document import Document, Heading, Paragraph, Table
-from windtunnel.report.tables import fmt
+from windtunnel.report.formatting import fmt
 from windtunnel.resume import EARLY_STOP
 from windtunnel.rundir import atomic_write, read_metrics
 
