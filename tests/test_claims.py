@@ -10,7 +10,7 @@ import pytest
 
 from claim_records import iv, keys_geometry, run, verdicts
 from report_runs import write_run
-from windtunnel.report import build_report, claims
+from windtunnel.report import build_report, claim_evidence, claims
 from windtunnel.report.collect import RunRecord
 
 BIJECTION = "Transformer exact on bijection (belief accumulation)"
@@ -177,13 +177,13 @@ def test_a_claim_over_several_cells_gives_each_reason_once():
     the sticky-HMM claim of the standard tier printed "on the context-blind floor ..." twice."""
     floor = "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
     falling = "validation error still falling at the last evaluation (1/3 seeds)"
-    found = claims._combine(
+    found = claim_evidence._combine(
         [
-            claims.Finding(claims.UNDECIDED, "transformer/hmm-sticky ✗ 0.891", f"{floor}; {falling}"),
-            claims.Finding(claims.UNDECIDED, "mamba/hmm-sticky ✗ 0.839", floor),
-            claims.Finding(claims.UNDECIDED, "lstm/hmm-sticky ✗ 0.891", floor),
+            claim_evidence.Finding(claim_evidence.UNDECIDED, "transformer/hmm-sticky ✗ 0.891", f"{floor}; {falling}"),
+            claim_evidence.Finding(claim_evidence.UNDECIDED, "mamba/hmm-sticky ✗ 0.839", floor),
+            claim_evidence.Finding(claim_evidence.UNDECIDED, "lstm/hmm-sticky ✗ 0.891", floor),
         ],
-        claims.REPRODUCED,
+        claim_evidence.REPRODUCED,
     )
     assert found.why == f"{floor}; {falling}"
     assert found.evidence == "transformer/hmm-sticky ✗ 0.891; mamba/hmm-sticky ✗ 0.839; lstm/hmm-sticky ✗ 0.891"

@@ -9,6 +9,7 @@ from typing import Any
 from claim_records import keys_geometry, run, verdicts
 from windtunnel.report import claims, tables
 from windtunnel.report.collect import RunRecord
+from windtunnel.report.geometry_claims import _key_gaps
 
 RECALL = "Transformer exact on recall (random-access binding)"
 KEYS = "Layer-0 keys orthogonal (transformer)"
@@ -110,8 +111,8 @@ def test_a_probe_against_a_claim_away_from_the_papers_scale_is_not_reproduced_at
         "the paper measured it at its scale (Gaussian keys 0.140 (width ≈ 32) against the paper's 0.082 (width ≈ "
         "95), 800 sequences seen against the paper's 12,800,000)"
     )
-    assert claims._key_gaps("L0 key mean |cos|, all tokens", 0.082) == ["all tokens, not the key tokens the paper used"]
-    assert claims._key_gaps("L0 key mean |cos|, key tokens", 0.085) == []  # width-matched, the paper's token set
+    assert _key_gaps("L0 key mean |cos|, all tokens", 0.082) == ["all tokens, not the key tokens the paper used"]
+    assert _key_gaps("L0 key mean |cos|, key tokens", 0.085) == []  # width-matched, the paper's token set
     for r in recs:  # the paper's budget and a width-matched baseline: now a refutation
         r.config["train"] = {"steps": 50_000, "batch_size": 256}
         r.geometry["keys"]["by_token_set"]["key_tokens"]["gaussian_baseline"] = 0.082
