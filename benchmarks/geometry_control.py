@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest, rundir
+from windtunnel.crossings import EXACT_FILTER, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.devices import cpu_has_native_bf16, cpu_simd_flags
 from windtunnel.executors import ExecutorOptions
 from windtunnel.geometry.figures import arms_across_seeds, frame_precision_by_arm
 from windtunnel.geometry.seeds import across_seeds, dig, seed_text
-from windtunnel.marks import EXACT_FILTER, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.recipes import get_recipe
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
 from windtunnel.resolve import resolve_config

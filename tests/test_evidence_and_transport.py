@@ -10,7 +10,7 @@ import torch
 from torch.distributions import Distribution
 
 from reference_predictors import TUNNELS, best_window, mixture, reads_the_answer
-from windtunnel import marks, tasks
+from windtunnel import marks, seed_pool, tasks
 from windtunnel.evaluate import score_predictor
 from windtunnel.suites.paper import EVAL_N
 from windtunnel.tasks._util import scatter_posterior
@@ -192,11 +192,11 @@ def test_pooled_seeds_keep_the_certificate_position_by_position():
     """Pooled over seeds each position's gain gets its own Student-t interval: three late forgetters (switching at
     15, 16, 17) pool to no ✓, three degraded filters pool to ✓."""
     task = tasks.make("hmm")
-    forget = marks.pool([score_predictor(task, late_forgetter(2, k), n=POWER_N, seed=0) for k in (15, 16, 17)])
+    forget = seed_pool.pool([score_predictor(task, late_forgetter(2, k), n=POWER_N, seed=0) for k in (15, 16, 17)])
     window = forget["approximations"]["last 2 obs"]
     assert window["positions"] == list(task.approximation_positions()["last 2 obs"])
     assert window["gain_worst"]["position"] >= 15 and not marks.measurably_better(window["gain_worst"])
     assert marks.verdict(task, forget).level != "exact"
-    fine = marks.pool([score_predictor(task, mixture(e), n=POWER_N, seed=0) for e in (5e-4, 1e-3, 2e-3)])
+    fine = seed_pool.pool([score_predictor(task, mixture(e), n=POWER_N, seed=0) for e in (5e-4, 1e-3, 2e-3)])
     v = marks.verdict(task, fine)
     assert v.level == "exact" and v.horizon == v.horizon_max == 2, v.reasons

@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"tasks"},
     {"models"},
     {"resolve", "budget"},
-    {"metrics", "metric_specs", "marks", "records", "recipes", "curriculum", "optim", "tracking"},
+    {"metrics", "metric_specs", "marks", "seed_pool", "crossings", "records", "recipes", "curriculum", "optim", "tracking"},
     {"lock", "checkpoints", "manifest", "progress"},
     {"runs", "resume"},
     {"evaluate"},
@@ -221,3 +221,12 @@ def test_the_backward_edges_stay_gone():
         "windtunnel.reproduce -> windtunnel.report",  # build_report
         "windtunnel.reproduce -> windtunnel.report.collect",  # read_run: a run's row, for seed top-ups
     }
+
+
+MAX_LINES = 600
+
+
+def test_no_source_file_is_over_600_lines():
+    """Files are cut along their seams before they outgrow one sitting's reading."""
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"

@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats
 
-from windtunnel import marks, tasks
+from windtunnel import crossings, marks, seed_pool, tasks
 
 
 def iv(mean: float, lo: float | None = None, hi: float | None = None) -> dict[str, float]:
@@ -107,23 +107,23 @@ def test_closest_says_none_when_no_better_than_context_blind():
 def test_pool_uses_the_seed_interval():
     vals = [0.002, 0.004, 0.0135]
     settings = [scores(v, 0.001) for v in vals]
-    pooled = marks.pool(settings)
+    pooled = seed_pool.pool(settings)
     m, sd = sum(vals) / 3, stats.tstd(vals)
     half = stats.t.ppf(0.975, 2) * sd / 3**0.5
     e = pooled["metrics"]["entropy_mae_bits"]
     assert pooled["interval"] == "seeds" and e["mean"] == pytest.approx(m)
     assert (e["lo"], e["hi"]) == pytest.approx((m - half, m + half))  # never clipped at 0
     assert marks.verdict(BIJ, pooled).level == "approximate"  # the mean alone would say exact
-    one = marks.pool([scores(0.009, 0.001)])
+    one = seed_pool.pool([scores(0.009, 0.001)])
     assert one["interval"] == "bootstrap" and marks.verdict(BIJ, one).level == "exact"
-    nan = marks.pool([scores(0.001, 0.001), scores(math.nan, 0.001)])
+    nan = seed_pool.pool([scores(0.001, 0.001), scores(math.nan, 0.001)])
     assert marks.verdict(BIJ, nan).level == "fail"
 
 
 def test_pool_recomputes_closest_and_gains_over_seeds():
     a = scores(0.001, 0.002, approximations=windows({0: 0.4, 1: 0.05}))
     b = scores(0.001, 0.003, approximations=windows({0: 0.41, 1: 0.06}))
-    pooled = marks.pool([a, b])
+    pooled = seed_pool.pool([a, b])
     assert pooled["closest"]["name"] == "exact"
     g = pooled["approximations"]["last 1 obs"]["gain_bits"]
     assert g["mean"] == pytest.approx(0.055) and g["lo"] < 0.055 < g["hi"]
@@ -134,9 +134,9 @@ def test_crossings_skip_nan_and_read_horizons():
         {"step": 1, "train_s": 1.0, "entropy_mae_bits": math.nan, "horizon": 2, "horizon_max": 2},
         {"step": 2, "train_s": 2.0, "entropy_mae_bits": 0.05, "horizon": 1, "horizon_max": 2},
     ]
-    c = marks.crossings(evals, "entropy_mae_bits")
+    c = crossings.crossings(evals, "entropy_mae_bits")
     assert c["0.1"] == {"step": 2, "train_s": 2.0} and c["0.01"] is None
-    assert c[marks.EXACT_FILTER] == {"step": 1, "train_s": 1.0}
+    assert c[crossings.EXACT_FILTER] == {"step": 1, "train_s": 1.0}
 
 
 def gap(
@@ -187,13 +187,13 @@ def test_pool_accuses_only_on_evidence_every_seed_carries():
     evidence (and the envelope of their intervals, as a description), never a Student-t over seed means."""
     a = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.001), None, (14.0, None)))
     b = scores(0.001, 0.001, bayes_gap=gap((-0.002, -0.004, 0.0005), None, (3.0, None)))
-    pooled = marks.pool([a, b])
+    pooled = seed_pool.pool([a, b])
     assert pooled["bayes_gap"]["nll_bits"] == pytest.approx({"mean": -0.002, "lo": -0.004, "hi": 0.001})
     assert pooled["bayes_gap"]["evidence_bits"] == {"nll": 3.0, "accuracy": None}
     assert marks.verdict(BIJ, pooled).level == "exact"
-    both = marks.pool([scores(0.3, 0.3, bayes_gap=gap((-1.0, -1.1, -0.9), None, (50.0, None)))] * 2)
+    both = seed_pool.pool([scores(0.3, 0.3, bayes_gap=gap((-1.0, -1.1, -0.9), None, (50.0, None)))] * 2)
     assert marks.verdict(BIJ, both).level == "invalid"
-    assert "bayes_gap" not in marks.pool([scores(0.0, 0.0), scores(0.0, 0.0)])
+    assert "bayes_gap" not in seed_pool.pool([scores(0.0, 0.0), scores(0.0, 0.0)])
 
 
 def test_what_a_mark_certifies():
@@ -255,11 +255,11 @@ def test_pool_keeps_each_positions_gain_over_seeds():
     a = per_position({0: [(0.4, 0.3)], 2: [(0.01, 0.005), (0.004, 0.001)]})
     b = per_position({0: [(0.4, 0.3)], 2: [(0.012, 0.005), (0.006, 0.001)]})
     c = per_position({0: [(0.4, 0.3)], 2: [(0.011, 0.005), (0.005, 0.001)]})
-    pooled = marks.pool([scores(0.002, 0.001, approximations=x) for x in (a, b, c)])["approximations"]["last 2 obs"]
+    pooled = seed_pool.pool([scores(0.002, 0.001, approximations=x) for x in (a, b, c)])["approximations"]["last 2 obs"]
     assert pooled["positions"] == [10, 11]
     assert pooled["gain_by_position"] == pytest.approx([0.011, 0.005])
     t = stats.t.ppf(0.975, 2) * 0.001 / math.sqrt(3)
     assert pooled["gain_worst"] == pytest.approx({"position": 11, "mean": 0.005, "lo": 0.005 - t, "hi": 0.005 + t})
     moved = per_position({0: [(0.4, 0.3)], 2: [(0.01, 0.005)]})  # measured at other positions: no per-position pool
-    mixed = marks.pool([scores(0.002, 0.001, approximations=x) for x in (a, moved)])["approximations"]["last 2 obs"]
+    mixed = seed_pool.pool([scores(0.002, 0.001, approximations=x) for x in (a, moved)])["approximations"]["last 2 obs"]
     assert "positions" not in mixed and "gain_worst" not in mixed

@@ -12,11 +12,12 @@ from scipy import stats
 
 from windtunnel import tasks
 from windtunnel.config import warmup_for
+from windtunnel.crossings import PRECISION_MARKS
 from windtunnel.executors.driver import headline
-from windtunnel.marks import PRECISION_MARKS, seed_stats
 from windtunnel.metric_specs import HEADLINE_METRICS, METRICS, MetricSpec, headline_metric, pool_seeds, spec
 from windtunnel.progress import format_val
 from windtunnel.report import formatting, sweep_table, tables
+from windtunnel.seed_pool import seed_stats
 from windtunnel.tasks.base import HEADLINE_METRICS as TASK_HEADLINE_METRICS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"

@@ -10,8 +10,8 @@ import torch
 
 from windtunnel import checkpoints, rundir, runs
 from windtunnel.config import build_config
+from windtunnel.crossings import EXACT_FILTER, crossings
 from windtunnel.curriculum import Curriculum
-from windtunnel.marks import EXACT_FILTER, crossings
 from windtunnel.optim import BlockMuon, MultiOptimizer, lr_at, make_optimizer
 from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
 from windtunnel.resolve import resolve_config

@@ -468,7 +468,7 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
 def validation_evals(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The periodic (validation-stream) evaluations of a run's metrics.jsonl records (`read_history`), in order: the
     `"split": "eval"` lines that carry their training seconds. The one reader of a validation curve: time to Bayes
-    (`marks.crossings`) and time to verdict (`marks.verdict_crossings`) read these."""
+    (`crossings.crossings`) and time to verdict (`crossings.verdict_crossings`) read these."""
     return [h for h in history if h.get("split") == "eval" and "train_s" in h]
 
 

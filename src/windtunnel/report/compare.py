@@ -1,7 +1,8 @@
 """Two or more runs, or cells of a directory of runs, side by side (`windtunnel compare`).
 
 Per input: its verdict, the headline metric, entropy error and KL with their intervals, and the steps it trained, as
-the report computes them (`table_cells.cell_value`: a cell's seeds pooled by `marks.pool`, one configuration per cell).
+the report computes them (`table_cells.cell_value`: a cell's seeds pooled by `seed_pool.pool`, one configuration
+per cell).
 Against the first input, the reference: each metric's difference, paired over test sequences where both were scored
 on the same ones, else unpaired; the config keys that differ; validation curves on one axes (`plot_curves`).
 

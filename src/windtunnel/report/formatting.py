@@ -16,7 +16,7 @@ def fmt(value: float, metric: str) -> str:
 
 
 # Beside an interval end past the range the metric's values can take (`RANGES`): the interval is printed as the seeds
-# give it, never clipped (`marks.seed_stats`), and labelled so (`prose.BEYOND_RANGE`).
+# give it, never clipped (`seed_pool.seed_stats`), and labelled so (`prose.BEYOND_RANGE`).
 BEYOND_RANGE = "‡"
 RANGES = {
     "accuracy": (0.0, 1.0),

@@ -5,7 +5,7 @@ order of rows and columns.
 Cells are configurations: runs that differ in anything but the seed are separate cells, labelled by the keys that
 differ; a run that is not its config's run (unfinished, extended, config.json edited: `collect.RunState`) is a cell
 of its own, labelled so, and every cell, row and run whose record is not "finished" carries `STATUS_MARK` and its
-status. Each cell's mark is `marks.verdict` on its seeds pooled by `marks.pool` (entropy error and KL both, at the
+status. Each cell's mark is `marks.verdict` on its seeds pooled by `seed_pool.pool` (entropy error and KL both, at the
 conservative end of the across-seed interval; the belief horizon for the HMM); see `marks.rule_text`.
 """
 
@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from windtunnel import marks, models, tasks
+from windtunnel import marks, models, seed_pool, tasks
 from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord
 from windtunnel.resume import STATUSES
@@ -161,16 +161,16 @@ def tunnel_of(runs: list[RunRecord]) -> Any:
 
 def cell_value(runs: list[RunRecord], metric: str, setting: str = "default") -> dict[str, Any] | None:
     """One Table 1 cell from the runs of one configuration (one per training seed): mean, seed spread, interval,
-    verdict (`marks.verdict` of the seeds pooled by `marks.pool`) and each seed's own; None where no run has the
+    verdict (`marks.verdict` of the seeds pooled by `seed_pool.pool`) and each seed's own; None where no run has the
     metric in `setting`."""
     scored = sorted([r for r in runs if r.metric(metric, setting) is not None], key=lambda r: r.seed)
     if not scored:
         return None
     task = tunnel_of(scored) or tasks.info(scored[0].task)
     settings = [r.evals[setting] for r in scored]
-    pooled = marks.pool(settings)
+    pooled = seed_pool.pool(settings)
     verdict = marks.verdict(task, pooled)
-    seed_verdicts = [marks.verdict(task, marks.pool([s])) for s in settings]
+    seed_verdicts = [marks.verdict(task, seed_pool.pool([s])) for s in settings]
     vals = [float(s["metrics"][metric]["mean"]) for s in settings]
     m = pooled["metrics"][metric]
     return {

@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from windtunnel import marks, models, tasks
+from windtunnel import crossings, marks, models, tasks
 from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Cell, slug
@@ -317,18 +317,19 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
             for r in sorted(runs, key=lambda r: r.seed):
                 evals = r.validation
                 if evals:
-                    cells[(task, arch, label)].append(marks.crossings(evals, headline_metric(task)))
+                    cells[(task, arch, label)].append(crossings.crossings(evals, headline_metric(task)))
                     tags[(task, arch, label)].append(r)
     if not cells:
         return None
-    columns_ = [*(f"{m:g}" for m in marks.PRECISION_MARKS["entropy_mae_bits"]), marks.EXACT_FILTER]
-    header = ["Task", "Arch", "Seeds", *(marks.mark_header(m, "entropy_mae_bits") for m in columns_), "Accuracy marks"]
+    columns_ = [*(f"{m:g}" for m in crossings.PRECISION_MARKS["entropy_mae_bits"]), crossings.EXACT_FILTER]
+    titles = [crossings.mark_header(m, "entropy_mae_bits") for m in columns_]
+    header = ["Task", "Arch", "Seeds", *titles, "Accuracy marks"]
     rows = []
     for (task, arch, label), per_seed in sorted(cells.items(), key=lambda kv: (kv[0][0], arch_row(kv[0][1]))):
-        summary = marks.summarize_marks(per_seed)
+        summary = crossings.summarize_marks(per_seed)
         name = (f"{arch} ({label})" if label else arch) + runs_tag(tags[(task, arch, label)])
         if headline_metric(task) == "accuracy":
-            acc = "; ".join(f"{marks.mark_header(m, 'accuracy')}: {_mark_text(v)}" for m, v in summary.items())
+            acc = "; ".join(f"{crossings.mark_header(m, 'accuracy')}: {_mark_text(v)}" for m, v in summary.items())
             rows.append([task, name, str(len(per_seed)), *("" for _ in columns_), acc])
         else:
             rows.append(
@@ -344,8 +345,8 @@ def time_to_bayes_table(records: list[RunRecord]) -> tuple[list[str], list[list[
 
 
 def _mark_text(m: dict[str, Any]) -> str:
-    """`marks.format_mark`, less the seed count of a one-seed cell that did not get there ("—", not "— (0/1)")."""
-    return "—" if m["of"] == 1 and not m["reached"] else marks.format_mark(m)
+    """`crossings.format_mark`, less the seed count of a one-seed cell that did not get there ("—", not "— (0/1)")."""
+    return "—" if m["of"] == 1 and not m["reached"] else crossings.format_mark(m)
 
 
 # --- at a glance, and each cell in detail ---------------------------------------------------------------------------

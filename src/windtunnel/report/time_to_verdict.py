@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from windtunnel import marks
+from windtunnel import crossings
 from windtunnel.report.collect import RunRecord, validation_evals
 
 
 def run_time_to_verdict(r: RunRecord) -> dict[str, Any]:
     """One run's time to verdict from its periodic validation evaluations (metrics.jsonl, `collect.validation_evals`):
     {"seed", "run", "steps" (trained), "evaluations" (with a recorded verdict; 0: no validation curve), "approx" and
-    "exact": the first evaluation whose verdict is ◐ or better / ✓ ({"step", "train_s"}, `marks.verdict_crossings`)
+    "exact": the first evaluation whose verdict is ◐ or better / ✓ ({"step", "train_s"}, `crossings.verdict_crossings`)
     or None, "stopped_early" (the step, or None)}."""
     evals = validation_evals(r.history)
     judged = [e for e in evals if e.get("verdict") is not None]
@@ -24,7 +24,7 @@ def run_time_to_verdict(r: RunRecord) -> dict[str, Any]:
         "steps": st.steps_trained,
         "evaluations": len(judged),
         "unjudged": len(evals) - len(judged),  # logged before validation verdicts were (no conservative verdict)
-        **marks.verdict_crossings(judged),
+        **crossings.verdict_crossings(judged),
         "stopped_early": st.stopped_early,
     }
 
@@ -32,14 +32,14 @@ def run_time_to_verdict(r: RunRecord) -> dict[str, Any]:
 def cell_time_to_verdict(runs: list[RunRecord]) -> dict[str, Any]:
     """A Table 1 cell's time to verdict over its seeds (`run_time_to_verdict`): per mark ("approx": ◐ or better,
     "exact": ✓) how many of the seeds with a validation curve got there ("reached" of "of") and, over those that
-    did, the median step and the median [min, max] training seconds (`marks.summarize_marks`), None where no seed
+    did, the median step and the median [min, max] training seconds (`crossings.summarize_marks`), None where no seed
     has a curve; "steps": the most steps any seed with a curve trained (the N of "not within N steps"); "curves":
     how many seeds have one; "seeds": each seed's own; "text": the cell's words (`time_to_verdict_text`)."""
     seeds = [run_time_to_verdict(r) for r in sorted(runs, key=lambda r: (r.seed, r.path.name))]
     curves = [s for s in seeds if s["evaluations"]]
-    summary = marks.summarize_marks([{m: s[m] for m in marks.VERDICT_MARKS} for s in curves]) if curves else {}
+    summary = crossings.summarize_marks([{m: s[m] for m in crossings.VERDICT_MARKS} for s in curves]) if curves else {}
     out: dict[str, Any] = {
-        **{m: summary.get(m) for m in marks.VERDICT_MARKS},
+        **{m: summary.get(m) for m in crossings.VERDICT_MARKS},
         "steps": max((s["steps"] for s in curves), default=None),
         "curves": len(curves),
         "seeds": seeds,

@@ -5,7 +5,7 @@ evaluation on the validation stream (never the test stream). From its `metrics.j
 evaluation at which the headline metric reaches each mark:
 
     entropy error  0.1, 0.05, 0.02, 0.01 bits     (recall: accuracy 90%, 99%, 100%)
-    HMM, also      "exact filter": the model's belief horizon covers every window filter (`marks.crossings`)
+    HMM, also      "exact filter": the model's belief horizon covers every window filter (`crossings.crossings`)
 
 Times are *training* seconds (`train_s`: optimiser steps only, no evaluation or checkpoints), with the machine,
 threads and dtype recorded. Results: `time_to_bayes.json`, `time_to_bayes.md` and a log-log plot of error against
@@ -27,7 +27,7 @@ The package: `cells` (the cell spec, `parse_cell`, each seed's run config, run n
 
 from __future__ import annotations
 
-from windtunnel.marks import summarize_marks
+from windtunnel.crossings import summarize_marks
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_config, cell_label, cell_runs, parse_cell, run_name
 from windtunnel.time_to_bayes.driver import _plan, _run_locked, run
 from windtunnel.time_to_bayes.results import (

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from windtunnel import manifest, rundir
+from windtunnel.crossings import crossings, summarize_marks, verdict_crossings
 from windtunnel.executors import holding, refuse_unowned_outputs
-from windtunnel.marks import crossings, summarize_marks, verdict_crossings
 from windtunnel.metric_specs import headline_metric, pool_seeds
 from windtunnel.recipes import get_recipe
 from windtunnel.records.drivers import MACHINE_KEYS, TIME_TO_BAYES, TimeToBayesCell, TimeToBayesRecord
@@ -27,7 +27,7 @@ OUTPUTS = (RESULTS, "time_to_bayes.md", "time_to_bayes.png")  # what `_write` wr
 
 def read_seed(run: SeedRun, out: Path, threads: int) -> dict[str, Any]:
     """One trained seed of a cell: its validation curve, the marks it crossed, its first ◐-or-better and first ✓
-    validation verdict (`marks.verdict_crossings`), and its final test numbers."""
+    validation verdict (`crossings.verdict_crossings`), and its final test numbers."""
     run_dir = out / manifest.RUNS / run.name
     final = read_test_metrics(run_dir)  # the test stream, written by train(); checked, naming a bad field
     lines = read_history(run_dir)  # checked, naming a bad field
