@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,9 +25,10 @@ from windtunnel.llm.prompts import (
     builtin_prompts,
     latent_label_prompts,
     score,
-    score_markdown,
+    score_table,
     text_tunnel_prompts,
 )
+from windtunnel.report.document import Document
 from windtunnel.tasks.bijection import Bijection
 from windtunnel.tasks.hmm import HMM
 
@@ -328,7 +330,7 @@ def test_score_marks_the_exact_posterior_exact_and_a_blind_model_only_where_the_
     k0 = blind["families"]["latent-label"]["positions"]["0"]
     assert k0["kl_bits"]["mean"] == pytest.approx(0.0, abs=1e-12)  # k = 0: the prior, exact
     assert blind["thresholds"] == {"exact_bits": 0.01, "approx_bits": 0.1}
-    table = score_markdown(blind)
+    table = Document("scores", [score_table(blind)]).markdown(Path("."))
     assert all(f"**{family}**" in table for family in FAMILIES) and "✓" in table and "✗" in table
     rows = [line for line in table.split("\n") if line.startswith("| ")]
     assert len(rows) == 1 + sum(len(f["positions"]) + 1 for f in blind["families"].values())  # header, then data

@@ -78,6 +78,7 @@ import torch
 from windtunnel.geometry.stats import probs_entropy_bits, probs_kl_bits
 from windtunnel.marks import MARK, Thresholds, verdict
 from windtunnel.metrics import ratio_intervals
+from windtunnel.report.document import Table
 from windtunnel.tasks.bijection import Bijection, bijection_posterior, query_layout
 from windtunnel.tasks.hmm import HMM, forward_filter
 from windtunnel.text import number
@@ -439,19 +440,17 @@ def _interval(m: dict) -> str:
     return f"{number(m['mean'])} [{number(m['lo'])}, {number(m['hi'])}]"
 
 
-def score_markdown(scores: dict) -> str:
-    """A compact markdown table of `score`'s result: a row per (family, position), then the family's overall row with
-    its mark; the interval and the mark's rule below."""
-    lines = [
-        "| family | position | n | H exact (bits) | entropy error (bits) | KL(exact ‖ model) (bits) | mark |",
-        "|---|---:|---:|---:|---|---|:---:|",
-    ]
+def score_table(scores: dict) -> Table:
+    """`score`'s result as a table: a row per (family, position), then the family's overall row with its mark; the
+    interval and the mark's rule in the caption."""
+    header = ["family", "position", "n", "H exact (bits)", "entropy error (bits)", "KL(exact ‖ model) (bits)", "mark"]
+    rows = []
     for family, f in scores["families"].items():
         for pos, m in f["positions"].items():
-            row = [family, pos, str(m["n"]), number(m["exact_entropy_bits"]), _interval(m["entropy_error_bits"])]
-            lines.append("| " + " | ".join([*row, _interval(m["kl_bits"]), ""]) + " |")
+            rows.append([family, pos, str(m["n"]), number(m["exact_entropy_bits"]), _interval(m["entropy_error_bits"]),
+                         _interval(m["kl_bits"]), ""])  # fmt: skip
         o = f["overall"]
-        row = [f"**{family}**", "all", str(o["n"]), number(o["exact_entropy_bits"]), _interval(o["entropy_error_bits"])]
-        lines.append("| " + " | ".join([*row, _interval(o["kl_bits"]), f["mark"]]) + " |")
-    lines += ["", f"{scores['n_prompts']} prompts; intervals: {scores['interval']}; marks: {scores['mark_rule']}."]
-    return "\n".join(lines)
+        rows.append([f"**{family}**", "all", str(o["n"]), number(o["exact_entropy_bits"]),
+                     _interval(o["entropy_error_bits"]), _interval(o["kl_bits"]), f["mark"]])  # fmt: skip
+    caption = f"{scores['n_prompts']} prompts; intervals: {scores['interval']}; marks: {scores['mark_rule']}."
+    return Table(header, rows, caption=caption)

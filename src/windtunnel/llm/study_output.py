@@ -13,6 +13,7 @@ import numpy as np
 
 from windtunnel.llm import geometry as geo
 from windtunnel.llm.prompt_sources import _prompts_module
+from windtunnel.report.document import Document, Figure, Heading, Paragraph, Table
 from windtunnel.rundir import (
     LOCK_FILE,
     OWNER_FILE,
@@ -121,7 +122,7 @@ def write(out: Path, result: dict[str, Any], overwrite: bool, say: Progress) -> 
         if overwrite:
             clear(out)
         write_figures(out / FIGURES, result)
-        atomic_write(out / MD_NAME, markdown(result))
+        atomic_write(out / MD_NAME, markdown(result, out))
         write_json(out / JSON_NAME, result, sort_keys=False)
 
 
@@ -135,96 +136,143 @@ def _ci(est: Any, ci: Sequence[float] | None) -> str:
     return f"{_f(est)} [{_f(ci[0])}, {_f(ci[1])}]" if ci else _f(est)
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+def report(result: dict[str, Any], figures: Path) -> Document:
+    """llm_geometry.md as a document: the model and its prompts, then one section per statistic beside its nulls (with
+    its figure under `figures`), the exact-posterior scores, and how to read them."""
+    doc = Document(f"llm-geometry: {result['model_dir']}")
+    for section in (_summary, _value_pca, _attention_entropy, _key_orthogonality, _scores, _reading):
+        doc.blocks += section(result, figures)
+    return doc
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """llm_geometry.md: the model, the prompts, and one table per statistic, each beside its nulls."""
-    c, g = result["config"], result["geometry"]
-    src = result["prompts"]
+def markdown(result: dict[str, Any], out: Path) -> str:
+    """llm_geometry.md of the out folder `out` (`report`; figure links relative to it)."""
+    return report(result, out / FIGURES).markdown(out)
+
+
+def _summary(result: dict[str, Any], figures: Path) -> list[Any]:
+    c, src = result["config"], result["prompts"]
     where = f"built-in, seed {src['seed']}" if src["source"] == "builtin" else src["source"]
-    tokens = g["prompt_tokens"]
-    lines = [
-        f"# llm-geometry: {result['model_dir']}",
-        "",
-        f"{c['family']} ({c['model_type']}): {c['n_layers']} layers, {c['n_heads']} heads ({c['n_kv_heads']} "
-        f"key/value), d_model {c['d_model']}, d_head {c['d_head']}, {c['n_params']:,} parameters, {c['dtype']}. "
-        f"{result['n']} prompts ({where}; {tokens['min']}–{tokens['max']} tokens). Null: {result['null_model']}. "
-        "Intervals: bootstrap 95% over prompts; Δ = model − random-init, paired (same draws).",
-        "",
-        "## Value PCA at the last token",
-        "",
-        result["definitions"]["value_pca"] + f" ({g['value_pca']['d']} features).",
-        "",
+    tokens = result["geometry"]["prompt_tokens"]
+    return [
+        Paragraph(
+            f"{c['family']} ({c['model_type']}): {c['n_layers']} layers, {c['n_heads']} heads ({c['n_kv_heads']} "
+            f"key/value), d_model {c['d_model']}, d_head {c['d_head']}, {c['n_params']:,} parameters, {c['dtype']}. "
+            f"{result['n']} prompts ({where}; {tokens['min']}–{tokens['max']} tokens). Null: {result['null_model']}. "
+            "Intervals: bootstrap 95% over prompts; Δ = model − random-init, paired (same draws)."
+        )
     ]
-    rows = []
+
+
+def _value_pca(result: dict[str, Any], figures: Path) -> list[Any]:
+    g = result["geometry"]
     k = g.get("null_draws", 1)
-    for l, e in enumerate(g["value_pca"]["layers"]):
+    rows = []
+    for layer, e in enumerate(g["value_pca"]["layers"]):
         m, z, d = e["model"], e["null_model"], e["diff"]
         rows.append([
-            str(l), _ci(m["pc1"], m["pc1_ci"]), _ci(z["pc1"], z["pc1_ci"]), _drawn(e), _ci(d["pc1"], d["pc1_ci"]),
+            str(layer), _ci(m["pc1"], m["pc1_ci"]), _ci(z["pc1"], z["pc1_ci"]), _drawn(e), _ci(d["pc1"], d["pc1_ci"]),
             _f(m["pc12"]), _f(z["pc12"]), _f(m["participation_ratio"]), _f(z["participation_ratio"]),
         ])  # fmt: skip
-    lines += _table(
-        ["layer", "PC1 model", "PC1 random-init", f"PC1, {k} random-init draws", "Δ PC1", "PC1+2 model",
-         "PC1+2 random", "PR model", "PR random"],
-        rows,
-    )  # fmt: skip
-    a = g["attention_entropy"]
-    drop = a["drop_first_to_last_pct"]
-    lines += [
-        "",
-        "## Attention entropy at the last query (bits)",
-        "",
-        a["definition"] + f". Uniform attention: {_f(a['uniform_bits'])} bits. First → last layer: "
-        f"{_f(drop['model'], '.3g')}% lower (model), {_f(drop['null_model'], '.3g')}% (random-init).",
-        "",
+    header = ["layer", "PC1 model", "PC1 random-init", f"PC1, {k} random-init draws", "Δ PC1", "PC1+2 model",
+              "PC1+2 random", "PR model", "PR random"]  # fmt: skip
+    return [
+        Heading("Value PCA at the last token"),
+        Paragraph(result["definitions"]["value_pca"] + f" ({g['value_pca']['d']} features)."),
+        Table(header, rows),
+        Figure(figures / FIGURE_NAMES[0], "value PCA at the last token: PC1 and participation ratio by layer"),
     ]
+
+
+def _attention_entropy(result: dict[str, Any], figures: Path) -> list[Any]:
+    g = result["geometry"]
+    a, k = g["attention_entropy"], g.get("null_draws", 1)
+    drop = a["drop_first_to_last_pct"]
     rows = [
-        [str(l), _ci(e["model"]["mean"], e["model"]["mean_ci"]),
+        [str(layer), _ci(e["model"]["mean"], e["model"]["mean_ci"]),
          _ci(e["null_model"]["mean"], e["null_model"]["mean_ci"]), _drawn(e),
          _ci(e["diff"]["mean"], e["diff"]["mean_ci"]), " ".join(_f(h, ".3g") for h in e["model"].get("per_head", []))]
-        for l, e in enumerate(a["layers"])
+        for layer, e in enumerate(a["layers"])
     ]  # fmt: skip
-    lines += _table(
-        ["layer", "model (mean over heads)", "random-init", f"{k} random-init draws", "Δ", "model per head"], rows
-    )
-    lines += ["", "## Key orthogonality (mean |cos|)", ""]
+    return [
+        Heading("Attention entropy at the last query (bits)"),
+        Paragraph(
+            a["definition"] + f". Uniform attention: {_f(a['uniform_bits'])} bits. First → last layer: "
+            f"{_f(drop['model'], '.3g')}% lower (model), {_f(drop['null_model'], '.3g')}% (random-init)."
+        ),
+        Table(
+            ["layer", "model (mean over heads)", "random-init", f"{k} random-init draws", "Δ", "model per head"], rows
+        ),
+        Figure(figures / FIGURE_NAMES[1], "attention entropy at the last query by layer, model against random-init"),
+    ]
+
+
+def _key_orthogonality(result: dict[str, Any], figures: Path) -> list[Any]:
+    g = result["geometry"]
+    k = g.get("null_draws", 1)
+    header = ["layer", "model", "random-init", f"{k} random-init draws", "random vectors", "Δ random-init",
+              "Δ random vectors", "model / random vectors"]  # fmt: skip
+    blocks: list[Any] = [Heading("Key orthogonality (mean |cos|)")]
     for name in geo.KEY_DEFINITIONS:
         stat = g["key_orthogonality"][name]
-        lines += [f"### `{name}`", "", stat["definition"] + "."]
+        blocks += [Heading(f"`{name}`", level=3), Paragraph(stat["definition"] + ".")]
         if "not_applicable" in stat:
-            lines += ["", f"Not applicable: {stat['not_applicable']}.", ""]
+            blocks.append(Paragraph(f"Not applicable: {stat['not_applicable']}."))
             continue
-        lines += ["", f"E|cos| of random isotropic vectors in d = {stat['d']}: {_f(stat['null_analytic'])}.", ""]
         rows = [
-            [str(l), _ci(e["model"]["mean"], e["model"].get("mean_ci")),
+            [str(layer), _ci(e["model"]["mean"], e["model"].get("mean_ci")),
              _ci(e["null_model"]["mean"], e["null_model"].get("mean_ci")), _drawn(e), _f(stat["null_analytic"]),
              _ci(e["diff"]["mean"], e["diff"].get("mean_ci")), _f(e["diff_vs_analytic"]),
              _f(e.get("ratio_to_analytic"), ".3g")]
-            for l, e in enumerate(stat["layers"])
+            for layer, e in enumerate(stat["layers"])
         ]  # fmt: skip
-        lines += _table(
-            ["layer", "model", "random-init", f"{k} random-init draws", "random vectors", "Δ random-init",
-             "Δ random vectors", "model / random vectors"],
-            rows,
-        )  # fmt: skip
-        lines.append("")
+        blocks += [
+            Paragraph(f"E|cos| of random isotropic vectors in d = {stat['d']}: {_f(stat['null_analytic'])}."),
+            Table(header, rows),
+        ]
+    blocks.append(Figure(figures / FIGURE_NAMES[2], "mean |cos| between keys by layer, model against random-init"))
+    return blocks
+
+
+def _scores(result: dict[str, Any], figures: Path) -> list[Any]:
+    scores = result["scores"]
+    blocks: list[Any] = [Heading("Exact-posterior prompts")]
+    if "skipped" in scores or "not_available" in scores:
+        return [*blocks, Paragraph(f"Not scored: {scores.get('skipped') or scores.get('not_available')}.")]
+    left = scores.get("left_out")
+    if left:
+        counts = ", ".join(f"{f} {n}" for f, n in left["families"].items())
+        blocks.append(
+            Paragraph(
+                f"Left out, {left['n']} prompts whose choices are not single tokens of this tokenizer ({counts}): "
+                + left["why"]
+                + "."
+            )
+        )
     seeds = result.get("null_seeds") or [result["null_seed"]]
-    lines += ["## Exact-posterior prompts", "", *_score_lines(result["scores"], seeds), ""]
-    lines += [
-        "## Reading it",
-        "",
-        "Each number is a description of this model on these prompts, beside the same number of a model that learned "
-        "nothing. A difference from the random-init model says training changed that statistic; it does not by itself "
-        "say the model computes a posterior (docs/llm.md). The paired intervals are over prompts against one draw; "
-        "the draws' range is how far random inits differ, and a model above or below every one of k draws has a "
-        "rank p-value of 1/(k + 1) at best (0.25 with 3 draws): more draws (--nulls) before reading it as training's "
-        "doing.",
-        "",
+    drawn = scores.get("null_models") or [scores["null_model"]]
+    shown = [("Model", scores["model"])] + [
+        (f"Random-init model, seed {s}", one) for s, one in zip(seeds, drawn, strict=False)
     ]
-    return "\n".join(lines)
+    mod = _prompts_module()
+    for title, table in shown:
+        blocks.append(Heading(title, level=3))
+        blocks.append(mod.score_table(table) if mod is not None else Paragraph(json.dumps(table)))
+    return blocks
+
+
+def _reading(result: dict[str, Any], figures: Path) -> list[Any]:
+    return [
+        Heading("Reading it"),
+        Paragraph(
+            "Each number is a description of this model on these prompts, beside the same number of a model that "
+            "learned nothing. A difference from the random-init model says training changed that statistic; it does "
+            "not by itself say the model computes a posterior (docs/llm.md). The paired intervals are over prompts "
+            "against one draw; the draws' range is how far random inits differ, and a model above or below every one "
+            "of k draws has a rank p-value of 1/(k + 1) at best (0.25 with 3 draws): more draws (--nulls) before "
+            "reading it as training's doing."
+        ),
+    ]
 
 
 def _drawn(entry: dict[str, Any]) -> str:
@@ -234,30 +282,6 @@ def _drawn(entry: dict[str, Any]) -> str:
     lo, hi = entry["null_range"]
     where = {"above every draw": "model above", "below every draw": "model below"}.get(entry["model_vs_nulls"], "")
     return f"{_f(lo)}–{_f(hi)}" + (f" ({where}, p {_f(entry['null_rank_p'], '.2g')})" if where else "")
-
-
-def _score_lines(scores: dict[str, Any], seeds: Sequence[int]) -> list[str]:
-    if "skipped" in scores or "not_available" in scores:
-        return [f"Not scored: {scores.get('skipped') or scores.get('not_available')}."]
-    mod = _prompts_module()
-    drawn = scores.get("null_models") or [scores["null_model"]]
-    left = scores.get("left_out")
-    if left:
-        counts = ", ".join(f"{f} {n}" for f, n in left["families"].items())
-        head = f"Left out, {left['n']} prompts whose choices are not single tokens of this tokenizer ({counts}): "
-        return [head + left["why"] + ".", "", *_score_tables(mod, scores, drawn, seeds)]
-    return _score_tables(mod, scores, drawn, seeds)
-
-
-def _score_tables(mod: Any, scores: dict[str, Any], drawn: Sequence[Any], seeds: Sequence[int]) -> list[str]:
-    shown = [("Model", scores["model"])] + [
-        (f"Random-init model, seed {s}", one) for s, one in zip(seeds, drawn, strict=False)
-    ]
-    lines = []
-    for title, table in shown:
-        text = mod.score_markdown(table) if mod is not None else "```\n" + json.dumps(table) + "\n```"
-        lines += [f"### {title}", "", text.rstrip(), ""]
-    return lines
 
 
 def write_figures(folder: Path, result: dict[str, Any]) -> None:
