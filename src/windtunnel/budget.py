@@ -150,8 +150,8 @@ def sampled_bytes(task: Any, batch_size: int) -> float:
     """Bytes `task.sample(batch_size)` holds at its peak, at the least: its batch (`batch_bytes`), or where the task's
     own `sample_bytes(batch_size)` says its sampling holds more (regression's (B, n, d, d) statistics), that."""
     least = batch_bytes(task.spec, batch_size)
-    own = getattr(task, "sample_bytes", None)
-    return max(least, float(own(int(batch_size)))) if callable(own) else least
+    own = task.sample_bytes(int(batch_size))
+    return max(least, float(own)) if own is not None else least
 
 
 def scored_positions(task: Any) -> int:

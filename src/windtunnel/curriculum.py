@@ -21,7 +21,7 @@ class Curriculum:
     """`task_at(step)`: the task of training step `step` (1-based); stage tasks are built once."""
 
     def __init__(self, cfg: RunConfig, task: Any) -> None:
-        base = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
+        base = task.params.model_dump(mode="json") if task.offers("params") else dict(cfg.task.params)
         self.ends = [st.until for st in cfg.train.curriculum]  # strictly increasing (validated)
         self.stages = [tasks.make(cfg.task.name, **{**base, **st.params}) for st in cfg.train.curriculum]
         self.task = task

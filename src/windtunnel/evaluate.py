@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from windtunnel import checkpoints, marks, metrics, models, resume, runs
+from windtunnel import checkpoints, marks, metrics, models, resume, runs, tasks
 from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.errors import NonFiniteOutputs
@@ -242,10 +242,10 @@ def score(
     "validation": training-time evaluation and tuning), `batch_size` sequences per forward pass of a
     `ModelPredictor` (the sequences do not depend on it: `_blocks`); the same predictions also feed
     `approximations`."""
+    task = tasks.as_task(task)
     tables: list[metrics.ScoreTable] = []
-    name = getattr(task, "name", type(task).__name__)
     for i, (batch, pred) in enumerate(_predictions(predict, task, seed, n, batch_size, device, stream)):
-        check_posterior(name, batch, f"{stream} block {i}")  # every batch, before anything is scored against it
+        check_posterior(task.name, batch, f"{stream} block {i}")  # every batch, before anything is scored against it
         check_finite_prediction(pred, batch, f"{stream} block {i}")
         tables.append(metrics.score_table(pred, batch))
         if approximations is not None:
@@ -275,18 +275,16 @@ def score_predictor(
         raise ValueError(f"n: must be >= 1 (got {n})")
     if int(batch_size) < 1:
         raise ValueError(f"batch_size: must be >= 1 (got {batch_size})")
-    depths = getattr(task, "approximation_depths", None)
-    positions = getattr(task, "approximation_positions", None)
+    task = tasks.as_task(task)
     approx = (
-        ApproximationScores(depths() if callable(depths) else None, positions() if callable(positions) else None)
-        if approximations and hasattr(task, "approximations")
+        ApproximationScores(task.approximation_depths(), task.approximation_positions())
+        if approximations and task.offers("approximations")
         else None
     )
     table = score(predict, task, seed, int(n), int(batch_size), device, approximations=approx, stream=stream)
     summary = metrics.summarize(table, n_boot=n_boot, seed=seed)
-    params = task.params.model_dump(mode="json") if hasattr(task, "params") else {}
     out: dict[str, Any] = {
-        "task_params": params,
+        "task_params": task.params.model_dump(mode="json"),  # {} for a tunnel without parameters
         "n": int(n),
         "stream": stream,
         "metrics": summary["metrics"],
@@ -305,17 +303,17 @@ def score_predictor(
 def control_predictors(task: Any) -> dict[str, Predict]:
     """Predictors that must never be marked: the task's adversarial `controls` (they match the posterior's entropy
     without the inference) and, as predictors of their own, its `approximations` (a window filter is at most ◐)."""
+    task = tasks.as_task(task)
     out: dict[str, Predict] = {}
-    for kind in ("controls", "approximations"):
-        method = getattr(task, kind, None)
-        if not callable(method):
+    for kind, method in (("controls", task.controls), ("approximations", task.approximations)):
+        if not task.offers(kind):
             continue
         for name in method(task.sample(2, seed=0)):  # the names a batch gets; each prediction re-derives them
             out[f"{kind[:-1]}: {name}"] = _pick(method, name)
     return out
 
 
-def _pick(method: Callable[[Batch], dict[str, Distribution]], name: str) -> Predict:
+def _pick(method: Callable[[Batch], Mapping[str, Distribution]], name: str) -> Predict:
     """The predictor that returns entry `name` of `method(batch)`."""
     return lambda batch: method(batch)[name]
 

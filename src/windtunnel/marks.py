@@ -63,7 +63,9 @@ from statistics import fmean
 from typing import Any
 
 from windtunnel.metric_specs import METRICS, headline_metric
-from windtunnel.tasks.base import EXACT_BITS
+from windtunnel.tasks.adapter import as_task
+from windtunnel.tasks.base import EXACT_BITS, Task
+from windtunnel.tasks.registry import TunnelInfo
 
 LEVELS = ("exact", "approximate", "fail", "invalid")  # best first; "invalid" overrides every other level
 MARK = {"exact": "✓", "approximate": "◐", "fail": "✗", "invalid": "⚠"}
@@ -124,10 +126,15 @@ class Verdict:
         }
 
 
+def _built(task: Any) -> Task[Any] | None:
+    """`task` as a `Task` (`as_task`); None for a `TunnelInfo`, the metadata of a tunnel that could not be built."""
+    return None if isinstance(task, TunnelInfo) else as_task(task)
+
+
 def thresholds(task: Any) -> Thresholds:
     """The task's own thresholds (`mark_thresholds`, a dict of `Thresholds` fields) over the defaults."""
-    own = getattr(task, "mark_thresholds", None) or {}
-    return Thresholds(**dict(own))
+    built = _built(task)
+    return Thresholds(**dict(built.mark_thresholds if built is not None else {}))
 
 
 def finite(m: Any) -> dict[str, float] | None:
@@ -359,8 +366,8 @@ def shortfall(level: str, reasons: Sequence[str]) -> str:
 
 def _declared_depth(task: Any) -> int:
     """The deepest approximation the task declares (`approximation_depths`), 0 where it declares none."""
-    depths = getattr(task, "approximation_depths", None)
-    return max(depths().values(), default=0) if callable(depths) else 0
+    built = _built(task)
+    return max(built.approximation_depths().values(), default=0) if built is not None else 0
 
 
 def certifies(th: Thresholds, metric: str = "entropy_mae_bits", depth: int = 0) -> str:

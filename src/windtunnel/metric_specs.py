@@ -125,7 +125,7 @@ def headline_metric(task: Any) -> str:
     `TunnelInfo`, its `headline_metric` ("entropy_mae_bits" where it sets none)."""
     if isinstance(task, str):
         return tasks.info(task).headline_metric
-    return str(getattr(task, "headline_metric", DEFAULT_HEADLINE))
+    return str(task.headline_metric if isinstance(task, tasks.TunnelInfo) else tasks.as_task(task).headline_metric)
 
 
 def pool_seeds(values: Sequence[float], level: float = 0.95) -> dict[str, float | None]:

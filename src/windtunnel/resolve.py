@@ -124,7 +124,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
         _check_vocab_loss(task.spec)
     _check_loss_kind(cfg.train.loss, task.spec)
     _check_aux_target(cfg.train.aux_target, task)
-    params = task.params.model_dump(mode="json") if hasattr(task, "params") else dict(cfg.task.params)
+    params = task.params.model_dump(mode="json") if task.offers("params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
     for o in eval_settings(cfg)[1:]:
         try:
@@ -232,7 +232,7 @@ def upgrade_stored(data: Any) -> Any:
 
 def auxiliary_targets_offered(task: Any) -> dict[str, str]:
     """The auxiliary targets a task offers (`Task.auxiliary_targets_offered`: name -> what it is, in words)."""
-    return dict(getattr(task, "auxiliary_targets_offered", None) or {})
+    return dict(task.auxiliary_targets_offered)
 
 
 def _check_aux_target(name: str | None, task: Any) -> None:
@@ -283,12 +283,12 @@ def _check_loss_kind(loss: str, spec: Any) -> None:
 def resolve_loss(cfg: RunConfig, task: Any) -> str:
     """The loss a run trains with: the explicit choice ("posterior": soft_ce for class answers, gaussian_kl for real
     ones), else gaussian_nll for real answers, else the task's own `default_loss` ("ce" on sampled targets unless the
-    tunnel says "soft_ce"; tasks.base.WindTunnel)."""
+    tunnel says "soft_ce"; tasks.base.Task)."""
     if cfg.train.loss == "posterior":
         return "gaussian_kl" if task.spec.answer_kind == "real" else "soft_ce"
     if cfg.train.loss != "auto":
         return cfg.train.loss
     if task.spec.answer_kind == "real":
         return "gaussian_nll"
-    pref = getattr(task, "default_loss", "ce")
+    pref = task.default_loss
     return pref if pref in ("ce", "soft_ce") else "ce"

@@ -29,7 +29,7 @@ from windtunnel.rundir import CONFIG, check_run_dir, read_metrics
 from windtunnel.tasks.base import TaskSpec
 
 
-def build_task(cfg: RunConfig) -> Any:
+def build_task(cfg: RunConfig) -> tasks.Task[Any]:
     """The run's wind tunnel at its resolved parameters."""
     return tasks.make(cfg.task.name, **cfg.task.params)
 
@@ -231,7 +231,7 @@ def _given(config: RunConfig | dict[str, Any] | None) -> dict[str, Any]:
     return cfg.model_dump(mode="json", exclude_unset=True)
 
 
-def _task_of(task: Any, given: dict[str, Any]) -> Any:
+def _task_of(task: Any, given: dict[str, Any]) -> tasks.Task[Any]:
     """save_run's task object: a name built with the config's task.params, or a task object, which the run must
     build again by name (`tasks.make(name, **params)`: registered, the same class and parameters)."""
     if isinstance(task, str):
@@ -239,21 +239,29 @@ def _task_of(task: Any, given: dict[str, Any]) -> Any:
             raise ValueError(f"config: task.name {given['name']!r} is not the task given, {task!r}")
         _check_registered(task)
         return tasks.make(task, **given.get("params", {}))
-    name, params = getattr(task, "name", None), getattr(task, "params", None)
-    if not isinstance(name, str) or not isinstance(params, BaseModel):
+    adapted = tasks.as_task(task)
+    name, params = adapted.name, adapted.params
+    named = adapted.offers("name") and adapted.offers("params") and isinstance(name, str)
+    if not named or not isinstance(params, BaseModel):
         raise ValueError(f"task: expected a task name or a task object with a name and params (got {type(task)})")
     if given.get("name", name) != name:
         raise ValueError(f"config: task.name {given['name']!r} is not the task given, {name!r}")
     _check_registered(name)
     rebuilt = tasks.make(name, **params.model_dump(mode="json"))
-    if type(rebuilt) is not type(task) or rebuilt.params != params:
+    if _tunnel_class(rebuilt) is not type(task) or rebuilt.params != params:
         raise ValueError(
-            f"task: tasks.make({name!r}, ...) builds {_qualname(type(rebuilt))}, not this {_qualname(type(task))} at "
-            "its parameters; a run rebuilds its task by name: register the task's own class under its name"
+            f"task: tasks.make({name!r}, ...) builds {_qualname(_tunnel_class(rebuilt))}, not this "
+            f"{_qualname(type(task))} at its parameters; a run rebuilds its task by name: register the task's own "
+            "class under its name"
         )
     if "params" in given and tasks.make(name, **given["params"]).params != params:
         raise ValueError(f"config: task.params {given['params']} are not the task's ({params.model_dump(mode='json')})")
-    return task
+    return adapted
+
+
+def _tunnel_class(task: tasks.Task[Any]) -> type:
+    """The class of the tunnel `task` is: its own, or for an adapted tunnel (`tasks.as_task`) the tunnel's."""
+    return type(task.tunnel) if isinstance(task, tasks.TunnelAdapter) else type(task)
 
 
 def _check_registered(name: str) -> None:

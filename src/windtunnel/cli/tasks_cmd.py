@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import typer
 
@@ -37,7 +38,7 @@ def list_tasks(ctx: typer.Context, imports: list[str] | None = import_option()) 
         spec = task.spec
         answers = f"{spec.n_classes} classes" if spec.answer_kind == "classes" else "real (Gaussian)"
         hyp = "continuous" if math.isinf(spec.log10_hypotheses) else f"10^{spec.log10_hypotheses:.1f}"
-        params = _fmt_params(task.params.model_dump()) if hasattr(task, "params") else ""
+        params = _fmt_params(task.params.model_dump())  # "" for a tunnel without parameters
         typer.echo(f"{name:<12} T={spec.seq_len:<4} answers={answers:<16} hypotheses={hyp:<10} {params}")
 
 
@@ -62,8 +63,9 @@ def show(
     task = tasks.make(name, **parse_kv(param, "--param"))
     batch = task.sample(1, seed=seed)
     spec = task.spec
-    tokens = task.describe(batch, 0) if hasattr(task, "describe") else [str(v) for v in batch.inputs[0].tolist()]
-    H = entropy_bits(batch.posterior)[0]  # (T,)
+    tokens = task.describe(batch, 0)
+    post: Any = batch.posterior  # a Normal for real answers, else a Categorical (`check_posterior`)
+    H = entropy_bits(post)[0]  # (T,)
     mask = batch.target_mask[0]
     unit = "bits (differential)" if spec.answer_kind == "real" else "bits"
     typer.echo(f"{name}: {task!r}  T={spec.seq_len}  seed={seed}  entropy in {unit}")
@@ -73,11 +75,11 @@ def show(
         if bool(mask[t]):
             truth = batch.targets[0, t].item()
             if spec.answer_kind == "real":
-                loc, scale = batch.posterior.loc[0, t].item(), batch.posterior.scale[0, t].item()
+                loc, scale = post.loc[0, t].item(), post.scale[0, t].item()
                 pred = f"N({number(loc, '.2f')}, {number(scale, '.2f')}^2)"
                 line += f"    H={number(H[t].item())}  pred={pred}  truth={number(truth, '.2f')}"
             else:
-                p_true = batch.posterior.probs[0, t, int(truth)].item()
+                p_true = post.probs[0, t, int(truth)].item()
                 line += f"    H={number(H[t].item())}  truth={int(truth)}  p(truth)={number(p_true)}"
         typer.echo(line)
     typer.echo(f"mean posterior entropy at scored positions: {number(H[mask].mean().item(), '.4f')} {unit}")

@@ -76,7 +76,7 @@ def sharpening(data: ProbeData, task: Any = None, init_data: ProbeData | None = 
 
     Beside each entropy: the same rows' uniform-attention bound (mean log2 of the number of visible keys),
     so a reader can tell a sharp head from a short prefix. Where `task` says which earlier positions a scored row
-    should read (`attention_evidence`, tasks.base.WindTunnel), per kind of row it names: the attention mass there
+    should read (`Task.attention_evidence`), per kind of row it names: the attention mass there
     per layer (`{kind}_mass_per_layer`), and `{kind}_evidence` (`evidence_stats`: the mass beside the Bayes-implied
     and uniform levels, the rows' attention entropy and the entropy inside the evidence; with `init_data`, the
     init model's mass on the same sequences as `init_mass_per_layer`).
@@ -92,9 +92,9 @@ def sharpening(data: ProbeData, task: Any = None, init_data: ProbeData | None = 
     per_layer = [float(h.mean()) for h in per_head]
     first, last = per_layer[0], per_layer[-1]
     extra: dict[str, Any] = {}
-    evidence_of = getattr(task, "attention_evidence", None)
     init_maps = attention_maps(init_data) if init_data is not None else None
-    for kind, (rows, evidence) in (evidence_of(data.batch.inputs, mask) if evidence_of else {}).items():
+    named = task.attention_evidence(data.batch.inputs, mask) if task is not None else {}
+    for kind, (rows, evidence) in named.items():
         extra[f"{kind}_mass_per_layer"] = evidence_mass(maps, rows, evidence)
         extra[f"n_{kind}_rows"] = int(rows.sum())
         stats = evidence_stats(maps, rows, evidence)

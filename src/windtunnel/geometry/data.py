@@ -147,7 +147,7 @@ def check_fits(model: torch.nn.Module, task: Any) -> None:
     """ValueError where `model`'s spec answers otherwise than `task` (input kind, answer kind, K): every probe reads
     the outputs as the task's answers (`predictive(model.spec, ...)`), so a model answering over another K (a Hugging
     Face LM's whole vocabulary) would report a wrong number, not fail."""
-    mine, theirs = getattr(model, "spec", None), getattr(task, "spec", None)
+    mine, theirs = getattr(model, "spec", None), task.spec
     if not isinstance(mine, TaskSpec) or not isinstance(theirs, TaskSpec):
         return
     for field in ("input_kind", "answer_kind", "output_dim"):

@@ -71,11 +71,12 @@ def representations(data: ProbeData) -> dict[str, torch.Tensor | None]:
 def position_sets(data: ProbeData, task: Any = None) -> dict[str, tuple[torch.Tensor, torch.Tensor] | str]:
     """name -> (mask (B,T), entropy bits (B,T)), or the reason the set does not apply."""
     out: dict[str, tuple[torch.Tensor, torch.Tensor] | str] = {"scored_positions": (data.mask, data.post_entropy)}
-    named = getattr(task, "value_positions", None)
-    if named is None or data.batch.inputs.dim() != 2:
+    inputs = data.batch.inputs
+    named = task.value_positions(inputs) if task is not None and inputs.dim() == 2 else None
+    if named is None:
         out["value_positions"] = "the task names no value positions (bijection token inputs only)"
     else:
-        mask, bits = named(data.batch.inputs)
+        mask, bits = named
         out["value_positions"] = (mask.bool(), bits.double())
     return out
 
@@ -97,7 +98,7 @@ def context_blind(data: ProbeData, mask: torch.Tensor, idx: torch.Tensor, task: 
     pos = F.one_hot(point_positions(mask, idx), T).double()  # (n,T)
     own = inputs[mask][idx.to(inputs.device)]  # (n,) token ids or (n,D)
     if inputs.dim() == 2:
-        vocab = getattr(getattr(task, "spec", None), "vocab_size", None) or int(inputs.max()) + 1
+        vocab = (task.spec.vocab_size if task is not None else None) or int(inputs.max()) + 1
         own = F.one_hot(own.long(), int(vocab)).double()  # (n,V): any function of the token is linear in it
     else:  # the vector and its pairwise products: a Gaussian posterior's entropy is quadratic in its query
         own = own.double()

@@ -62,14 +62,14 @@ class Edits:
 def make_edits(task: Any, inputs: torch.Tensor, mask: torch.Tensor, max_lag: int, edits: int, seed: int) -> Edits | str:
     """The resampled copies of prompts `inputs` (B,T) scored at `mask` (B,T) (drawn on the CPU from `seed`, so every
     device reads the same), or the reason the task has none."""
-    slots = getattr(task, "observation_slots", None)
-    if not callable(slots):
+    slots = task.observation_slots(inputs)
+    if slots is None:
         return (
             "the task names no observation positions (task.observation_slots); resampling a bijection's revealed value "
             "or a stored pair of recall changes which answers are possible (an infinite KL), not a memory"
         )
     mask = mask.bool()
-    positions, symbols = slots(inputs)  # (B,K) long, (n,) long
+    positions, symbols = slots  # (B,K) long, (n,) long
     B, K = positions.shape
     J, n_sym = min(int(max_lag), K - 1), symbols.numel()
     if J < 1 or n_sym < 2:
@@ -135,7 +135,7 @@ def memory_probe(
     ("exact") and their ratio ("<name>_ratio"), with paired bootstrap intervals over sequences ("ci"); not applicable
     where the task has no observations to resample. `predictors`: name -> prompts (N,T) -> predictive (N,T), e.g.
     {"model": ..., "init": ...}."""
-    if not callable(getattr(task, "posterior_for", None)):
+    if not task.offers("posterior_for"):
         return not_applicable("the task has no exact posterior of an edited input (task.posterior_for)")
     made = make_edits(task, inputs, mask, max_lag, edits, seed)
     if isinstance(made, str):

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from windtunnel import tasks
 from windtunnel.geometry.data import ProbeData, collect
 from windtunnel.geometry.registry import ProbeContext, get_probe, run_probe
 from windtunnel.geometry.registry import probes as registered
@@ -52,6 +53,7 @@ def probe_model(
     if unknown:
         raise ValueError(f"probes: unknown {sorted(unknown)}; choose from {', '.join(available)}")
     model.eval()
+    task = tasks.as_task(task)  # any wind tunnel: the probes call its hooks directly
     data = collect(model, task, n=n)
     wants_init = any(get_probe(p).init_data for p in chosen)
     init_data = collect(init_model, task, n=n) if init_model is not None and wants_init else None

@@ -12,6 +12,7 @@ from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.models.base import ModelSize, check_output, predictive
 from windtunnel.models.registry import built_ins, is_baseline
+from windtunnel.tasks.adapter import as_task
 from windtunnel.tasks.base import Batch, TaskSpec
 
 
@@ -60,9 +61,9 @@ class Uniform(_Baseline):
             assert self.spec.n_classes is not None  # TaskSpec: class answers have n_classes
             logits = torch.zeros(B, T, int(self.spec.n_classes), device=batch.device)  # (B,T,K)
             return Categorical(logits=logits, validate_args=False)
-        prior = getattr(self.task, "prior_predictive", None)
-        if callable(prior):
-            return prior(batch)
+        prior = as_task(self.task).prior_predictive(batch) if self.task is not None else None
+        if prior is not None:
+            return prior
         y = batch.targets[batch.target_mask.bool()].double()
         mean, std = y.mean(), y.std().clamp_min(1e-6)
         shape = batch.target_mask.shape

@@ -235,7 +235,7 @@ def _tunnels_section(doc: Document, records: list[RunRecord], data: dict[str, di
 
 def _floors(task: str, records: list[RunRecord], data: dict[str, dict[str, Any]]) -> list[figures.Floor]:
     """The reference lines of a tunnel's forest plot: the uniform predictor's cell (the context-blind floor, as under
-    Reference levels) and the tunnel's own failure floors (`WindTunnel.references` with floor=True)."""
+    Reference levels) and the tunnel's own failure floors (`Task.references` with floor=True)."""
     metric = tables.headline_metric(task)
     c = data.get("uniform", {}).get(task)
     out = []
@@ -303,7 +303,8 @@ def _length_generalisation_section(doc: Document, records: list[RunRecord]) -> N
 def _capacity_sections(doc: Document, records: list[RunRecord]) -> None:
     """One capacity table per present tunnel that has a capacity parameter: its headline metric against it."""
     for task in table_cells.task_order({r.task for r in records}):
-        capacity = getattr(table_cells.tunnel(task, records), "capacity", None)
+        built = table_cells.tunnel(task, records)
+        capacity = built.capacity if built is not None else None
         if not capacity:
             continue
         param, what = capacity
@@ -323,9 +324,8 @@ def _filters_section(doc: Document, records: list[RunRecord]) -> None:
     if not per_task:
         return
     present = table_cells.task_order({r.task for r in records})
-    notes = [
-        note for task in present if (note := getattr(table_cells.tunnel(task, records), "approximations_note", ""))
-    ]
+    built = [b for b in (table_cells.tunnel(task, records) for task in present) if b is not None]
+    notes = [b.approximations_note for b in built if b.approximations_note]
     doc.add(Heading("Which filter does each model compute?"))
     doc.add(Details(prose.APPROXIMATIONS_SUMMARY, [Paragraph(prose.APPROXIMATIONS + " ".join(dict.fromkeys(notes)))]))
     for task, header, rows in per_task:

@@ -143,7 +143,7 @@ def at_paper_params(task: str, params: dict[str, Any]) -> bool:
     return mine is not None and mine == theirs
 
 
-def build_tunnel(task: str, params: dict[str, Any]) -> Any:
+def build_tunnel(task: str, params: dict[str, Any]) -> tasks.Task[Any] | None:
     """The wind tunnel `task` at `params`, or None where this version cannot build it."""
     try:
         return tasks.make(task, **params)
@@ -151,7 +151,7 @@ def build_tunnel(task: str, params: dict[str, Any]) -> Any:
         return None
 
 
-def tunnel_of(runs: list[RunRecord]) -> Any:
+def tunnel_of(runs: list[RunRecord]) -> tasks.Task[Any] | None:
     """The wind tunnel of a configuration's runs at their task parameters (None where it cannot be built)."""
     return build_tunnel(runs[0].task, runs[0].params)
 
@@ -194,16 +194,16 @@ def cell_value(runs: list[RunRecord], metric: str, setting: str = "default") -> 
     }
 
 
-def tunnel(task: str, records: list[RunRecord]) -> Any:
+def tunnel(task: str, records: list[RunRecord]) -> tasks.Task[Any] | None:
     """The wind tunnel `task` at the parameters its first run trained with (`tunnel_of`), or None where this version
     cannot build it (a task no longer registered, or parameters it no longer accepts)."""
     return build_tunnel(task, next((r.params for r in records if r.task == task), {}))
 
 
 def task_references(task: str, records: list[RunRecord]) -> list[Any]:
-    """The tunnel's own reference levels (`WindTunnel.references`), [] when it names none."""
-    found = getattr(tunnel(task, records), "references", None)
-    return list(found()) if callable(found) else []
+    """The tunnel's own reference levels (`Task.references`), [] when it names none."""
+    built = tunnel(task, records)
+    return built.references() if built is not None else []
 
 
 def params_key(r: RunRecord) -> tuple[str, str]:

@@ -114,13 +114,13 @@ def primitives_table(records: list[RunRecord]) -> tuple[list[str], list[list[str
 def reference_levels(records: list[RunRecord]) -> list[str]:
     """Derived reference levels per task (never the paper's numbers): what ✓ certifies there (`marks.certifies`, with
     the tunnel's transport demand where it has one), the uniform predictor's score (the context-blind floor) and each
-    tunnel's own levels (`WindTunnel.references`, e.g. chance among stored values)."""
+    tunnel's own levels (`Task.references`, e.g. chance among stored values)."""
     out = []
     for task in task_order({r.task for r in records}):
         metric = headline_metric(task)
         built = tunnel(task, records)
         if built is not None:
-            th, demand = marks.thresholds(built), getattr(built, "transport_demand", None)
+            th, demand = marks.thresholds(built), built.transport_demand
             depth = demand.window - 1 if demand is not None else 0
             out.append(
                 f"{task}: ✓ certifies {marks.certifies(th, metric, depth)}"

@@ -7,6 +7,7 @@
 
 # Built-in tunnels register themselves on import.
 from windtunnel.tasks import bijection, hmm, recall, regression  # noqa: E402, F401, I001
+from windtunnel.tasks.adapter import TunnelAdapter, as_task
 from windtunnel.tasks.base import Batch, Reference, Task, TaskParams, TaskSpec, WindTunnel, check_posterior
 from windtunnel.tasks.registry import TunnelInfo, info, make, names, register
 
@@ -16,8 +17,10 @@ __all__ = [
     "Task",
     "TaskParams",
     "TaskSpec",
+    "TunnelAdapter",
     "TunnelInfo",
     "WindTunnel",
+    "as_task",
     "check_posterior",
     "info",
     "make",

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -18,6 +18,9 @@ from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.errors import error_message
 from windtunnel.tasks._util import generic_controls
+
+if TYPE_CHECKING:  # the HMMs' measure of how far belief must be carried, the type of `Task.transport_demand`
+    from windtunnel.tasks.hmm import TransportDemand
 
 InputKind = Literal["tokens", "real"]
 AnswerKind = Literal["classes", "real"]
@@ -260,43 +263,9 @@ DEFAULT_LOSSES = ("ce", "soft_ce")
 
 @runtime_checkable
 class WindTunnel(Protocol):
-    """What the toolkit reads from a wind tunnel. Required: `name`, `spec`, `sample`. The metadata below are read
-    with these defaults when a tunnel does not set them (`tasks.info`); `Task` subclasses set them as class
-    attributes:
-
-        primitive        the inference primitive it isolates ("belief accumulation"); "" if none is claimed
-        title            its Table 1 column title (default: the name, capitalised)
-        headline_metric  "entropy_mae_bits" (default) or "accuracy": what Table 1 reports and marks
-        default_loss     "ce" on sampled targets (default) or "soft_ce" on the exact posterior (real answers always
-                         train with gaussian_nll)
-        length_param     the integer parameter that sets the sequence length ("K" for the HMM), or None (default)
-                         when no parameter lengthens a sequence without changing what a model is sized for: a model
-                         with a learned position table reserves positions for 2.5x its value (`resolve.resolve_config`)
-
-    Optional: `posterior_for(inputs) -> distribution` (the exact posterior of any valid input tensor, batch shape
-    (B,T), equal to `batch.posterior` on sampled inputs, a ValueError for an input no sequence could be: what a memory
-    probe, activation patching or a counterfactual scores against; every built-in tunnel has it),
-    `approximations(batch) -> {name: distribution}` (approximate posteriors to tell apart from the
-    exact one: the report's KL-nearest-reference column and the ✓ rule) and `approximations_note` (what they are, for
-    the report), `approximation_depths() -> {name: int}` (how many observations each approximation keeps: the model's
-    belief horizon; the HMMs list the windows below their `transport_demand`), `approximation_positions() -> {name:
-    (scored positions, 0-based)}` (where each approximation is outside the exact level: the belief horizon compares
-    a model with it there, position by position), `controls(batch) -> {name:
-    distribution}` (adversarial controls: predictors that do not infer but match the exact posterior's entropy, which
-    must never earn an exact mark; `Task` gives generic ones) and
-    `controls_note`, `references() -> [Reference]` (levels of the headline metric the report prints beside Table 1),
-    `capacity = (param, what it counts)` (the report's capacity table over that parameter's evaluated values),
-    `attention_evidence(inputs, mask) ->
-    {name: (rows (B,T), evidence (B,T,T))}` (which earlier positions a scored row should attend to: the attention
-    probe reports the mass there), `value_positions(inputs) -> (mask (B,T), entropy bits (B,T))` (a second set of
-    positions for the manifold probe, with the entropy attached to each), `observation_slots(inputs) -> (positions
-    (B,K), symbols (n,))` (where each observation sits and the tokens it may take: what the memory probe resamples),
-    `sample_bytes(batch_size) -> int` (the bytes `sample` holds at its peak where that is more than the batch it
-    returns: counted by the memory bound before anything is sampled, `budget.sampled_bytes`), `describe(batch, i)`
-    (tokens for `windtunnel tasks show`), `auxiliary_targets_offered = {name: what it is, in words}` with
-    `auxiliary_targets(batch) -> {name: probabilities (B,T,n)}` (extra exact distributions at the scored positions
-    that training may also fit with a small head of its own, `train.aux_target`; never scored: `Task` offers none).
-    """
+    """The least a wind tunnel is: `name`, `spec` and `sample`. `Task` states the whole contract (metadata and
+    optional hooks, each with a default); `tasks.as_task` adapts an object that has only these three, or some hooks of
+    its own, into a `Task`, so the toolkit reads every tunnel through `Task`."""
 
     name: str
 
@@ -315,21 +284,72 @@ class WindTunnel(Protocol):
 P = TypeVar("P", bound=TaskParams)
 T = TypeVar("T", bound="Task[Any]")
 
+# The members `Task.offers` answers for: a tunnel gives each itself or takes Task's default. Every Task gives those in
+# _ALWAYS (a name, parameters, generic controls, its raw inputs as tokens); the others default to "not offered".
+OPTIONAL = (
+    "name",
+    "params",
+    "posterior_for",
+    "approximations",
+    "approximation_depths",
+    "approximation_positions",
+    "transport_demand",
+    "controls",
+    "references",
+    "attention_evidence",
+    "value_positions",
+    "observation_slots",
+    "sample_bytes",
+    "prior_predictive",
+    "auxiliary_targets",
+    "describe",
+)
+_ALWAYS = ("name", "params", "controls", "describe")
+
 
 class Task(Generic[P]):
-    """Base class: holds validated `params`, exposes `spec`, and samples batches (a `WindTunnel`).
+    """A wind tunnel, and the one statement of what the toolkit reads from one.
 
-    Subclasses set `name` and `Params` (a TaskParams model) and implement `spec` and `_sample`; they set the
-    metadata of `WindTunnel` (primitive, title, headline_metric, default_loss, length_param) where the defaults do
-    not fit.
-    A subclass names its Params class as the type argument too (`class Coin(Task[CoinParams])`), so a type checker
-    knows the fields of `self.params`; a plain `class Coin(Task)` runs the same.
+    A subclass sets `name` and `Params` (a TaskParams model, named as the type argument too: `class Coin(Task[
+    CoinParams])`, so a type checker knows the fields of `self.params`; a plain `class Coin(Task)` runs the same) and
+    implements `spec` and `_sample`; `sample` seeds, samples and refuses a posterior built from probabilities that do
+    not sum to 1. Everything else below has a default, and the toolkit calls it directly, never probing for it.
 
-    Auxiliary targets (optional): a tunnel may offer exact distributions beside its posterior that training can also
-    fit (`train.aux_target`, `train.aux_weight`), never scored. It names them in `auxiliary_targets_offered` ({name:
-    what it is, in words, for the run's recipe text}) and returns them from `auxiliary_targets(batch)`: {name:
-    probabilities (B,T,n) summing to 1 over n at each scored position (valid but unused elsewhere)}, a function of
-    the batch alone. The default offers none.
+    Metadata (class attributes; `tasks.info(name)` reads them from the registered class):
+        description        what it tests, in one line
+        primitive          the inference primitive it isolates ("belief accumulation"); "" if none is claimed
+        title              its Table 1 column title ("": the name, capitalised)
+        headline_metric    "entropy_mae_bits" (default) or "accuracy": what Table 1 reports and marks
+        default_loss       "ce" on sampled targets (default) or "soft_ce" on the exact posterior (real answers always
+                           train with gaussian_nll)
+        length_param       the integer parameter that sets the sequence length ("K" for the HMM), or None (default)
+                           when no parameter lengthens a sequence without changing what a model is sized for: a model
+                           with a learned position table reserves positions for 2.5x its value (`resolve`)
+        capacity           (param, what it counts): the report's capacity table over that parameter; None: none
+        mark_thresholds    {`marks.Thresholds` field: value} over the marks' defaults ({}: the defaults)
+        approximations_note, controls_note   what its approximations and controls are, for the report
+        auxiliary_targets_offered   {name: what it is, in words} of `auxiliary_targets` ({}: none)
+
+    Optional hooks, each documented on its method; the default means "not offered" unless it says otherwise:
+        posterior_for(inputs)             the exact posterior of any valid input (default: NotImplementedError)
+        approximations(batch)             approximate posteriors to tell apart from the exact one ({})
+        approximation_depths()            observations each approximation keeps ({})
+        approximation_positions()         where each approximation is outside the exact level ({})
+        transport_demand                  how far belief must be carried (`tasks.hmm.TransportDemand`; None)
+        controls(batch)                   adversarial controls (default: generic ones, `controls_note`)
+        references()                      levels of the headline metric for the report ([])
+        attention_evidence(inputs, mask)  where a scored row should attend ({})
+        value_positions(inputs)           a second position set for the manifold probe (None)
+        observation_slots(inputs)         where observations sit, for the memory probe (None)
+        sample_bytes(batch_size)          `sample`'s peak bytes where above its batch's (None)
+        prior_predictive(batch)           a real-answer tunnel's prior predictive, the uniform baseline's (None)
+        auxiliary_targets(batch)          extra exact distributions training may fit, never scored ({})
+        describe(batch, i)                tokens for `windtunnel tasks show` (default: the raw inputs)
+
+    `offers(member)` says whether a tunnel gives a member of `OPTIONAL` itself: what a consumer asks where the default
+    is no answer (`posterior_for` raises) or where offering changes what is computed (an evaluation records
+    `approximations` only for a tunnel that has them). A tunnel that does not subclass Task, any `WindTunnel`, is read
+    through `tasks.as_task`: its own members where it has them, these defaults for the rest.
     """
 
     name: ClassVar[str] = "task"
@@ -341,6 +361,7 @@ class Task(Generic[P]):
     default_loss: ClassVar[str] = "ce"
     length_param: ClassVar[str | None] = None
     capacity: ClassVar[tuple[str, str] | None] = None
+    mark_thresholds: ClassVar[dict[str, float]] = {}
     approximations_note: ClassVar[str] = ""
     auxiliary_targets_offered: ClassVar[dict[str, str]] = {}
     controls_note: ClassVar[str] = (
@@ -393,18 +414,80 @@ class Task(Generic[P]):
         """A copy of this task with some parameters changed (e.g. a longer K for length generalisation)."""
         return type(self)(**{**self.params.model_dump(), **overrides})
 
-    def auxiliary_targets(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Extra training targets of `batch`, {name in `auxiliary_targets_offered`: probabilities (B,T,n)}; none."""
+    def offers(self, member: str) -> bool:
+        """Whether this tunnel gives `member` (one of `OPTIONAL`) itself rather than Task's default: a subclass that
+        overrides it, or always for `_ALWAYS`. ValueError for a name that is not an optional member."""
+        if member not in OPTIONAL:
+            raise ValueError(f"offers: {member!r} is not an optional member of a wind tunnel ({', '.join(OPTIONAL)})")
+        return member in _ALWAYS or getattr(type(self), member) is not getattr(Task, member)
+
+    def posterior_for(self, inputs: torch.Tensor) -> Distribution:
+        """The exact posterior of any valid input tensor, batch shape (B,T), equal to `batch.posterior` on sampled
+        inputs; a ValueError for an input no sequence could be. What a memory probe, activation patching or a
+        counterfactual scores against. Every built-in tunnel has it; the default raises (`offers("posterior_for")`)."""
+        raise NotImplementedError(f"task {self.name!r} gives no exact posterior of an arbitrary input (posterior_for)")
+
+    def approximations(self, batch: Batch) -> Mapping[str, Distribution]:
+        """Approximate posteriors of `batch`, {name: distribution of batch shape (B,T)}, to tell apart from the exact
+        one: the report's KL-nearest-reference column and the ✓ rule (`approximations_note` says what they are)."""
         return {}
 
-    def references(self) -> list[Reference]:
-        """Levels of the headline metric at these parameters for the report (none by default)."""
-        return []
+    def approximation_depths(self) -> dict[str, int]:
+        """How many observations each approximation keeps, {name: int}: a model's belief horizon (the HMMs list the
+        windows below their `transport_demand`)."""
+        return {}
+
+    def approximation_positions(self) -> dict[str, tuple[int, ...]]:
+        """Per approximation, the scored positions (0-based) where it is outside the exact level: the belief horizon
+        compares a model with it there, position by position."""
+        return {}
+
+    @property
+    def transport_demand(self) -> TransportDemand | None:
+        """How far this tunnel needs belief carried (W and the window errors), for what ✓ certifies; None: no claim."""
+        return None
 
     def controls(self, batch: Batch) -> dict[str, Distribution]:
         """Adversarial controls (`controls_note`): named predictors with batch shape (B,T) like `batch.posterior` that
         match its entropy without doing the inference, so a metric that marks them exact is broken."""
         return generic_controls(batch.posterior, batch.target_mask)
+
+    def references(self) -> list[Reference]:
+        """Levels of the headline metric at these parameters for the report (none by default)."""
+        return []
+
+    def attention_evidence(
+        self, inputs: torch.Tensor, mask: torch.Tensor
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Which earlier positions a scored row of `inputs` (B,T) should attend to, per kind of row: {kind: (rows
+        (B,T) bool, evidence (B,T,T) bool)}; the attention probe reports the mass there."""
+        return {}
+
+    def value_positions(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A second set of positions of token `inputs` (B,T) for the manifold probe, with the entropy attached to
+        each: (mask (B,T), entropy bits (B,T)); None: the tunnel names none."""
+        return None
+
+    def observation_slots(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Where each observation of `inputs` (B,T) sits and the tokens it may take: (positions (B,K) long, symbols
+        (n,) long), what the memory probe resamples; None: the tunnel names none."""
+        return None
+
+    def sample_bytes(self, batch_size: int) -> int | None:
+        """The bytes `sample(batch_size)` holds at its peak where that is more than the batch it returns, counted by
+        the memory bound before anything is sampled (`budget.sampled_bytes`); None: the batch is the peak."""
+        return None
+
+    def prior_predictive(self, batch: Batch) -> Distribution | None:
+        """The prior predictive of a real-answer tunnel at every position of `batch`, batch shape (B,T): what the
+        uniform baseline predicts; None: the baseline pools the batch's targets instead."""
+        return None
+
+    def auxiliary_targets(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Extra exact distributions training may also fit with a head of its own (`train.aux_target`), never scored:
+        {name in `auxiliary_targets_offered`: probabilities (B,T,n) summing to 1 over n at each scored position
+        (valid but unused elsewhere)}, a function of the batch alone."""
+        return {}
 
     def describe(self, batch: Batch, index: int = 0) -> list[str]:
         """Human-readable tokens of one sequence (used by `windtunnel tasks show`)."""

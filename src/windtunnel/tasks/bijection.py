@@ -131,7 +131,7 @@ class Bijection(Task[BijectionParams]):
     def attention_evidence(
         self, inputs: torch.Tensor, mask: torch.Tensor
     ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Rows and the earlier positions they should attend to (the attention probe, tasks.base.WindTunnel):
+        """Rows and the earlier positions they should attend to (the attention probe, tasks.base.Task):
         a queried key revealed before -> that key and its value ("seen_key_match"); any other scored row but the
         first -> every revealed value ("unseen_value"). Token inputs of the paired layout only."""
         if inputs.dim() != 2:

@@ -361,7 +361,7 @@ class HMM(Task[HMMParams]):
     @property
     def exact_bits(self) -> float:
         """The exact level of this tunnel's marks (its `mark_thresholds`, else the default)."""
-        return float((getattr(self, "mark_thresholds", None) or {}).get("exact_bits", EXACT_BITS))
+        return float(self.mark_thresholds.get("exact_bits", EXACT_BITS))
 
     @property
     def transport_demand(self) -> TransportDemand:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from windtunnel.registry import Registry
-from windtunnel.tasks.base import DEFAULT_LOSSES, HEADLINE_METRICS
+from windtunnel.tasks.adapter import as_task
+from windtunnel.tasks.base import DEFAULT_LOSSES, HEADLINE_METRICS, Task
 
 _REGISTRY = Registry("task", entry_points="windtunnel.tasks")
 
@@ -15,14 +16,15 @@ unregister = _REGISTRY.unregister
 names = _REGISTRY.names
 
 
-def make(name: str, **params: Any) -> Any:
-    """Build the task `name` with `params` (paper settings where a parameter is not given)."""
-    return _REGISTRY.get(name)(**params)
+def make(name: str, **params: Any) -> Task[Any]:
+    """Build the task `name` with `params` (paper settings where a parameter is not given), as a `Task`: a tunnel
+    registered without subclassing Task comes back adapted (`as_task`)."""
+    return as_task(_REGISTRY.get(name)(**params))
 
 
 @dataclass(frozen=True)
 class TunnelInfo:
-    """A wind tunnel's metadata (`tasks.base.WindTunnel`), with the defaults filled in."""
+    """A wind tunnel's metadata (`tasks.base.Task`), with the defaults filled in."""
 
     name: str
     primitive: str

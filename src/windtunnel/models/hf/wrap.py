@@ -20,7 +20,7 @@ from windtunnel.models.hf.gpt2 import GPT2Adapter
 from windtunnel.models.hf.gpt_neox import GPTNeoXAdapter
 from windtunnel.models.hf.llama import LlamaAdapter
 from windtunnel.models.hf.phi import PhiAdapter
-from windtunnel.tasks.base import TaskSpec
+from windtunnel.tasks.base import TaskSpec, WindTunnel
 
 
 class HFModelSize(ModelSize):
@@ -241,7 +241,7 @@ def from_hf(
         if answers is not None:
             raise ValueError("from_hf: answers are read on a task: give the task too (from_hf(model, task, ...))")
     else:
-        spec = getattr(task, "spec", task)
+        spec = task.spec if isinstance(task, WindTunnel) else task
         if not isinstance(spec, TaskSpec):
             raise ValueError(f"from_hf: task: expected a task or a TaskSpec (got {type(task).__name__})")
         if answers is None:
