@@ -75,11 +75,12 @@ def test_an_unknown_name_gets_the_defaults_and_imports_nothing():
     assert "no_such_pkg" not in sys.modules
     assert table_cells.arch_row("gone") > max(models.info(a).row for a in ROWS)  # after the built-ins, as before
     assert arch_color("gone") in USER_COLORS
-    for key in ("row", "follows", "context_blind", "baseline", "cost", "color"):  # the defaults are the base class's
+    for key in ("row", "follows", "context_blind", "baseline", "cost", "color", "depth_factors"):  # the base class's
         assert getattr(defaults, key) == getattr(SequenceModel, key)
 
 
 BAD = [("row", "first"), ("row", True), ("cost", 0), ("color", 3), ("baseline", 1)]
+BAD += [("depth_factors", 1.5), ("depth_factors", ()), ("depth_factors", (1.5, 0)), ("depth_factors", (True,))]
 
 
 @pytest.mark.parametrize(("key", "value"), BAD)

@@ -31,26 +31,24 @@ from pydantic import Field
 from torch import nn
 
 from windtunnel import models
-from windtunnel.models import InitSize, ResidualModel
-from windtunnel.models.common import InputEmbedding, OutputHead, initialise
+from windtunnel.models import ModelSize, ResidualModel
 
 
 class Causal(ResidualModel):
     """embed -> n_layers x (h + W running_mean(h) + W' future(h)) -> LayerNorm -> head; future() reads nothing."""
 
-    class Size(InitSize):
+    class Size(ModelSize):  # no init field: the weights keep PyTorch's defaults
         n_layers: int = Field(default=1, ge=1)
         d_model: int = Field(default=16, ge=1)
 
-    def __init__(self, spec, size=None, **fields):
-        super().__init__(spec, size, **fields)
+    def embedding_positions(self):
+        return "learned"
+
+    def build_layers(self):
         d, self.n_layers = self.size.d_model, self.size.n_layers
-        self.embed = InputEmbedding(spec, d, self.size.max_len, pos="learned")
         self.past = nn.ModuleList(nn.Linear(d, d) for _ in range(self.n_layers))
         self.ahead = nn.ModuleList(nn.Linear(d, d) for _ in range(self.n_layers))
         self.norm = nn.LayerNorm(d)
-        self.head = OutputHead(spec, d, embedding=self.embed)
-        initialise(self, "torch")
 
     def future(self, h):  # (B,T,d) -> (B,T,d) what position t reads of positions > t
         return torch.zeros_like(h)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from windtunnel import models, tasks
@@ -51,6 +53,17 @@ def test_mlps_match_transformer_within_1pct(task, tier):
     for arch in ("mlp", "mlp-pointwise"):
         got = n_params(task, arch, tier)
         assert abs(got - target) / target <= 0.01, (arch, got, target)
+
+
+def test_a_controls_depths_are_the_factors_it_declares():
+    """presets names no control: the depths it tries are the control's `depth_factors` times the followed depth,
+    rounded away from it (the pointwise MLP's 8 d^2 per block against the transformer's 12 d^2: 1.5x first)."""
+    source = inspect.getsource(presets)
+    assert not [name for name in ("mlp-pointwise", "PointwiseMLP", "PrefixMLP") if name in source]
+    assert models.info("mlp-pointwise").depth_factors == (1.5, 1.0, 2.0)
+    assert models.info("mlp").depth_factors == (1.5, 1.0, 2.0, 0.5)
+    assert [presets._scaled(9, f) for f in models.info("mlp").depth_factors] == [14, 9, 18, 4]
+    assert presets.preset("bijection", "mlp-pointwise", "paper").n_layers == 9  # 1.5 x the transformer's 6
 
 
 def test_smoke_is_tiny():

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch import nn
 
 from windtunnel import models, tasks
 from windtunnel.models import presets
-from windtunnel.models.base import ModelSize, SequenceModel, predictive
+from windtunnel.models.base import ModelSize, ResidualModel, SequenceModel, predictive
 from windtunnel.models.common import InputEmbedding, OutputHead
+from windtunnel.models.mamba import PaperMambaBlock, ReferenceMambaBlock
 
 ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp-pointwise"]
 TASKS = ["bijection", "hmm", "recall", "regression"]
@@ -111,6 +114,29 @@ def test_untied_head_when_asked():
     tied = models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8)
     untied = models.make("transformer", spec, n_layers=1, n_heads=1, d_model=8, tie=False)
     assert untied.n_params() - tied.n_params() == 8 * spec.n_classes + spec.n_classes
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_skeleton_builds_the_embedding_and_the_head(arch):
+    """An architecture writes only its layers: no built-in defines a constructor or builds an `OutputHead` of its
+    own; the skeleton's model is embed first and head last (the order its parameters draw from the RNG)."""
+    cls = models.resolve(arch)
+    assert issubclass(cls, ResidualModel)
+    own = cls.__mro__[: cls.__mro__.index(ResidualModel)]  # the architecture's classes (the MLPs' shared base too)
+    assert not [c for c in own if "__init__" in vars(c)]
+    assert "OutputHead(" not in inspect.getsource(inspect.getmodule(cls))
+    model = build(arch, "bijection")
+    children = [name for name, _ in model.named_children()]
+    assert children[0] == "embed" and children[-1] == "head" and isinstance(model.head, OutputHead)
+    assert (model.head.tied, isinstance(model.embed, InputEmbedding)) == (arch != "mlp", arch != "mlp")
+
+
+@pytest.mark.parametrize("variant", ["reference", "paper"])
+def test_mamba_blocks_are_the_variants_class(variant):
+    model = build("mamba", "bijection", variant=variant)
+    block = ReferenceMambaBlock if variant == "reference" else PaperMambaBlock
+    assert all(type(b) is block for b in model.blocks)
+    assert model.blocks[0].A_log.shape == ((16,) if variant == "paper" else (64, 16))  # shared over channels or not
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -5,8 +5,10 @@ predictive distribution.
     out, cache = model.run_with_cache(inputs, names=[...])   # named activations (models/hooks.py, docs/hooks.md)
 
 Every built-in architecture is a `ResidualModel`: embed -> n_layers x `layer(l, h)` -> final norm -> head, with the
-hook points embed, blocks.{l}.resid_pre, blocks.{l}.resid_post and final placed here once; an architecture file
-holds only its layer (the mixer and how it joins the residual stream) and that layer's own hook points.
+embedding and the head built, and the hook points embed, blocks.{l}.resid_pre, blocks.{l}.resid_post and final
+placed, here once; an architecture file holds only its layers (`build_layers`: the mixer, and `layer`: how it joins
+the residual stream), their own hook points, its init and what else differs (the embedding's positions, the MLP's
+prefix embedding).
 
 Every architecture declares its size as a pydantic `ModelSize` subclass, `Arch.Size`: the one place its size
 parameters, their defaults and their allowed ranges are written. A config's `model.size` is validated against it
@@ -24,7 +26,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from windtunnel.errors import UserCodeError, error_message
-from windtunnel.models.common import Init
+from windtunnel.models.common import Init, InputEmbedding, OutputHead, initialise
 from windtunnel.models.hooks import HookedModel
 from windtunnel.tasks.base import TaskSpec
 
@@ -147,6 +149,9 @@ class SequenceModel(nn.Module):
     # and weights its ETA. How the built-ins' were measured: docs/results/arch-cost.md.
     cost: ClassVar[float] = 1.0
     color: ClassVar[str | None] = None  # its matplotlib colour in every figure (None: one picked from its name)
+    # A control's: the depths `presets` tries, in order, when it matches the control's width to the parameter count of
+    # the architecture it follows, as multiples of that architecture's depth (rounded away from it, at least 1).
+    depth_factors: ClassVar[tuple[float, ...]] = (1.0,)
     spec: TaskSpec
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
@@ -164,19 +169,71 @@ class SequenceModel(nn.Module):
 class ResidualModel(HookedModel, SequenceModel):
     """embed -> n_layers x layer(l, h) -> final norm -> head, with the shared hook points around every layer.
 
-    A subclass's constructor starts with `super().__init__(spec, size, **fields)`, which validates the size against
-    its `Size` and stores it as `self.size`; it then builds `embed`, the layers, `norm` and `head` from `self.size`.
+    The constructor builds the whole model, in the order its parameters draw from the RNG and sit in the state_dict:
+    it validates the size against `Size` (`self.size`), then builds `embed` (`make_embedding`), the architecture's
+    layers and final `norm` (`build_layers`) and the `head` (before the layers where `head_before_layers` says so),
+    then initialises the weights (`initialise_weights`). An architecture writes `build_layers` and `layer`, and
+    overrides the rest only where it differs.
+
+    The skeleton reads its width from the size's `d_model` (every `ResidualModel`'s Size declares it), and the head's
+    `tie` and `logit_scale` from the size where it declares them (default: tied where the task allows, no scale).
     """
 
     embed: nn.Module
     norm: nn.Module
-    head: nn.Module
+    head: OutputHead
     n_layers: int
+    # Whether the head is built before the layers rather than after them: the order of the random draws where the
+    # weights keep the init PyTorch draws at construction (init="torch"); the state_dict lists the head last either way.
+    head_before_layers: ClassVar[bool] = False
 
     def __init__(self, spec: TaskSpec, size: ModelSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
         super().__init__()
         self.spec = spec
         self.size = self.Size.of(size, fields)
+        d_model = getattr(self.size, "d_model", None)
+        if not isinstance(d_model, int):
+            raise UserCodeError(f"{type(self).__name__}.Size: a ResidualModel's size declares its width, d_model")
+        self.d_model = d_model
+        self.max_len = spec.seq_len if self.size.max_len is None else self.size.max_len
+        self.embed = self.make_embedding()  # (B,T[,D]) -> (B,T,d)
+        head = self._make_head() if self.head_before_layers else None
+        self.build_layers()
+        self.head = head if head is not None else self._make_head()  # registered last: the state_dict's order
+        self.initialise_weights()
+
+    def _make_head(self) -> OutputHead:
+        """The head, (B,T,d) -> (B,T,K) or (B,T,2): tied to the embedding's answer-token rows where the task, the
+        size's `tie` and the embedding (an `InputEmbedding` of width d_model) allow, scaled where `logit_scale` says."""
+        return OutputHead(
+            self.spec,
+            self.d_model,
+            tie=getattr(self.size, "tie", True),
+            embedding=self.embed if isinstance(self.embed, InputEmbedding) else None,
+            logit_scale=getattr(self.size, "logit_scale", False),
+        )
+
+    def embedding_positions(self) -> str:
+        """The positions the input embedding adds: "learned" (a `PositionTable`) where the size says the model has a
+        learned table (`Size.learned_positions()`), else "none"."""
+        return "learned" if self.size.learned_positions() else "none"
+
+    def make_embedding(self) -> nn.Module:
+        """The input embedding, (B,T[,D]) -> (B,T,d_model): an `InputEmbedding` of `max_len` positions with the
+        `embedding_positions()`, its learned table reserving the size's `reserved_positions` rows."""
+        pos = self.embedding_positions()
+        return InputEmbedding(self.spec, self.d_model, self.max_len, pos=pos, reserved=self.size.reserved_positions)
+
+    def build_layers(self) -> None:  # pragma: no cover - interface
+        """Build what lies between the embedding and the head: the `n_layers` layers `layer(l, h)` runs (set
+        `self.n_layers`) and the final norm, `self.norm`."""
+        raise NotImplementedError
+
+    def initialise_weights(self) -> None:
+        """Initialise the built model: by the size's `init` where it is an `InitSize` (`common.initialise`), else
+        PyTorch's defaults stay. Override for an architecture's own init (residual scaling, a block's own parts)."""
+        if isinstance(self.size, InitSize):
+            initialise(self, self.size.init)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
         """Layer l on the (B,T,d) residual stream: the stream it leaves (for most layers h + mixer(norm(h)))."""

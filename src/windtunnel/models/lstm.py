@@ -7,8 +7,7 @@ that records the hidden and cell state at every step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import torch
 from pydantic import Field, model_validator
@@ -16,8 +15,7 @@ from torch import nn
 
 from windtunnel.devices import lstm_needs_float32
 from windtunnel.models.base import InitSize, ResidualModel, size_int
-from windtunnel.models.common import InputEmbedding, OutputHead, initialise
-from windtunnel.tasks.base import TaskSpec
+from windtunnel.models.common import initialise
 
 
 def lstm_cell_loop(layer: nn.LSTM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,18 +97,20 @@ class LSTM(ResidualModel):
     row, color, cost = 30, "C2", 0.55  # models.info: report row, figure colour, relative training cost
     layer_hooks = ("lstm.h", "lstm.c")
 
-    def __init__(self, spec: TaskSpec, size: LSTMSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(spec, size, **fields)
+    def build_layers(self) -> None:
+        """n_layers single-layer `nn.LSTM`s (dropout between them), then the final LayerNorm."""
         s = self.size
-        self.n_layers, self.d_model = s.n_layers, s.d_model
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=s.pos, reserved=s.reserved_positions)
-        self.max_len = self.embed.max_len
+        self.n_layers = s.n_layers
         self.layers = nn.ModuleList(nn.LSTM(s.d_model, s.d_model, batch_first=True) for _ in range(s.n_layers))
         self.dropout = nn.Dropout(s.dropout)
         self.norm = nn.LayerNorm(s.d_model)
-        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
-        initialise(self, s.init)  # Linear/Embedding only; LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))
-        for lstm in self.layers:  # last, so every other weight is drawn as without a gate-bias init
+
+    def initialise_weights(self) -> None:
+        """`init` on the Linear/Embedding weights (the LSTM weights keep PyTorch's U(-1/sqrt(d), 1/sqrt(d))), then the
+        gate-bias init, last, so every other weight is drawn as without it."""
+        s = self.size
+        initialise(self, s.init)
+        for lstm in self.layers:
             init_gate_biases(cast(nn.LSTM, lstm), s.forget_bias, s.chrono)
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:

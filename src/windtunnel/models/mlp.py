@@ -17,31 +17,39 @@ Match either to a parameter budget with `windtunnel.models.common.match_params` 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
-from windtunnel.models.common import INIT_STD, INITS, FeedForward, InputEmbedding, OutputHead, check_choice, initialise
+from windtunnel.models.common import INIT_STD, INITS, FeedForward, InputEmbedding, check_choice, initialise
 from windtunnel.tasks.base import TaskSpec
 
 
 class _ResidualMLP(ResidualModel):
-    """Shared body: embed (subclass) -> n_layers residual FeedForward blocks -> final norm -> head."""
+    """Shared body: embed (subclass) -> n_layers residual FeedForward blocks -> final norm (subclass) -> head."""
 
+    size: PrefixMLPSize | PointwiseMLPSize
     layer_hooks = ("mlp.out",)
     resid_parts = ("mlp.out",)
+    head_before_layers = True  # under init="torch" the head's weights are drawn before the blocks'
 
-    def _build_body(
-        self, n_layers: int, d_model: int, ratio: int, final_norm: nn.Module, head: OutputHead, init: str | None
-    ) -> None:
-        self.n_layers, self.d_model = n_layers, d_model
-        self.blocks = nn.ModuleList(FeedForward(d_model, ratio * d_model, norm="layer") for _ in range(n_layers))
-        self.norm = final_norm
-        self.head = head
-        initialise(self, init, residual_layers=n_layers)
+    def final_norm(self) -> nn.Module:  # pragma: no cover - interface
+        """The norm between the last block and the head."""
+        raise NotImplementedError
+
+    def build_layers(self) -> None:
+        """n_layers residual blocks LayerNorm -> Linear(d, ratio d) -> GELU -> Linear, then the final norm."""
+        s = self.size
+        self.n_layers = s.n_layers
+        self.blocks = nn.ModuleList(
+            FeedForward(s.d_model, s.ratio * s.d_model, norm="layer") for _ in range(s.n_layers)
+        )
+        self.norm = self.final_norm()
+
+    def initialise_weights(self) -> None:
+        """`init`, with GPT-2's scaled residual projections under "normal"."""
+        initialise(self, self.size.init, residual_layers=self.n_layers)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
         return h + self.hook(f"blocks.{l}.mlp.out", self.blocks[l](h))  # (B,T,d)
@@ -94,24 +102,19 @@ class PrefixMLP(_ResidualMLP):
     size: PrefixMLPSize
     row, color, cost = 40, "C3", 0.6  # models.info: report row, figure colour, relative training cost
     follows = "transformer"  # a control: the transformer's parameter count (presets), budget and recipe
+    depth_factors = (1.5, 1.0, 2.0, 0.5)  # presets: the depths tried, times the transformer's
 
-    def __init__(self, spec: TaskSpec, size: PrefixMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(spec, size, **fields)
+    def make_embedding(self) -> nn.Module:
+        """The first layer on the zero-padded prefix, a `PrefixEmbedding`."""
         s = self.size
-        self.embed = PrefixEmbedding(spec, s.d_model, s.d_emb, s.max_len, s.init)
-        self.max_len, self.d_emb = self.embed.max_len, s.d_emb
-        self._build_body(
-            s.n_layers,
-            s.d_model,
-            s.ratio,
-            nn.LayerNorm(s.d_model),
-            OutputHead(spec, s.d_model, tie=False, logit_scale=s.logit_scale),
-            s.init,
-        )
+        return PrefixEmbedding(self.spec, s.d_model, s.d_emb, self.max_len, s.init)
+
+    def final_norm(self) -> nn.Module:
+        return nn.LayerNorm(self.d_model)
 
     def state_size(self, T: int) -> int:
         """It must keep the embedded prefix: T slots of d_emb numbers."""
-        return int(T) * self.d_emb
+        return int(T) * self.size.d_emb
 
 
 class PointwiseMLPSize(InitSize):
@@ -131,21 +134,17 @@ class PointwiseMLP(_ResidualMLP):
     size: PointwiseMLPSize
     row, color, cost = 50, "C4", 0.55  # models.info: report row, figure colour, relative training cost
     follows = "transformer"  # a control: the transformer's parameter count (presets), budget and recipe
+    # presets: the depths tried, times the transformer's; a block holds 8 d^2 against its 12 d^2, so 1.5x first
+    depth_factors = (1.5, 1.0, 2.0)
     context_blind = True  # each position sees only its own token
 
-    def __init__(self, spec: TaskSpec, size: PointwiseMLPSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(spec, size, **fields)
-        s = self.size
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos="learned")
-        self.max_len = self.embed.max_len
-        self._build_body(
-            s.n_layers,
-            s.d_model,
-            s.ratio,
-            nn.RMSNorm(s.d_model, eps=1e-5),
-            OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale),
-            s.init,
-        )
+    def embedding_positions(self) -> str:
+        """A learned table: the token and its position are all a position sees. It is capacity-matched at the
+        training length, so its size has no `learned_positions()` rows to reserve."""
+        return "learned"
+
+    def final_norm(self) -> nn.Module:
+        return nn.RMSNorm(self.d_model, eps=1e-5)
 
     def state_size(self, T: int) -> int:
         """Nothing is carried between positions."""

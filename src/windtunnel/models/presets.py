@@ -2,8 +2,9 @@
 
 Tiers: `smoke` (tiny, for tests), `quick` (trains in minutes on a 2-core CPU), `paper` (the paper's sizes:
 bijection 6 layers x 6 heads x d 192; HMM 9 x 8 x 256; recall and regression use the bijection sizes).
-The two MLPs have no sizes of their own: they are solved to match the transformer preset of the same
-(task, tier) within 1% of its parameter count. Unknown (user) task names get the generic sizes of the tier.
+The controls (`info(arch).follows`: the two MLPs) have no sizes of their own: their depth and width are solved to match
+the preset of the architecture they follow (the transformer) of the same (task, tier) within 1% of its parameter
+count, at the depths their `depth_factors` name. Unknown (user) task names get the generic sizes of the tier.
 """
 
 from __future__ import annotations
@@ -15,29 +16,32 @@ from typing import Any, cast
 from windtunnel import tasks
 from windtunnel.models.base import ModelSize
 from windtunnel.models.common import check_choice, count_params, match_params
-from windtunnel.models.mlp import PointwiseMLP, PrefixMLP
 from windtunnel.models.registry import built_ins, check, info, peek, resolve, size_class
 from windtunnel.tasks.base import TaskSpec
 from windtunnel.tiers import SIZE_TIERS
 
 _TIERS = SIZE_TIERS
 
-# Generic sizes per tier; per-task overrides below.
+# Generic sizes per tier; per-task overrides below. A control's (`info(arch).follows`: the MLPs) are the fields it keeps
+# while its depth and width are matched to the architecture it follows (`_matched`): the prefix MLP's slot width.
 _GENERIC: dict[str, dict[str, dict[str, Any]]] = {
     "smoke": {
         "transformer": dict(n_layers=2, n_heads=2, d_model=32, d_ff=64),
         "mamba": dict(n_layers=2, d_model=32),
         "lstm": dict(n_layers=2, d_model=32),
+        "mlp": dict(d_emb=4),
     },
     "quick": {
         "transformer": dict(n_layers=4, n_heads=4, d_model=128, d_ff=512),
         "mamba": dict(n_layers=4, d_model=128),
         "lstm": dict(n_layers=3, d_model=128),
+        "mlp": dict(d_emb=8),
     },
     "paper": {
         "transformer": dict(n_layers=6, n_heads=6, d_model=192, d_ff=768),
         "mamba": dict(n_layers=6, d_model=192),
         "lstm": dict(n_layers=6, d_model=192),
+        "mlp": dict(d_emb=16),
     },
 }
 _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
@@ -74,7 +78,6 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
 }
 _OVERRIDES.update({("hmm-sticky", tier): _OVERRIDES[("hmm", tier)] for tier in ("quick", "paper")})  # the HMM's sizes
-_PREFIX_D_EMB = {"smoke": 4, "quick": 8, "paper": 16}  # slot embedding width of the prefix MLP
 
 
 def tiers() -> list[str]:
@@ -102,7 +105,7 @@ def preset(task_name: str, arch: str, tier: str, spec: TaskSpec | None = None) -
     if info(arch).follows is None:
         fields = _OVERRIDES.get((task_name, tier), {}).get(arch, _GENERIC[tier][arch])
     else:
-        fields = _matched_mlp(task_name, arch, tier, spec if spec is not None else _default_spec(task_name))
+        fields = _matched(task_name, arch, tier, spec if spec is not None else _default_spec(task_name))
     return size_class(arch).of(fields)
 
 
@@ -137,15 +140,18 @@ def _default_spec(task_name: str) -> TaskSpec:
 
 
 @functools.cache
-def _matched_mlp(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
-    """An MLP's size fields: matched to the parameter count of the preset of the architecture it follows."""
-    follows = cast(str, info(arch).follows)
+def _matched(task_name: str, arch: str, tier: str, spec: TaskSpec) -> dict[str, Any]:
+    """A control's size fields: its generic ones, with the depth and width that match the parameter count of the
+    preset of the architecture it follows; the depths tried are its `depth_factors` times that preset's depth."""
+    control = info(arch)
+    follows = cast(str, control.follows)
     size = preset(task_name, follows, tier)
     target = count_params(resolve(follows), spec, size)
     depth: int = cast(Any, size).n_layers  # the followed preset's depth (the transformer's n_layers)
-    depths: tuple[int, ...]
-    if arch == "mlp-pointwise":  # 8 d^2 per block against the transformer's 12 d^2: 1.5x the depth
-        depths = (math.ceil(1.5 * depth), depth, 2 * depth)
-        return match_params(PointwiseMLP, spec, target, "d_model", depths)
-    depths = (math.ceil(1.5 * depth), depth, 2 * depth, max(1, depth // 2))
-    return match_params(PrefixMLP, spec, target, "d_model", depths, d_emb=_PREFIX_D_EMB[tier])
+    depths = tuple(_scaled(depth, f) for f in control.depth_factors)
+    return match_params(resolve(arch), spec, target, "d_model", depths, **_GENERIC[tier].get(arch, {}))
+
+
+def _scaled(depth: int, factor: float) -> int:
+    """`factor` times `depth`, rounded away from `depth` (up for a factor above 1, down below it), at least 1."""
+    return math.ceil(factor * depth) if factor >= 1 else max(1, math.floor(factor * depth))

@@ -1,6 +1,7 @@
 """Architecture registry: `make(arch, spec, size)`, `names()`, `register(name, Arch)`, `size_class(arch)`, and
-`info(arch)`, the metadata an architecture declares on its class (row, follows, context_blind, baseline, cost, color);
-`is_baseline(arch)` asks the one question every stage asks of it (trained or not) of a name, a class or a model.
+`info(arch)`, the metadata an architecture declares on its class (row, follows, context_blind, baseline, cost, color,
+depth_factors); `is_baseline(arch)` asks the one question every stage asks of it (trained or not) of a name, a class
+or a model.
 The built-ins are registered by import string (`BUILT_IN`): each module is imported the first time its name is looked
 up, so importing `windtunnel.models` imports no architecture.
 
@@ -156,6 +157,7 @@ class ArchInfo:
     baseline: bool  # never trained
     cost: float  # relative training cost per step, token and parameter (transformer 1.0)
     color: str | None  # its colour in figures (None: the report picks one from the name)
+    depth_factors: tuple[float, ...] = (1.0,)  # a control's: the depths its preset tries, times the followed depth
 
 
 _INFO_TYPES: dict[str, tuple[type, ...]] = {
@@ -165,6 +167,7 @@ _INFO_TYPES: dict[str, tuple[type, ...]] = {
     "baseline": (bool,),
     "cost": (int, float),
     "color": (str, type(None)),
+    "depth_factors": (tuple,),
 }
 
 
@@ -187,7 +190,10 @@ def info(arch: str) -> ArchInfo:
     values = {key: _declared(arch, factory, key) for key in _INFO_TYPES}
     if not values["cost"] > 0:
         raise ValueError(f"{arch}.cost: must be > 0 (got {values['cost']!r})")
-    return ArchInfo(name=arch, **{**values, "cost": float(values["cost"])})
+    factors = values["depth_factors"]
+    if not factors or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in factors):
+        raise ValueError(f"{arch}.depth_factors: must be a non-empty tuple of numbers > 0 (got {factors!r})")
+    return ArchInfo(name=arch, **{**values, "cost": float(values["cost"]), "depth_factors": tuple(map(float, factors))})
 
 
 def built_ins(*, baseline: bool | None = None) -> list[str]:

@@ -11,8 +11,7 @@ step of the paper bijection model at batch 128 on 2 cores: 0.42 s fused, 0.19 s 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,16 +19,8 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from windtunnel.models.base import InitSize, ResidualModel, size_int
-from windtunnel.models.common import (
-    INIT_STD,
-    FeedForward,
-    InputEmbedding,
-    OutputHead,
-    initialise,
-    zero_residual_projections,
-)
+from windtunnel.models.common import INIT_STD, FeedForward, initialise, zero_residual_projections
 from windtunnel.models.hooks import LayerHook
-from windtunnel.tasks.base import TaskSpec
 
 
 def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -219,15 +210,11 @@ class Transformer(ResidualModel):
     layer_hooks = ("attn.q", "attn.k", "attn.v", "attn.pattern", "attn.z", "attn.out", "resid_mid", "mlp.out")
     resid_parts = ("attn.out", "mlp.out")
 
-    def __init__(self, spec: TaskSpec, size: TransformerSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(spec, size, **fields)
+    def build_layers(self) -> None:
+        """n_layers pre-norm blocks (layer 0's first `recency_heads` heads with ALiBi slopes), the final RMSNorm."""
         s = self.size
-        self.n_layers, self.n_heads, self.d_model, self.pos = s.n_layers, s.n_heads, s.d_model, s.pos
+        self.n_layers, self.n_heads, self.pos, self.attention = s.n_layers, s.n_heads, s.pos, s.attention
         rope = s.pos in ("rotary", "learned+rotary")
-        self.attention = s.attention
-        pos = "learned" if s.pos.startswith("learned") else "none"
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos=pos, reserved=s.reserved_positions)
-        self.max_len = self.embed.max_len
         d_ff = 4 * s.d_model if s.d_ff is None else s.d_ff
         recency = recency_slopes(s.recency_heads, s.n_heads)  # layer 0's only
         self.blocks = nn.ModuleList(
@@ -235,7 +222,10 @@ class Transformer(ResidualModel):
             for l in range(s.n_layers)
         )
         self.norm = nn.RMSNorm(s.d_model, eps=s.eps)
-        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed, logit_scale=s.logit_scale)
+
+    def initialise_weights(self) -> None:
+        """`init` (with `init_std` and GPT-2's scaled residual projections), then `zero_init_out`, `mimetic_init`."""
+        s = self.size
         initialise(self, s.init, s.init_std, residual_layers=s.n_layers)
         if s.zero_init_out:
             zero_residual_projections(self)

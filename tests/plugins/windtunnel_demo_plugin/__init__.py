@@ -12,8 +12,7 @@ points of the groups `windtunnel.tasks` and `windtunnel.models` too (an installe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 import torch
 from pydantic import Field
@@ -22,7 +21,6 @@ from torch.distributions import Categorical
 
 from windtunnel import models, tasks
 from windtunnel.models import InitSize, ResidualModel
-from windtunnel.models.common import InputEmbedding, OutputHead, initialise
 from windtunnel.tasks import Batch, Task, TaskParams, TaskSpec
 
 START = 2  # the token before the first flip (flips are 0 = tails, 1 = heads)
@@ -90,16 +88,11 @@ class GRU(ResidualModel):
     size: GRUSize
     layer_hooks = ("gru.h",)
 
-    def __init__(self, spec: TaskSpec, size: GRUSize | Mapping[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(spec, size, **fields)
+    def build_layers(self) -> None:
         s = self.size
-        self.n_layers, self.d_model = s.n_layers, s.d_model
-        self.embed = InputEmbedding(spec, s.d_model, s.max_len, pos="none")
-        self.max_len = self.embed.max_len
+        self.n_layers = s.n_layers
         self.layers = nn.ModuleList(nn.GRU(s.d_model, s.d_model, batch_first=True) for _ in range(s.n_layers))
         self.norm = nn.LayerNorm(s.d_model)
-        self.head = OutputHead(spec, s.d_model, tie=s.tie, embedding=self.embed)
-        initialise(self, s.init)
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
         h, _ = cast(nn.GRU, self.layers[l])(x)  # (B,T,d)
