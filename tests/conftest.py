@@ -10,7 +10,7 @@ import torch
 
 HOLDER = """
 import sys, time
-from windtunnel.lock import DirLock
+from windtunnel.store.lock import DirLock
 lock = DirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(120)

@@ -7,7 +7,7 @@ import os
 import signal
 
 from tiny_runs import smoke_config
-from windtunnel import tracking
+from windtunnel.training import tracking
 
 
 def signal_cfg(**extra):

@@ -12,15 +12,17 @@ import torch
 from typer.testing import CliRunner
 
 from tiny_runs import smoke_config
-from windtunnel import checkpoints, manifest, rundir, runs, tasks
-from windtunnel import train as tr
+from windtunnel import runs, tasks
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides, build_config, config_to_json, run_identity, validate
-from windtunnel.optim import describe
 from windtunnel.resolve import resolve_config
+from windtunnel.runs import checkpoints
 from windtunnel.seeds import train_seed
+from windtunnel.store import manifest, rundir
 from windtunnel.suites.paper import recipe_text, run_config
 from windtunnel.suites.paper_diff import config_deviations
+from windtunnel.training import train as tr
+from windtunnel.training.optim import describe
 
 AUX = {"train.aux_target": "next_state_prior", "train.aux_weight": 0.5}
 HMM = {"task.name": "hmm", "task.K": 4, "train.schedule": "constant"}

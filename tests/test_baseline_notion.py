@@ -22,7 +22,7 @@ from windtunnel.resolve import resolve_config
 from windtunnel.suites import SuiteRun
 from windtunnel.suites.paper import ARCHS, seeds_for
 from windtunnel.tasks.base import Batch
-from windtunnel.train import start_line, train
+from windtunnel.training.train import start_line, train
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 

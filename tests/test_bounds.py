@@ -19,7 +19,7 @@ from windtunnel.cli import app
 from windtunnel.config import validate
 from windtunnel.resolve import resolve_config
 from windtunnel.tasks.regression import Regression
-from windtunnel.train import is_checkpoint_step
+from windtunnel.training.train import is_checkpoint_step
 
 runner = CliRunner()
 HUGE = 10**11

@@ -14,12 +14,12 @@ import torch
 from typer.testing import CliRunner
 
 from windtunnel import models, tasks
-from windtunnel.checkpoints import latest_step, save_checkpoint
 from windtunnel.cli import app
-from windtunnel.evaluate import evaluate
+from windtunnel.evaluation.evaluate import evaluate
 from windtunnel.models import CausalityError, check_causal, presets
 from windtunnel.models.causality import find_leak
 from windtunnel.runs import load_run
+from windtunnel.runs.checkpoints import latest_step, save_checkpoint
 
 runner = CliRunner()
 

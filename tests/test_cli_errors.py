@@ -18,14 +18,14 @@ import typer
 from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE
-from windtunnel import rundir
 from windtunnel.cli import app
 from windtunnel.cli.common import fail
 from windtunnel.errors import CheckpointError
 from windtunnel.executors import Job, run_job
-from windtunnel.lock import read_owner
 from windtunnel.progress import Progress, Tracked
-from windtunnel.rundir import OWNER_FILE
+from windtunnel.store import rundir
+from windtunnel.store.lock import read_owner
+from windtunnel.store.rundir import OWNER_FILE
 from windtunnel.suites import suite
 from windtunnel.sweep import SWEEP_CONFIG, parse_grid
 

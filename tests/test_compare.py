@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from readme_commands import check_ran, run_cli
 from tiny_runs import smoke_config
-from windtunnel import marks
 from windtunnel.cli import app
+from windtunnel.evaluation import marks
 from windtunnel.report.compare import compare, config_diff, paired_difference, to_markdown, to_text
 
 runner = CliRunner()
@@ -25,7 +25,7 @@ TINY = {"task.name": "bijection", "task.V": 6, "task.L": 5}
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory) -> Path:
     """A directory of three tiny trained runs: the transformer at seeds 0 and 1, the LSTM at seed 0."""
-    from windtunnel.train import train
+    from windtunnel.training.train import train
 
     root = tmp_path_factory.mktemp("compare") / "suite"
     for name, arch, seed in (("tf-s0", "transformer", 0), ("tf-s1", "transformer", 1), ("lstm-s0", "lstm", 0)):

@@ -122,8 +122,8 @@ def test_resolved_config_records_the_concrete_init(arch, size, init):
 def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp_path):
     """Run directories written before `init` existed trained every architecture, the paper Mamba too, with "normal"
     init; today's default for the paper Mamba is "torch", so a stored config without the field is upgraded."""
-    from windtunnel import rundir
-    from windtunnel.records.run_dir import read_config
+    from windtunnel.store import rundir
+    from windtunnel.store.records.run_dir import read_config
 
     cfg = resolve_config(
         build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.variant": "paper"})
@@ -142,8 +142,8 @@ def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp
 def test_stored_transformer_with_the_retired_explicit_alias_reads_as_its_attention(tmp_path, stored, attention):
     """`TransformerSize.explicit` (an alias of attention="explicit") is retired: a new config naming it is refused,
     and a stored config.json that has it reads as the attention it trained with."""
-    from windtunnel import rundir
-    from windtunnel.records.run_dir import read_config
+    from windtunnel.store import rundir
+    from windtunnel.store.records.run_dir import read_config
 
     cfg = resolve_config(build_config(overrides={"model.preset": "smoke"}))
     old = cfg.model_dump(mode="json")

@@ -8,7 +8,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from windtunnel import tasks
-from windtunnel.metrics import entropy_bits, kl_divergence_bits
+from windtunnel.evaluation.metrics import entropy_bits, kl_divergence_bits
 from windtunnel.tasks import Batch, Task, TaskSpec
 
 SMALL = {

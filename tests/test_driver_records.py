@@ -14,12 +14,15 @@ import typer.main
 from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE
-from windtunnel import manifest
 from windtunnel.cli import app
+from windtunnel.config import config_to_json
 from windtunnel.errors import CheckpointError
 from windtunnel.executors import ExecutorOptions, holding, launch
 from windtunnel.executors.launch import Launch
-from windtunnel.records.drivers import (
+from windtunnel.reproduce import reproduce
+from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest
+from windtunnel.store.records.drivers import (
     MANIFEST,
     REPRODUCE,
     SWEEP_CONFIG,
@@ -32,7 +35,6 @@ from windtunnel.records.drivers import (
     SweepTableRecord,
     TimeToBayesRecord,
 )
-from windtunnel.reproduce import reproduce
 from windtunnel.sweep import sweep
 from windtunnel.time_to_bayes import parse_cell, run
 
@@ -276,7 +278,7 @@ def test_every_driver_claims_its_out_through_the_launcher(tmp_path, monkeypatch,
     """Each driver holds --out and claims it with `Launch.claim`, under its own kind, before any run starts."""
     claims = []
 
-    def claim(self, wanted, echo, *, fresh=False, **fields):
+    def claim(self, wanted, echo, *, fresh=False, needs=(), **fields):
         claims.append((self.kind, sorted(wanted), fields))
         raise _Claimed
 
@@ -327,13 +329,34 @@ def test_the_claim_writes_the_manifest_at_once_and_record_adds_the_finished_runs
         launch(out, ONE_THREAD, "time-to-bayes").claim({}, print)
     with launch(out, ONE_THREAD, "time-to-bayes") as launcher:
         assert [e.name for e in launcher.found.runs] == ["kept", "gone"]
-        kept = launcher.claim({}, print)
-        assert [e.name for e in kept] == ["kept"]  # the entry whose run is gone is dropped
+        plan = launcher.claim({}, print)
+        assert [e.name for e in plan.kept] == ["kept"]  # the entry whose run is gone is dropped
         assert [e.name for e in ManifestRecord.read(out).runs] == ["kept"]
         launcher.record(["new", "unfinished"])
         assert [e.name for e in ManifestRecord.read(out).runs] == ["kept", "new"]
         launcher.record(["new"], keep=False)  # a sweep's: its own points alone
         assert [e.name for e in ManifestRecord.read(out).runs] == ["new"]
+
+
+def test_the_claim_plans_what_is_reused_resumed_and_trained(tmp_path):
+    """The store's plan of a claim: a finished run is reused (only with every file the driver needs), a run
+    directory with work left is resumed, a new name is trained; `todo` keeps the order asked."""
+    out = tmp_path / "out"
+    cfgs = {
+        n: resolve_config({"task": {"name": "bijection"}, "model": {"arch": "uniform"}, "seed": s})
+        for s, n in enumerate("abcd")
+    }
+    for name in "ab":
+        _finished_run(out, name, config_to_json(cfgs[name]))
+    (out / manifest.RUNS / "b" / "geometry.json").write_text("{}")
+    (out / manifest.RUNS / "c").mkdir()
+    (out / manifest.RUNS / "c" / "config.json").write_text(config_to_json(cfgs["c"]))
+    with launch(out, ONE_THREAD, "time-to-bayes") as launcher:
+        plan = launcher.claim(cfgs, print)
+        assert (plan.reuse, plan.resume, plan.train, plan.todo) == (("a", "b"), ("c",), ("d",), ("c", "d"))
+        probed = launcher.claim(cfgs, print, needs=("geometry.json",))
+        assert (probed.reuse, probed.resume, probed.todo) == (("b",), ("a", "c"), ("a", "c", "d"))
+        assert launcher.finished(["d", "b", "a"]) == ["b", "a"]
 
 
 def test_a_reproduce_claim_records_its_tier(tmp_path):

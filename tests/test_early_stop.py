@@ -10,10 +10,10 @@ import pytest
 from pydantic import create_model
 
 from tiny_runs import smoke_config
-from windtunnel import checkpoints, evaluate, manifest, marks, rundir, tasks
-from windtunnel import train as tr
+from windtunnel import tasks
 from windtunnel.config import TrainConfig, _Strict, config_to_json, run_identity, validate
 from windtunnel.errors import CheckpointError
+from windtunnel.evaluation import evaluate, marks
 from windtunnel.report import build_report
 from windtunnel.report.collect import RunRecord, read_run
 from windtunnel.report.time_to_verdict import (
@@ -23,7 +23,10 @@ from windtunnel.report.time_to_verdict import (
     untimed_note,
 )
 from windtunnel.reproduce import reproduce
-from windtunnel.resume import run_record
+from windtunnel.runs import checkpoints
+from windtunnel.runs.resume import run_record
+from windtunnel.store import manifest, rundir
+from windtunnel.training import train as tr
 
 # 12 steps, a validation evaluation every 2 (steps 2, 4, ..., 12), a checkpoint every 4
 TINY = {

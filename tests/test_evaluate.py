@@ -9,8 +9,8 @@ import torch
 
 from windtunnel import runs
 from windtunnel.config import build_config
-from windtunnel.evaluate import evaluate
-from windtunnel.train import train
+from windtunnel.evaluation.evaluate import evaluate
+from windtunnel.training.train import train
 
 
 def _hmm_run(tmp_path):

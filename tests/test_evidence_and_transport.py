@@ -10,12 +10,13 @@ import torch
 from torch.distributions import Distribution
 
 from reference_predictors import TUNNELS, best_window, mixture, reads_the_answer
-from windtunnel import marks, seed_pool, tasks
-from windtunnel.evaluate import score_predictor
+from windtunnel import tasks
+from windtunnel.evaluation import marks, seed_pool
+from windtunnel.evaluation.evaluate import score_predictor
 from windtunnel.suites.paper import EVAL_N
 from windtunnel.tasks._util import scatter_posterior
 from windtunnel.tasks.hmm import _log_matrices, forward_filter, window_filter
-from windtunnel.train import validation_line
+from windtunnel.training.train import validation_line
 
 # --- ⚠ only on evidence ------------------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from windtunnel import rundir
 from windtunnel.cli import app
 from windtunnel.errors import StorageError
 from windtunnel.executors import (
@@ -24,6 +23,7 @@ from windtunnel.executors import (
 )
 from windtunnel.executors.driver import config_cost, execute
 from windtunnel.executors.ray_cluster import task_resources
+from windtunnel.store import rundir
 from windtunnel.suites import suite
 
 
@@ -136,7 +136,7 @@ def test_ctrl_c_stops_the_local_pool_at_once_and_the_runs_resume(tmp_path):
     import sys
     import time
 
-    from windtunnel import checkpoints
+    from windtunnel.runs import checkpoints
 
     cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "transformer"}))
     cfg = json.loads(json.dumps(cfg))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from windtunnel.lock import is_locked, read_owner
-from windtunnel.rundir import OWNER_FILE
+from windtunnel.store.lock import is_locked, read_owner
+from windtunnel.store.rundir import OWNER_FILE
 from windtunnel.suites import suite
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for process groups")

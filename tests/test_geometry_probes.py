@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from tiny_runs import train_checkpointed
 from windtunnel import models, tasks
 from windtunnel.cli import app
+from windtunnel.evaluation.metrics import kl_bits
 from windtunnel.geometry.attention import sharpening
 from windtunnel.geometry.data import collect
 from windtunnel.geometry.dynamics import frame_precision
 from windtunnel.geometry.keys import key_orthogonality
 from windtunnel.geometry.lens import logit_lens
 from windtunnel.geometry.probes import probe_model
-from windtunnel.metrics import kl_bits
 from windtunnel.models.base import predictive
 
 SIZES = {

@@ -14,12 +14,12 @@ import torch
 
 from tiny_runs import train_checkpointed
 from windtunnel import models, tasks
+from windtunnel.evaluation.metrics import seed_interval
 from windtunnel.geometry.attention import evidence_stats
 from windtunnel.geometry.data import collect
 from windtunnel.geometry.keys import key_orthogonality, token_sets
 from windtunnel.geometry.registry import seed_quantities
 from windtunnel.geometry.seeds import across_seeds, dig
-from windtunnel.metrics import seed_interval
 from windtunnel.tasks.bijection import value_positions
 
 SIZE = {"n_layers": 2, "n_heads": 2, "d_model": 16}
@@ -96,7 +96,7 @@ def test_value_positions_carry_the_authors_entropy():
     batch = task.sample(8, seed=0)
     m, h = task.value_positions(batch.inputs)
     # without replacement the value at 2t+1 has the entropy of its own key at 2t
-    from windtunnel.metrics import entropy_bits
+    from windtunnel.evaluation.metrics import entropy_bits
 
     key_h = entropy_bits(batch.posterior).double()[:, 0:-1:2]  # (B,L-1)
     assert torch.allclose(h[:, 1::2], key_h) and bool(m[:, 1::2].all())

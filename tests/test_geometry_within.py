@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from windtunnel import models, tasks
+from windtunnel.evaluation.metrics import entropy_bits, seed_interval
 from windtunnel.geometry import stats
 from windtunnel.geometry.data import ProbeData, collect
 from windtunnel.geometry.manifold import context_blind, position_manifolds
 from windtunnel.geometry.seeds import CORRELATION, FRACTION, LINEAR, PC_CORRELATION, R2, Scale, seed_summary
-from windtunnel.metrics import entropy_bits, seed_interval
 
 T, PER = 18, 200  # positions, points per position
 

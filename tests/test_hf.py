@@ -28,7 +28,7 @@ from windtunnel.config import validate  # noqa: E402
 from windtunnel.hf import from_hf  # noqa: E402
 from windtunnel.models.common import Split  # noqa: E402
 from windtunnel.models.hf import core  # noqa: E402
-from windtunnel.optim import BlockMuon, describe  # noqa: E402
+from windtunnel.training.optim import BlockMuon, describe  # noqa: E402
 
 SPEC = tasks.make("bijection", V=6, L=5).spec
 TOY = dict(n_layers=2, d_model=32, n_heads=4, d_ff=64)

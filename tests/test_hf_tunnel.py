@@ -19,13 +19,13 @@ from typer.testing import CliRunner  # noqa: E402
 import windtunnel  # noqa: E402
 from windtunnel import runs, tasks  # noqa: E402
 from windtunnel.cli import app  # noqa: E402
-from windtunnel.evaluate import evaluate, evaluate_model, score_predictor  # noqa: E402
+from windtunnel.evaluation.evaluate import evaluate, evaluate_model, score_predictor  # noqa: E402
+from windtunnel.evaluation.metrics import entropy_mae_bits, kl_divergence_bits  # noqa: E402
 from windtunnel.geometry.data import heldout_batch  # noqa: E402
 from windtunnel.geometry.probes import probe_model  # noqa: E402
 from windtunnel.hf import HFCausalLM, from_hf  # noqa: E402
-from windtunnel.metrics import entropy_mae_bits, kl_divergence_bits  # noqa: E402
 from windtunnel.report import build_report  # noqa: E402
-from windtunnel.resume import run_record  # noqa: E402
+from windtunnel.runs.resume import run_record  # noqa: E402
 
 TASK = tasks.make("bijection", V=6, L=5)  # 12 input tokens; the 6 answers are tokens 6..11
 ANSWERS = list(range(6, 12))

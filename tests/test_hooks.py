@@ -128,7 +128,7 @@ def test_hooks_nest_in_order_and_check_what_they_return():
 def test_activation_patching_on_a_trained_model_moves_the_prediction(tmp_path):
     from windtunnel.config import build_config
     from windtunnel.runs import load_run
-    from windtunnel.train import train
+    from windtunnel.training.train import train
 
     cfg = build_config(
         overrides={

@@ -14,8 +14,11 @@ from typer.testing import CliRunner
 
 from cli_args import train_args
 from cli_checks import error_line, snapshot
-from windtunnel import checkpoints, plotting, rundir, tracking
+from windtunnel import plotting
 from windtunnel.cli import app
+from windtunnel.runs import checkpoints
+from windtunnel.store import rundir
+from windtunnel.training import tracking
 
 runner = CliRunner()
 SECRET = "TOPSECRET-4d1f-credentials"

@@ -19,13 +19,16 @@ from torch.distributions import Categorical
 from typer.testing import CliRunner
 
 from cli_args import train_args
-from windtunnel import checkpoints, plugins, rundir, runs, seeds, tasks, tracking
+from windtunnel import plugins, runs, seeds, tasks
 from windtunnel.cli import app
 from windtunnel.config import MAX_FILE_BYTES, MAX_NODES, read_file
-from windtunnel.evaluate import score_predictor
-from windtunnel.recipes import get_recipe
+from windtunnel.evaluation.evaluate import score_predictor
+from windtunnel.runs import checkpoints
 from windtunnel.seeds import DRAW_BLOCK
+from windtunnel.store import rundir
 from windtunnel.suites.paper import suite
+from windtunnel.training import tracking
+from windtunnel.training.recipes import get_recipe
 
 runner = CliRunner()
 

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE, train_args
 from cli_checks import error_line, snapshot
-from windtunnel import rundir, tracking
 from windtunnel.cli import app
+from windtunnel.store import rundir
+from windtunnel.training import tracking
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +151,7 @@ def test_a_run_compared_with_itself_is_refused_naming_both(pair, tmp_path, monke
     ],
 )
 def test_a_report_replaces_only_a_report_it_wrote_unless_overwrite(trained, tmp_path, plant, named):
-    from windtunnel.records.report_files import is_report_results
+    from windtunnel.store.records.report_files import is_report_results
 
     out = tmp_path / "mine"
     out.mkdir()

@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_args import TINY
-from windtunnel import checkpoints, models, plugins, tasks
+from windtunnel import models, plugins, tasks
 from windtunnel.cli import app
+from windtunnel.runs import checkpoints
 
 runner = CliRunner()
 

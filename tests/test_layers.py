@@ -16,26 +16,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 LAYERS: list[set[str]] = [
     {"errors", "text", "tiers", "registry", "plugins", "seeds", "machine", "devices", "plotting", "malloc"},
     {"config"},  # the schema: a leaf over errors, plugins and tiers (no task, no model, no torch)
-    {"rundir"},  # storage: file names, atomic writes, checked reads (no resolve, no torch); meaning is records'
+    {"store"},  # run directories on disk: file names, typed records, manifest, locks (no torch, no marks, no resolve)
     {"tasks"},
     {"models"},
     {"resolve", "budget"},
-    {
-        "metrics",
-        "metric_specs",
-        "marks",
-        "seed_pool",
-        "crossings",
-        "records",
-        "recipes",
-        "curriculum",
-        "optim",
-        "tracking",
-    },
-    {"lock", "checkpoints", "manifest", "progress"},
-    {"runs", "resume"},
-    {"evaluate"},
-    {"train"},
+    {"runs"},  # a run's model and task built from its config, its checkpoints, opening it to train or resume
+    {"evaluation"},  # metrics, marks and the evaluation against the exact posterior
+    {"progress"},
+    {"training"},  # the loop, optimisers, recipes, curricula, trackers
     {"geometry", "suites", "report"},
     {"executors"},
     {"reproduce", "sweep", "time_to_bayes", "hf", "llm"},
@@ -180,7 +168,7 @@ def test_imports_point_down_the_layers():
 def test_the_checker_finds_a_cycle_and_an_upward_import():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
-    assert _layer("cli") > _layer("train") > _layer("models") > _layer("tasks")
+    assert _layer("cli") > _layer("training") > _layer("models") > _layer("tasks")
 
 
 def test_readme_states_the_layer_order():
@@ -205,9 +193,6 @@ def test_the_config_schema_is_a_leaf_that_loads_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
-    storage = code.replace("windtunnel.config", "windtunnel.rundir")  # storage, below tasks and models: no torch
-    out = subprocess.run([sys.executable, "-c", storage], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[]"
     from windtunnel.resolve import resolve_config
 
     with pytest.raises(ValueError, match=r"^model\.size: the 'oracle' baseline has no size parameters$"):
@@ -224,7 +209,7 @@ def test_the_backward_edges_stay_gone():
     def reach(prefix: str, target: str) -> set[str]:
         return {f"{m} -> {t}" for m, ts in edges.items() if _unit(m) == prefix for t in ts if _unit(t) == target}
 
-    assert not reach("config", "models") and not reach("rundir", "resolve") and not reach("executors", "report")
+    assert not reach("config", "models") and not reach("store", "resolve") and not reach("executors", "report")
     drivers = reach("sweep", "report") | reach("time_to_bayes", "report") | reach("reproduce", "report")
     assert drivers == {
         "windtunnel.sweep -> windtunnel.report.sweep_table",  # write_table: the sweep's own table
@@ -232,6 +217,23 @@ def test_the_backward_edges_stay_gone():
         "windtunnel.reproduce -> windtunnel.report",  # build_report
         "windtunnel.reproduce -> windtunnel.report.collect",  # read_run: a run's row, for seed top-ups
     }
+
+
+def test_the_store_loads_no_torch_no_marks_no_resolve():
+    """Every module of `windtunnel.store` (run directories on disk) imports without torch, the models, the tasks,
+    the marks or config resolution: storage never reaches up into what it stores."""
+    import subprocess
+    import sys
+
+    store = sorted(m for m in _modules() if _unit(m) == "store")
+    assert "windtunnel.store.manifest" in store and "windtunnel.store.records.run_dir" in store
+    code = (
+        f"import sys, importlib; [importlib.import_module(m) for m in {store!r}]; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('windtunnel.models', 'windtunnel.tasks', "
+        "'windtunnel.evaluation', 'windtunnel.resolve'))]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
 
 
 MAX_LINES = 600

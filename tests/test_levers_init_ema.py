@@ -12,13 +12,15 @@ import pytest
 import torch
 
 from tiny_runs import smoke_config
-from windtunnel import checkpoints, manifest, models, rundir, runs, tasks
-from windtunnel import train as tr
+from windtunnel import models, runs, tasks
 from windtunnel.config import build_config, config_to_json, load_config
-from windtunnel.evaluate import evaluate
+from windtunnel.evaluation.evaluate import evaluate
 from windtunnel.models.causality import find_leak
 from windtunnel.models.transformer import TransformerSize, recency_slopes
 from windtunnel.resolve import resolve_config
+from windtunnel.runs import checkpoints
+from windtunnel.store import manifest, rundir
+from windtunnel.training import train as tr
 
 SPEC = tasks.make("hmm", K=6).spec
 SIZE = {"n_layers": 2, "n_heads": 4, "d_model": 32, "d_ff": 64}

@@ -10,16 +10,17 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from cli_args import train_args
-from windtunnel import manifest, runs, tasks
-from windtunnel import train as tr
+from windtunnel import runs, tasks
 from windtunnel.cli import app
 from windtunnel.config import TrainConfig, build_config, config_to_json
-from windtunnel.evaluate import evaluate, evaluate_model
+from windtunnel.evaluation.evaluate import evaluate, evaluate_model
 from windtunnel.models.common import tied_head
 from windtunnel.resolve import resolve_config, resolve_loss
+from windtunnel.store import manifest
 from windtunnel.suites import paper, paper_diff
 from windtunnel.suites.paper import run_config
 from windtunnel.suites.paper_diff import config_deviations
+from windtunnel.training import train as tr
 
 V, L = 6, 5
 TINY = {"task.name": "bijection", "task.V": V, "task.L": L, "model.preset": "smoke", "train.device": "cpu"}

@@ -7,7 +7,8 @@ import math
 import pytest
 from scipy import stats
 
-from windtunnel import crossings, marks, seed_pool, tasks
+from windtunnel import tasks
+from windtunnel.evaluation import crossings, marks, seed_pool
 
 
 def iv(mean: float, lo: float | None = None, hi: float | None = None) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""One spec per metric (`windtunnel.metric_specs`): the only source of metric titles, units, directions and
+"""One spec per metric (`windtunnel.evaluation.metric_specs`): the only source of metric titles, units, directions and
 formats; the one accessor of a task's headline metric; the one mean over seeds with its Student-t interval."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from scipy import stats
 
 from windtunnel import tasks
 from windtunnel.config import warmup_for
-from windtunnel.crossings import PRECISION_MARKS
+from windtunnel.evaluation.crossings import PRECISION_MARKS
+from windtunnel.evaluation.metric_specs import HEADLINE_METRICS, METRICS, MetricSpec, headline_metric, pool_seeds, spec
+from windtunnel.evaluation.seed_pool import seed_stats
 from windtunnel.executors.driver import headline
-from windtunnel.metric_specs import HEADLINE_METRICS, METRICS, MetricSpec, headline_metric, pool_seeds, spec
 from windtunnel.progress import format_val
 from windtunnel.report import formatting, sweep_table, tables
-from windtunnel.seed_pool import seed_stats
 from windtunnel.tasks.base import HEADLINE_METRICS as TASK_HEADLINE_METRICS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from windtunnel import metrics, tasks
+from windtunnel import tasks
+from windtunnel.evaluation import metrics
 from windtunnel.tasks.base import Batch
 
 

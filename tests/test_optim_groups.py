@@ -9,12 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from windtunnel import checkpoints, models, tasks
+from windtunnel import models, tasks
 from windtunnel.config import validate
 from windtunnel.models import presets
-from windtunnel.optim import BlockMuon, MultiOptimizer, describe, is_conv1d, make_optimizer
-from windtunnel.resume import TRAINED
-from windtunnel.train import start_line, train
+from windtunnel.runs import checkpoints
+from windtunnel.runs.resume import TRAINED
+from windtunnel.training.optim import BlockMuon, MultiOptimizer, describe, is_conv1d, make_optimizer
+from windtunnel.training.train import start_line, train
 
 MUON = validate({"train": {"optimizer": "muon", "weight_decay": 0.1}})
 

@@ -15,13 +15,14 @@ import pytest
 from pydantic import create_model
 from typer.testing import CliRunner
 
-from windtunnel import manifest, models, plugins, tasks
+from windtunnel import models, plugins, tasks
 from windtunnel.cli import app
 from windtunnel.config import RunConfig, _Strict, config_to_json, run_identity, validate
 from windtunnel.errors import UntrustedCodeError
 from windtunnel.models.presets import preset
 from windtunnel.report.figures import USER_COLORS, arch_color
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest
 
 runner = CliRunner()
 
@@ -349,7 +350,7 @@ def test_the_imports_field_is_checked_deduplicated_and_part_of_the_identity(plug
 
 
 def test_a_run_trained_from_python_is_resumed_and_evaluated_from_the_cli(plugin_path, tmp_path):
-    from windtunnel.train import train
+    from windtunnel.training.train import train
 
     __import__(PLUGIN)  # registered in Python: the config records no imports
     cfg = {

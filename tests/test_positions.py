@@ -16,7 +16,7 @@ from windtunnel.config import build_config, config_to_json
 from windtunnel.models import presets
 from windtunnel.models.common import PositionTable, init_weights
 from windtunnel.resolve import check_override, resolve_config
-from windtunnel.train import train
+from windtunnel.training.train import train
 
 
 def _layout(model: torch.nn.Module) -> str:

@@ -18,7 +18,7 @@ from windtunnel.progress import (
     read_progress,
     render,
 )
-from windtunnel.rundir import DONE, METRICS, OWNER_FILE
+from windtunnel.store.rundir import DONE, METRICS, OWNER_FILE
 
 
 def _train(step: int, loss: float = 1.0, elapsed: float | None = None) -> dict:

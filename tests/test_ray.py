@@ -26,7 +26,6 @@ import pytest
 from typer.testing import CliRunner
 
 from readme_commands import check_ran, readme_commands, run_cli, shrink
-from windtunnel import checkpoints, rundir
 from windtunnel.cli import app
 from windtunnel.errors import StorageError
 from windtunnel.executors import ExecutorOptions, Job, LocalExecutor, make_executor, run_job, write_storage_token
@@ -39,8 +38,10 @@ from windtunnel.executors.ray_cluster import (
     with_auth,
 )
 from windtunnel.executors.ray_local import LocalCluster
-from windtunnel.lock import read_owner
 from windtunnel.reproduce import reproduce
+from windtunnel.runs import checkpoints
+from windtunnel.store import rundir
+from windtunnel.store.lock import read_owner
 from windtunnel.suites import suite
 
 pytestmark = pytest.mark.slow  # a real two-node Ray cluster

@@ -8,16 +8,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import checkpoints, rundir, runs
-from windtunnel.config import build_config
-from windtunnel.crossings import EXACT_FILTER, crossings
-from windtunnel.curriculum import Curriculum
-from windtunnel.optim import BlockMuon, MultiOptimizer, lr_at, make_optimizer
-from windtunnel.recipes import RECIPES, get_recipe, parse_recipe
+from windtunnel import runs
+from windtunnel.config import build_config, lr_at
+from windtunnel.evaluation.crossings import EXACT_FILTER, crossings
 from windtunnel.resolve import resolve_config
+from windtunnel.runs import checkpoints
+from windtunnel.store import rundir
 from windtunnel.suites.paper import run_config
 from windtunnel.time_to_bayes import Cell, cell_config, parse_cell
-from windtunnel.train import train
+from windtunnel.training.curriculum import Curriculum
+from windtunnel.training.optim import BlockMuon, MultiOptimizer, make_optimizer
+from windtunnel.training.recipes import RECIPES, get_recipe, parse_recipe
+from windtunnel.training.train import train
 
 
 def _smoke(**extra):
@@ -153,7 +155,7 @@ def test_curriculum_is_validated_when_the_config_resolves():
 
 
 def test_training_with_a_curriculum_samples_the_stage_lengths(tmp_path, monkeypatch):
-    from windtunnel import train as tr
+    from windtunnel.training import train as tr
 
     seen = []
     real = tr.compute_loss
@@ -403,7 +405,7 @@ def test_a_cell_with_a_recipe_file_names_its_runs_by_the_recipe_file():
 
 
 def test_merge_combines_results_in_mark_order_and_refuses_mixed_machines(tmp_path):
-    from windtunnel import rundir as run_files
+    from windtunnel.store import rundir as run_files
     from windtunnel.time_to_bayes import merge, summarize_marks
 
     def result(machine, label):

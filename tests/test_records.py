@@ -1,4 +1,4 @@
-"""The run-directory records (`windtunnel.records.run_dir`): each writes what the dict-literal writers wrote,
+"""The run-directory records (`windtunnel.store.records.run_dir`): each writes what the dict-literal writers wrote,
 byte for byte, and reads it back as it was; each reads the older forms released versions wrote in today's form; a
 garbled file or a field of the wrong kind is a CheckpointError naming the file and the field; and no other module
 reads or writes these files by hand."""
@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
-from windtunnel import resume, rundir
 from windtunnel.config import build_config, config_to_json
 from windtunnel.errors import CheckpointError
-from windtunnel.records.run_dir import (
+from windtunnel.resolve import resolve_config
+from windtunnel.runs import resume
+from windtunnel.store import rundir
+from windtunnel.store.records.run_dir import (
     ConfigFile,
     Done,
     EvalFile,
@@ -30,7 +32,6 @@ from windtunnel.records.run_dir import (
     code_versions,
     version_diff,
 )
-from windtunnel.resolve import resolve_config
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "windtunnel"
 
@@ -357,7 +358,7 @@ def test_only_the_records_read_or_write_the_run_directory_files():
         for name in _by_hand(path.read_text())
         if (path.name, name) not in LEGACY or path.parent != SRC
     ]
-    assert offenders == [], "read or write these files through windtunnel.records.run_dir"
+    assert offenders == [], "read or write these files through windtunnel.store.records.run_dir"
 
 
 def test_the_scan_finds_a_file_read_by_hand():

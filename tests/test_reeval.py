@@ -11,13 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from tiny_runs import smoke_config
-from windtunnel import rundir, runs
+from windtunnel import runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError
-from windtunnel.evaluate import evaluate, extra_name
+from windtunnel.evaluation.evaluate import evaluate, extra_name
 from windtunnel.report import build_report, read_run
 from windtunnel.report.table_cells import configurations
-from windtunnel.train import train
+from windtunnel.store import rundir
+from windtunnel.training.train import train
 
 runner = CliRunner()
 
@@ -159,7 +160,7 @@ def test_a_number_is_labelled_with_the_n_that_made_it(run_dir, tmp_path):
 def test_eval_runs_where_the_run_trained_and_names_a_bad_device(run_dir, monkeypatch):
     """`windtunnel eval` evaluates on the run's train.device (auto: CUDA when present), as reproduce does, or on
     --device; a bad name, or cuda without a GPU, is one line naming --device (exit 2)."""
-    import windtunnel.evaluate as ev
+    import windtunnel.evaluation.evaluate as ev
 
     seen = []
     real = ev.evaluate

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from report_runs import record
-from windtunnel import marks
+from windtunnel.evaluation import marks
 from windtunnel.report import formatting, table_cells, tables
 from windtunnel.report.collect import RunRecord
 from windtunnel.suites.settings import PAPER_RESULTS, PAPER_SETTINGS, SOURCE_KINDS, Sourced

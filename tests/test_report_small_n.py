@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from report_runs import write_run
-from windtunnel import marks
-from windtunnel.records.drivers import SweepTableRecord, plain
+from windtunnel.evaluation import marks
 from windtunnel.report import build_report, claims, sweep_table, table_cells, tables
 from windtunnel.report.build import geometry_across_seeds
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.formatting import BEYOND_RANGE, fmt
+from windtunnel.store.records.drivers import SweepTableRecord, plain
 
 BIJECTION = "Transformer exact on bijection (belief accumulation)"
 CLOSEST = "HMM: KL-nearest reference · belief horizon"

@@ -362,7 +362,7 @@ def test_a_drivers_wall_time_counts_every_pass_of_its_runs(tmp_path, monkeypatch
 def test_lr_picks_are_what_the_committed_sweeps_picked():
     """Every learning rate in `LR_PICKS` is the ★ setting of its committed sweep (docs/results/lr-sweep), a re-swept
     task's (`LR_RESWEEPS`) that of its re-sweep: no pick is typed in by hand or left behind by a re-sweep."""
-    from windtunnel.records.drivers import SweepTableRecord
+    from windtunnel.store.records.drivers import SweepTableRecord
     from windtunnel.suites.paper import LR_PICKS, LR_RESWEEPS, LR_SWEEPS
 
     root = Path(__file__).resolve().parents[1]
@@ -421,7 +421,7 @@ def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypat
     monkeypatch.setitem(paper.LR_PICKS["standard"], ("hmm", "mamba"), 0.004)
     assert lr_sweep.base_config("hmm", "mamba", "standard") == base
     # a cell swept before starts from the grid its last call widened to (those points are read, not trained again)
-    from windtunnel.records.drivers import SweepConfigRecord
+    from windtunnel.store.records.drivers import SweepConfigRecord
 
     wide = [0.001, 0.002, 0.004, 0.008, 0.016]
     SweepConfigRecord(config=None, overrides={}, base={}, grid={"train.lr": wide}).write(tmp_path / "hmm-transformer")

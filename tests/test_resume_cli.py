@@ -20,13 +20,15 @@ from typer.testing import CliRunner
 
 from cli_args import TINY, train_args
 from interrupts import SignalAt, signal_cfg
-from windtunnel import checkpoints, rundir, runs
+from windtunnel import runs
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
 from windtunnel.progress import StepLines
-from windtunnel.resume import RESUMABLE_KEYS, RESUMES, resume_config
-from windtunnel.rundir import LOCK_FILE, OWNER_FILE
-from windtunnel.train import train
+from windtunnel.runs import checkpoints
+from windtunnel.runs.resume import RESUMABLE_KEYS, RESUMES, resume_config
+from windtunnel.store import rundir
+from windtunnel.store.rundir import LOCK_FILE, OWNER_FILE
+from windtunnel.training.train import train
 
 runner = CliRunner()
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -256,7 +258,7 @@ def test_a_second_signal_stops_at_once_and_without_handle_signals_nothing_change
 
 
 def test_a_signal_during_the_final_evaluation_stops_at_once_the_last_checkpoint_written(tmp_path, monkeypatch):
-    import windtunnel.train as tr
+    import windtunnel.training.train as tr
 
     real = tr.evaluate
 

@@ -13,18 +13,18 @@ import pytest
 from typer.testing import CliRunner
 
 from cli_args import SWEEP_BASE
-from windtunnel import manifest, rundir
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
 from windtunnel.executors import ExecutorOptions, Job, holding, run_job
-from windtunnel.records.run_dir import Versions, code_versions, read_config
 from windtunnel.reproduce import default_out, reproduce
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest, rundir
+from windtunnel.store.records.run_dir import Versions, code_versions, read_config
 from windtunnel.suites import paper, suite
 from windtunnel.sweep import sweep
 from windtunnel.time_to_bayes import cell_label, cell_runs, merge, parse_cell, run
-from windtunnel.train import train
+from windtunnel.training.train import train
 
 runner = CliRunner()
 SMOKE_ARGS = ["--tier", "smoke", "--only", "task=bijection", "--only", "arch=lstm,uniform", "--no-probe"]

@@ -15,11 +15,11 @@ from interrupts import SignalAt, signal_cfg
 from windtunnel import models, seeds, tasks
 from windtunnel.cli import app
 from windtunnel.errors import TrainingInterrupted
-from windtunnel.evaluate import DRAW_BLOCK
-from windtunnel.resume import TRAINED
+from windtunnel.evaluation.evaluate import DRAW_BLOCK
 from windtunnel.runs import save_run
+from windtunnel.runs.resume import TRAINED
 from windtunnel.tasks.bijection import Bijection
-from windtunnel.train import train
+from windtunnel.training.train import train
 
 runner = CliRunner()
 

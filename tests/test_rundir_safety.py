@@ -17,12 +17,13 @@ import torch
 from typer.testing import CliRunner
 
 from cli_args import train_args
-from windtunnel import rundir, runs
+from windtunnel import runs
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError, RunInUseError, UntrustedCodeError
-from windtunnel.lock import DirLock, is_locked
-from windtunnel.rundir import OWNER_FILE
-from windtunnel.train import train
+from windtunnel.store import rundir
+from windtunnel.store.lock import DirLock, is_locked
+from windtunnel.store.rundir import OWNER_FILE
+from windtunnel.training.train import train
 
 runner = CliRunner()
 SMOKE_CFG = {

@@ -8,11 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from windtunnel import checkpoints, errors, rundir, runs, seeds
+from windtunnel import errors, runs, seeds
 from windtunnel.config import build_config
 from windtunnel.models import baselines
-from windtunnel.records.run_dir import ConfigFile
 from windtunnel.resolve import resolve_config
+from windtunnel.runs import checkpoints
+from windtunnel.store import rundir
+from windtunnel.store.records.run_dir import ConfigFile
 
 
 class Tied(nn.Module):
@@ -137,8 +139,8 @@ def test_data_streams_are_disjoint_and_32_bit():
 def test_training_reads_validation_and_evaluation_reads_test(monkeypatch, tmp_path):
     """Which seeds each stage samples: training steps from train_seed, periodic evaluation from val_seed, the
     final (reported) evaluation from test_seed."""
-    from windtunnel import train
     from windtunnel.tasks.bijection import Bijection
+    from windtunnel.training import train
 
     seen: list[int] = []
     sample = Bijection.sample

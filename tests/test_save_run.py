@@ -15,11 +15,11 @@ import windtunnel
 from windtunnel import models, runs, tasks
 from windtunnel.cli import app
 from windtunnel.errors import CheckpointError
-from windtunnel.evaluate import evaluate, evaluate_model
+from windtunnel.evaluation.evaluate import evaluate, evaluate_model
 from windtunnel.models import CausalityError
 from windtunnel.report import build_report, read_run
-from windtunnel.resume import run_record
-from windtunnel.train import train
+from windtunnel.runs.resume import run_record
+from windtunnel.training.train import train
 
 runner = CliRunner()
 SIZE = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32}

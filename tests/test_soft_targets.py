@@ -13,9 +13,9 @@ from torch.distributions import Categorical, Normal
 from windtunnel import tasks
 from windtunnel.config import build_config
 from windtunnel.models.base import LOGVAR_MAX, LOGVAR_MIN
-from windtunnel.recipes import get_recipe, parse_recipe
 from windtunnel.resolve import resolve_config, resolve_loss
-from windtunnel.train import compute_loss
+from windtunnel.training.recipes import get_recipe, parse_recipe
+from windtunnel.training.train import compute_loss
 
 CLASS_TASKS = {"bijection": {"V": 6, "L": 5}, "hmm": {"S": 3, "O": 3, "K": 6}, "recall": {}}
 

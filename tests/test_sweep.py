@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from cli_args import SWEEP_BASE
 from windtunnel.cli import app
 from windtunnel.config import apply_overrides
+from windtunnel.evaluation.metrics import seed_interval
 from windtunnel.executors import ExecutorOptions
 from windtunnel.machine import machine_description
-from windtunnel.metrics import seed_interval
-from windtunnel.records.drivers import SweepTableRecord
 from windtunnel.report.sweep_table import NO_VALIDATION, key_labels, pick, rank, write_table
+from windtunnel.store.records.drivers import SweepTableRecord
 from windtunnel.sweep import SWEEP_CONFIG, expand, parse_grid, sweep
 
 runner = CliRunner()

@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from windtunnel import budget, evaluate, marks, tasks
-from windtunnel.metric_specs import headline_metric
+from windtunnel import budget, tasks
+from windtunnel.evaluation import evaluate, marks
+from windtunnel.evaluation.metric_specs import headline_metric
 from windtunnel.models.base import SequenceModel
 from windtunnel.tasks import Batch, Task, TaskSpec, TunnelAdapter, WindTunnel, as_task
 from windtunnel.tasks import registry as task_registry

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from windtunnel import tasks
-from windtunnel.metrics import entropy_bits
+from windtunnel.evaluation.metrics import entropy_bits
 
 
 def revealed_pairs(task, tokens: list[int]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:

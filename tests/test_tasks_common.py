@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.distributions import Categorical, Normal
 
 from windtunnel import tasks
-from windtunnel.metrics import entropy_bits
+from windtunnel.evaluation.metrics import entropy_bits
 from windtunnel.tasks import registry
 
 LATENT = {

@@ -12,7 +12,7 @@ import torch
 
 from reference_predictors import path_sum_posterior
 from windtunnel import tasks
-from windtunnel.metrics import entropy_bits, kl_divergence_bits
+from windtunnel.evaluation.metrics import entropy_bits, kl_divergence_bits
 from windtunnel.tasks.hmm import (
     REFERENCE_BATCH,
     REFERENCE_SEED,

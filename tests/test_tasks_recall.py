@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from windtunnel import metrics, tasks
+from windtunnel import tasks
+from windtunnel.evaluation import metrics
 from windtunnel.models.baselines import Oracle, Uniform
 from windtunnel.tasks.recall import ANS, FILLER, KEY_OFFSET, QUERY, SEP, STORE
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from windtunnel import tasks
-from windtunnel.metrics import entropy_bits
+from windtunnel.evaluation.metrics import entropy_bits
 
 
 @pytest.mark.parametrize("params", [dict(), dict(d=1, n=5, tau=2.0, sigma=0.1), dict(d=3, n=4, tau=0.5, sigma=1.5)])

@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 
 from cli_args import train_args
 from tiny_runs import smoke_config
-from windtunnel import checkpoints, manifest, rundir, tracking
 from windtunnel.cli import app
 from windtunnel.config import RunConfig, config_to_json, run_identity, validate
 from windtunnel.resolve import resolve_config
-from windtunnel.train import train
+from windtunnel.runs import checkpoints
+from windtunnel.store import manifest, rundir
+from windtunnel.training import tracking
+from windtunnel.training.train import train
 
 
 def _cfg(**extra):

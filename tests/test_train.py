@@ -15,10 +15,12 @@ import pytest
 import torch
 
 from tiny_runs import smoke_config
-from windtunnel import checkpoints, models, rundir, runs
-from windtunnel.config import build_config
+from windtunnel import models, runs
+from windtunnel.config import build_config, lr_at
 from windtunnel.errors import TrainingDiverged
-from windtunnel.train import lr_at, train
+from windtunnel.runs import checkpoints
+from windtunnel.store import rundir
+from windtunnel.training.train import train
 
 # Small task settings so a smoke run of every pair stays fast.
 TINY_TASKS = {
@@ -93,7 +95,7 @@ def test_existing_run_dir_is_protected(tmp_path):
 
 
 def test_divergence_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    import windtunnel.train as tr
+    import windtunnel.training.train as tr
 
     real = tr.compute_loss
     calls = {"n": 0}
@@ -123,7 +125,7 @@ def test_oracle_and_uniform_make_runs_without_training(tmp_path):
 KILL_SCRIPT = """
 import json, sys
 from windtunnel.config import validate
-from windtunnel.train import train
+from windtunnel.training.train import train
 train(validate(json.loads(sys.argv[1])), sys.argv[2], progress=False)
 """
 

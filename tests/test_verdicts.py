@@ -14,7 +14,7 @@ from torch.distributions import Categorical, Distribution, Normal
 
 from reference_predictors import TUNNELS, best_window, mixture, reads_the_answer
 from windtunnel import tasks
-from windtunnel.evaluate import control_predictors, score_controls, score_predictor
+from windtunnel.evaluation.evaluate import control_predictors, score_controls, score_predictor
 from windtunnel.suites.paper import TASK_PARAMS, TASKS
 from windtunnel.tasks._util import scatter_posterior
 from windtunnel.tasks.hmm import _log_matrices

@@ -9,7 +9,7 @@ from typing import Any
 
 def train_checkpointed(run_dir: Path, task: str, params: dict[str, Any], arch: str, size: dict[str, Any]) -> Path:
     """Train `arch` at `size` on `task` for 8 steps on the CPU into `run_dir`; returns `run_dir`."""
-    from windtunnel.train import train
+    from windtunnel.training.train import train
 
     cfg = {
         "task": {"name": task, "params": params},

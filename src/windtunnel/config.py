@@ -30,7 +30,7 @@ from windtunnel.errors import error_message
 from windtunnel.plugins import check_module_name, unique
 from windtunnel.tiers import SizeTier
 
-# Experiment trackers the training loop can feed (windtunnel.tracking).
+# Experiment trackers the training loop can feed (windtunnel.training.tracking).
 LoggerName = Literal["tensorboard", "wandb"]
 
 
@@ -182,8 +182,9 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bf16"] = "float32"
     compile: bool = False
-    # Trackers fed the metrics.jsonl records (windtunnel.tracking). They change no number, so config.json omits an
-    # empty list (a run's stored text and hash are as before the field existed) and no run comparison reads them.
+    # Trackers fed the metrics.jsonl records (windtunnel.training.tracking). They change no number, so config.json
+    # omits an empty list (a run's stored text and hash are as before the field existed) and no run comparison reads
+    # them.
     loggers: list[LoggerName] = Field(default_factory=list)
 
     @field_validator("loggers")
@@ -284,6 +285,30 @@ class RunConfig(_Strict):
             except ValueError as err:
                 raise ValueError(f"imports[{i}]: {err}") from None
         return unique(v)  # a module given twice is imported once
+
+
+def lr_at(step: int, cfg: RunConfig) -> float:
+    """Learning rate for update number `step` (1-based): linear warmup to `lr`, then
+
+    cosine   half-cosine from lr at the end of warmup to min_lr_ratio*lr at `steps`;
+    constant lr;
+    wsd      lr until the last `cooldown_frac` of the steps, then linear to min_lr_ratio*lr at `steps`.
+    """
+    t = cfg.train
+    if t.warmup_steps and step <= t.warmup_steps:
+        return t.lr * step / t.warmup_steps
+    floor = t.min_lr_ratio * t.lr
+    if t.schedule == "constant":
+        return t.lr
+    if t.schedule == "wsd":
+        start = max(t.warmup_steps, t.steps - round(t.cooldown_frac * t.steps))  # last step at full lr
+        if step <= start:
+            return t.lr
+        frac = min(1.0, (step - start) / max(1, t.steps - start))
+        return t.lr - (t.lr - floor) * frac
+    span = max(1, t.steps - t.warmup_steps)
+    frac = min(1.0, (step - t.warmup_steps) / span)
+    return floor + (t.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
 
 
 def validate(data: dict[str, Any]) -> RunConfig:

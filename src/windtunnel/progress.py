@@ -20,10 +20,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from windtunnel import metric_specs
-from windtunnel.lock import read_owner
-from windtunnel.records.run_dir import Done
-from windtunnel.rundir import METRICS, OWNER_FILE, open_regular
+from windtunnel.evaluation import metric_specs
+from windtunnel.store.lock import read_owner
+from windtunnel.store.records.run_dir import Done
+from windtunnel.store.rundir import METRICS, OWNER_FILE, open_regular
 
 TAIL_BYTES = 16 * 1024  # first look at this much of the end of metrics.jsonl
 TAIL_MAX_BYTES = 256 * 1024  # ... widened (x4) up to this much while it holds no training or evaluation line

@@ -13,15 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models import is_baseline
-from windtunnel.records.drivers import ReproduceRecord
-from windtunnel.records.report_files import FIGURES as REPORT_FIGURES
-from windtunnel.records.report_files import REPORT_FILES, written_by_report
 from windtunnel.report import build_report
 from windtunnel.report.collect import read_run
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest, rundir
+from windtunnel.store.records.drivers import ReproduceRecord
+from windtunnel.store.records.report_files import FIGURES as REPORT_FIGURES
+from windtunnel.store.records.report_files import REPORT_FILES, written_by_report
 from windtunnel.suites import SuiteRun, deviations, earlier_seeds, more_seeds, suite
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
@@ -114,12 +114,8 @@ def _one_tier(launcher: Launch, tier: str, fresh: bool, echo: Callable[[str], No
             f"--out: {str(out)!r} holds the {found.tier} tier's runs; use another --out (the default is "
             f"{default_out(tier)}), or --fresh to set them aside (to {out / manifest.SUPERSEDED})"
         )
-    runs = out / manifest.RUNS
-    listed = [runs / e.name for e in found.runs]  # none for an --out written before manifests
-    stale = sorted(runs.iterdir()) if found.legacy and runs.is_dir() else listed
-    for d in stale:
-        if d.is_dir():
-            echo(f"  {d.name}: a {found.tier}-tier run, set aside -> {manifest.set_aside(d, out)}")
+    for name, moved in manifest.set_aside_listed(out, found):
+        echo(f"  {name}: a {found.tier}-tier run, set aside -> {moved}")
 
 
 def _reproduce_locked(

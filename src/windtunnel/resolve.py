@@ -198,38 +198,6 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
     return resolved
 
 
-# Size fields added after run directories were first written, with the value every run stored without them trained
-# with: before `init` existed every architecture, the paper Mamba variant included, was initialised "normal".
-_ADDED_SIZE_FIELDS = {"init": "normal"}
-
-
-# Size fields retired since, each with the field that now says the same: the transformer's `explicit: true` was an
-# alias of `attention: "explicit"` (and `explicit: false` said nothing).
-_RETIRED_SIZE_FIELDS = {"explicit": ("attention", {True: "explicit"})}
-
-
-def upgrade_stored(data: Any) -> Any:
-    """A stored config.json (a dict, changed in place and returned) in today's form: a registered architecture's
-    `model.size` that lacks a field added since (`_ADDED_SIZE_FIELDS`) gets the value that run trained with, not
-    today's default (which for `init` depends on the architecture), and a retired field (`_RETIRED_SIZE_FIELDS`)
-    becomes the field that replaced it. Anything that is not such a config passes as is."""
-    model = data.get("model") if isinstance(data, dict) else None
-    size = model.get("size") if isinstance(model, dict) else None
-    arch = model.get("arch") if isinstance(model, dict) else None
-    if not isinstance(size, dict) or not isinstance(arch, str) or arch not in models.names():
-        return data
-    declared = models.size_class(arch).model_fields
-    for key, value in _ADDED_SIZE_FIELDS.items():
-        if key in declared and key not in size:
-            size[key] = value
-    for key, (field, values) in _RETIRED_SIZE_FIELDS.items():
-        if key in size and key not in declared and field in declared:
-            old = size.pop(key)
-            if old in values:
-                size.setdefault(field, values[old])
-    return data
-
-
 def auxiliary_targets_offered(task: Any) -> dict[str, str]:
     """The auxiliary targets a task offers (`Task.auxiliary_targets_offered`: name -> what it is, in words)."""
     return dict(task.auxiliary_targets_offered)

@@ -23,14 +23,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest, plugins
+from windtunnel import plugins
 from windtunnel.config import RunConfig, apply_overrides, parse_value, read_file
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
-from windtunnel.manifest import SweepPoint, grid_text, key_labels, point_name, value_text
 from windtunnel.models import is_import_string
-from windtunnel.records.drivers import SWEEP_BASE, SWEEP_CONFIG, SweepBaseRecord, SweepConfigRecord, plain
 from windtunnel.report.sweep_table import TABLE_CSV, TABLE_JSON, TABLE_MD, write_table
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest
+from windtunnel.store.manifest import SweepPoint, grid_text, key_labels, point_name, value_text
+from windtunnel.store.records.drivers import SWEEP_BASE, SWEEP_CONFIG, SweepBaseRecord, SweepConfigRecord, plain
 
 KIND = "sweep"  # the manifest kind of a sweep's --out
 
@@ -218,11 +219,11 @@ def sweep(
         meta["command_note"] = note
     with launcher:  # one sweep per output directory, never another driver's
         record, points = _same_sweep(out, record, points)
-        launcher.claim({p.name: p.resolved for p in points}, echo, fresh=fresh)
+        plan = launcher.claim({p.name: p.resolved for p in points}, echo, fresh=fresh)
         record.write(out)  # the sweep owns --out now, with the grid's key order
         if isinstance(config, dict):  # the Command: line reads it back
             SweepBaseRecord(plain(config)).write(out)
-        return _sweep_locked(launcher, points, record, meta, echo)
+        return _sweep_locked(launcher, plan, points, record, meta, echo)
 
 
 def _check_builtin(cfg: RunConfig) -> None:
@@ -281,6 +282,7 @@ def _same_sweep(
 
 def _sweep_locked(
     launcher: Launch,
+    plan: manifest.Plan,
     points: list[SweepPoint],
     record: SweepConfigRecord,
     meta: dict[str, Any],
@@ -290,13 +292,13 @@ def _sweep_locked(
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [Job(p.name, p.config, str(runs_dir), probe=False) for p in points]
-    found = sorted(p.name for p in points if manifest.is_finished(runs_dir / p.name))  # read, never trained again
-    todo = len(points) - len(found)
+    found = sorted(plan.reuse)  # read, never trained again
+    todo = len(plan.todo)
 
     def tabulate() -> dict[str, Any]:
         """The table of what has finished (the runs this call trained: finished now, not before), and the manifest
         of its runs."""
-        trained = sorted(p.name for p in points if p.name not in found and manifest.is_finished(runs_dir / p.name))
+        trained = sorted(launcher.finished(plan.todo))
         timed = {**meta, "trained": trained, "total_wall_s": launcher.wall_s(), "skipped": found}
         data = write_table(out, points, record.model_dump(), timed, launcher.machine())
         launcher.record([p.name for p in points], keep=False)  # this sweep's points only

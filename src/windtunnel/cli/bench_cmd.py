@@ -104,7 +104,7 @@ def recipes(
 ) -> None:
     """List the registered training recipes, or show one."""
     with loading():
-        from windtunnel.recipes import RECIPES, get_recipe
+        from windtunnel.training.recipes import RECIPES, get_recipe
 
     if name is not None:
         typer.echo(json.dumps(get_recipe(name).model_dump(mode="json"), indent=2, sort_keys=True))

@@ -68,7 +68,7 @@ def compare_command(
     kept)."""
     with loading():
         from windtunnel.report.compare import CompareInputError, compare, select, to_markdown, to_text
-        from windtunnel.rundir import atomic_write, check_output_file
+        from windtunnel.store.rundir import atomic_write, check_output_file
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")

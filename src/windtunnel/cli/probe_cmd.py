@@ -69,7 +69,7 @@ def probe(
     them as --import (or --trust-code)."""
     with loading():
         from windtunnel.geometry.run import probe_run
-        from windtunnel.rundir import GEOMETRY
+        from windtunnel.store.rundir import GEOMETRY
 
     writes = f"probe writes {GEOMETRY}{' and figures/' if figures else ''}"
     if out is None and run_dir.is_dir() and not writable_dir(run_dir):  # before the work, not after it

@@ -118,8 +118,8 @@ def report(
     report reads only files, but a task of your own needs its module (--import) for its metadata: Table 1 title,
     headline metric, approximate posteriors."""
     with loading():
-        from windtunnel.records.report_files import check_out
         from windtunnel.report import build_report
+        from windtunnel.store.records.report_files import check_out
 
     import_modules(imports)
 

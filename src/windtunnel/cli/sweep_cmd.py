@@ -92,7 +92,7 @@ def sweep(
 def _best(setting: dict, metric: str) -> str:
     """`lr=0.001 (2 seeds, validation entropy error (bits) 0.012)`: a ★ setting for the closing line, and whether it is
     separated from the runner-up (`sweep_table.pick`) where there is one."""
-    from windtunnel.metric_specs import METRICS
+    from windtunnel.evaluation.metric_specs import METRICS
 
     n = setting["n_seeds"]
     score = METRICS[metric].fmt(setting["validation"][metric]["mean"])

@@ -57,7 +57,7 @@ def show(
     Each token, and at scored positions the posterior entropy and the truth."""
     with loading():
         from windtunnel import tasks
-        from windtunnel.metrics import entropy_bits
+        from windtunnel.evaluation.metrics import entropy_bits
 
     import_modules(imports)
     task = tasks.make(name, **parse_kv(param, "--param"))

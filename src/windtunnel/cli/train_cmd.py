@@ -1,4 +1,5 @@
-"""`windtunnel train` and `windtunnel eval`: thin shells over `windtunnel.train.train` and `evaluate.evaluate`."""
+"""`windtunnel train` and `windtunnel eval`: thin shells over `training.train.train` and
+`evaluation.evaluate.evaluate`."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _verdict_line(r: dict[str, Any]) -> str | None:
 def _closest_line(r: dict[str, Any]) -> str | None:
     """Which posterior the model computes, for a task with approximate posteriors (the HMM's window filters): the
     closest one and its distance KL(candidate ‖ model), and how much further the runner-up is (95% CI)."""
-    from windtunnel.marks import EXACT
+    from windtunnel.evaluation.marks import EXACT
 
     closest = r.get("closest")
     if not closest:
@@ -160,9 +161,9 @@ def train_command(
         from windtunnel.errors import TrainingInterrupted
         from windtunnel.models import is_baseline
         from windtunnel.plugins import unique
-        from windtunnel.resume import resume_config
-        from windtunnel.rundir import CONFIG, WANDB
-        from windtunnel.train import train
+        from windtunnel.runs.resume import resume_config
+        from windtunnel.store.rundir import CONFIG, WANDB
+        from windtunnel.training.train import train
 
     imported = import_modules(imports)  # before the config is read: its task and arch may be the module's
     use_threads(threads)
@@ -211,7 +212,7 @@ def train_command(
 
 def _run_dir(run: Path | None, out: Path | None, resume: bool) -> Path:
     """The run directory of `windtunnel train`: --out, or RUN (an existing run, for --resume)."""
-    from windtunnel.rundir import check_run_dir
+    from windtunnel.store.rundir import check_run_dir
 
     if run is None:
         if out is None:
@@ -226,7 +227,7 @@ def _run_dir(run: Path | None, out: Path | None, resume: bool) -> Path:
 
 def _default_size_warning(cfg: RunConfig) -> str:
     """What a config without preset or size trains (its architecture's built-in defaults), and what to pass."""
-    from windtunnel.train import size_text
+    from windtunnel.training.train import size_text
 
     dims = size_text(cfg)
     return (
@@ -264,11 +265,11 @@ def eval_command(
     imports needs each of them as --import (or --trust-code)."""
     with loading():
         from windtunnel.budget import check_evaluation
-        from windtunnel.evaluate import evaluate
-        from windtunnel.records.run_dir import EvalFile
+        from windtunnel.evaluation.evaluate import evaluate
         from windtunnel.resolve import check_override
-        from windtunnel.rundir import check_output_file, eval_file, write_json
         from windtunnel.runs import load_run
+        from windtunnel.store.records.run_dir import EvalFile
+        from windtunnel.store.rundir import check_output_file, eval_file, write_json
 
     if n is not None and n < 1:
         fail(f"--n: must be >= 1 (got {n})")

@@ -21,18 +21,18 @@ from typing import Any, Protocol
 
 import torch
 
-from windtunnel import checkpoints
-from windtunnel import train as training
 from windtunnel.devices import resolve_device
 from windtunnel.errors import StorageError
 from windtunnel.geometry.run import probe_run
 from windtunnel.malloc import tune_malloc
-from windtunnel.manifest import check_same_run, is_finished
 from windtunnel.models import is_baseline
 from windtunnel.plugins import import_plugins
-from windtunnel.records.run_dir import Done, Geometry
 from windtunnel.resolve import resolve_config
-from windtunnel.rundir import atomic_write
+from windtunnel.runs import checkpoints
+from windtunnel.store.manifest import check_same_run, is_finished
+from windtunnel.store.records.run_dir import Done, Geometry
+from windtunnel.store.rundir import atomic_write
+from windtunnel.training import train as training
 
 STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; every job reads it before any work
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from windtunnel import tasks
+from windtunnel.evaluation.metric_specs import headline_metric
 from windtunnel.executors.base import Executor, Job
-from windtunnel.metric_specs import headline_metric
 from windtunnel.models.common import count_params
 from windtunnel.models.presets import preset
 from windtunnel.models.registry import info, is_baseline, resolve

@@ -23,16 +23,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from windtunnel import manifest
 from windtunnel.config import RunConfig
 from windtunnel.executors.base import Executor, Job, write_storage_token
 from windtunnel.executors.driver import execute
 from windtunnel.executors.local import LocalExecutor
 from windtunnel.executors.ray_cluster import DEFAULT_RETRIES, RayExecutor
-from windtunnel.lock import DirLock
 from windtunnel.machine import machine_description
-from windtunnel.records.drivers import ManifestEntry, ManifestRecord
-from windtunnel.rundir import check_writable
+from windtunnel.store import manifest
+from windtunnel.store.lock import DirLock
+from windtunnel.store.records.drivers import ManifestEntry, ManifestRecord
+from windtunnel.store.rundir import check_writable
 
 EXECUTORS = ("local", "ray")
 
@@ -150,24 +150,45 @@ class Launch:
             held.__exit__(exc_type, exc, tb)
 
     def claim(
-        self, wanted: Mapping[str, RunConfig], echo: Callable[[str], None], *, fresh: bool = False, **fields: Any
-    ) -> list[ManifestEntry]:
+        self,
+        wanted: Mapping[str, RunConfig],
+        echo: Callable[[str], None],
+        *,
+        fresh: bool = False,
+        needs: Sequence[str] = (),
+        **fields: Any,
+    ) -> manifest.Plan:
         """Make --out this driver's, inside `with` and after the driver's own checks: every run directory it is about
         to skip, resume or create checked against the config it asks for (`claim_runs`), then the manifest written at
-        once, its earlier entries that still exist kept, with `fields` (a reproduce's tier). Returns those entries."""
+        once, its earlier entries that still exist kept, with `fields` (a reproduce's tier). Returns the plan: what is
+        reused, resumed, trained and set aside, and the manifest entries kept."""
         kind = self._driver_kind()
-        self.claim_runs(wanted, echo, fresh=fresh)
+        plan = self.claim_runs(wanted, echo, fresh=fresh, needs=needs)
         kept = manifest.accumulate(self.out, self.found.runs if self.found is not None else [], {})
         self._claimed = [ManifestEntry(name=n, config_hash=h) for n, h in kept.items()]
         self._fields = fields
         manifest.write_manifest(self.out, kind, kept, **fields)
-        return self._claimed
+        return replace(plan, kept=tuple(self._claimed))
 
-    def claim_runs(self, wanted: Mapping[str, RunConfig], echo: Callable[[str], None], *, fresh: bool = False) -> None:
+    def claim_runs(
+        self,
+        wanted: Mapping[str, RunConfig],
+        echo: Callable[[str], None],
+        *,
+        fresh: bool = False,
+        needs: Sequence[str] = (),
+    ) -> manifest.Plan:
         """Check the run directories `out/runs/<name>` of `wanted` against their configs, all before any work
-        (`manifest.claim_runs`: a mismatch is an error, or with `fresh` set aside, each echoed)."""
-        for moved in manifest.claim_runs(self.out, wanted, fresh):
+        (`manifest.claim_runs`: a mismatch is an error, or with `fresh` set aside, each echoed); returns the plan
+        (a finished run is reused only with every file in `needs`)."""
+        plan = manifest.claim_runs(self.out, wanted, fresh, needs)
+        for moved in plan.set_aside:
             echo(f"  set aside (not the run asked for) -> {moved}")
+        return plan
+
+    def finished(self, names: Sequence[str]) -> list[str]:
+        """The finished runs among `names`, in order (`manifest.finished_runs`)."""
+        return list(manifest.finished_runs(self.out, list(names)))
 
     def record(self, names: Sequence[str], *, keep: bool = True) -> None:
         """Write the manifest of the finished runs among `names` (`manifest.finished_runs`), after the entries kept

@@ -23,8 +23,8 @@ import torch
 from torch.distributions import Distribution
 
 from windtunnel.devices import model_device
-from windtunnel.metrics import entropy_bits as dist_entropy_bits
-from windtunnel.metrics import entropy_mae_bits
+from windtunnel.evaluation.metrics import entropy_bits as dist_entropy_bits
+from windtunnel.evaluation.metrics import entropy_mae_bits
 from windtunnel.models.base import predictive
 from windtunnel.models.hooks import HookedModel
 from windtunnel.seeds import test_seed

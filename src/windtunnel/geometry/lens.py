@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
+from windtunnel.evaluation.metrics import kl_divergence_bits
 from windtunnel.geometry.data import ProbeData, model_spec, not_applicable
-from windtunnel.metrics import kl_divergence_bits
 from windtunnel.models.base import predictive
 
 POSTERIOR_FLOOR = 1e-12  # added to the posterior's probabilities in the authors' direction (as they did)

@@ -15,9 +15,9 @@ from windtunnel.geometry.figures import write_figures
 from windtunnel.geometry.probes import probe_model
 from windtunnel.geometry.registry import ProbeContext, probes, run_probe
 from windtunnel.models import is_baseline
-from windtunnel.records.run_dir import Geometry
-from windtunnel.rundir import FIGURES, check_writable, folder, run_directory_of
 from windtunnel.runs import build_model, load_run
+from windtunnel.store.records.run_dir import Geometry
+from windtunnel.store.rundir import FIGURES, check_writable, folder, run_directory_of
 
 
 def probe_device(device: torch.device | str | None) -> torch.device:

@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from windtunnel.evaluation.metrics import seed_interval
 from windtunnel.geometry.registry import KeyPath, dig, seed_quantities
-from windtunnel.metrics import seed_interval
 
 
 @dataclass(frozen=True)

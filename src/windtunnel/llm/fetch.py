@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from windtunnel.rundir import read_json_object, write_json
+from windtunnel.store.rundir import read_json_object, write_json
 
 RECORD = "fetched.json"  # what a fetched folder says about its source; its presence marks the folder as whole
 NEEDS = ("transformers", "gguf", "accelerate")  # what a conversion imports: the `llm` extra

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from windtunnel.errors import MAX_SHOWN, CheckpointError, described, shorten
-from windtunnel.rundir import read_json_object
+from windtunnel.store.rundir import read_json_object
 
 
 def check_model_dir(model_dir: str | Path) -> Path:

@@ -75,9 +75,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from windtunnel.evaluation.marks import MARK, Thresholds, verdict
+from windtunnel.evaluation.metrics import ratio_intervals
 from windtunnel.geometry.stats import probs_entropy_bits, probs_kl_bits
-from windtunnel.marks import MARK, Thresholds, verdict
-from windtunnel.metrics import ratio_intervals
 from windtunnel.report.document import Table
 from windtunnel.tasks.bijection import Bijection, bijection_posterior, query_layout
 from windtunnel.tasks.hmm import HMM, forward_filter

@@ -28,7 +28,7 @@ from windtunnel.llm import geometry as geo
 from windtunnel.llm.model_files import check_model_dir, load
 from windtunnel.llm.prompt_sources import _is_scorable, _prompts_module, _text, check_n, resolve_prompts
 from windtunnel.llm.study_output import KIND, Progress, refuse_existing, write
-from windtunnel.rundir import check_output_dir
+from windtunnel.store.rundir import check_output_dir
 
 N_NULLS = 3  # random-init draws by default: one draw says nothing of how far two random inits differ
 NULL_SEED_BASE = 1_000_003  # default null seeds: NULL_SEED_BASE + seed * N_NULLS_MAX + i, far from the usual 0, 1, 42

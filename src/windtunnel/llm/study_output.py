@@ -14,7 +14,7 @@ import numpy as np
 from windtunnel.llm import geometry as geo
 from windtunnel.llm.prompt_sources import _prompts_module
 from windtunnel.report.document import Document, Figure, Heading, Paragraph, Table
-from windtunnel.rundir import (
+from windtunnel.store.rundir import (
     LOCK_FILE,
     OWNER_FILE,
     atomic_write,
@@ -113,7 +113,7 @@ def clear(out: Path) -> None:
 def write(out: Path, result: dict[str, Any], overwrite: bool, say: Progress) -> None:
     """Figures, tables, then llm_geometry.json (last: its presence means the folder is complete), under the folder's
     lock; an earlier llm-geometry's files are deleted first where `overwrite` (`clear`)."""
-    from windtunnel.lock import DirLock
+    from windtunnel.store.lock import DirLock
 
     say(f"writing {out}")
     check_writable(out, "--out")

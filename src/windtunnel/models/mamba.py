@@ -177,7 +177,7 @@ class MambaSize(InitSize):
     "torch" for the paper one, whose authors' block keeps PyTorch's defaults (at 6 x 192 a block's output is ~0.19
     of the residual stream's norm at init under "torch", ~0.05 under "normal"). Run directories written before
     `init` existed trained the paper variant with "normal", and their stored configs read as that
-    (`resolve.upgrade_stored`).
+    (`store.records.run_dir.ConfigFile.upgrade`).
     `scan` (reference variant; the paper variant always scans sequentially): "auto" = fused on CPU, on CUDA "kernel"
     (mamba-ssm's `selective_scan_fn`) when `mamba_ssm` imports, else parallel; "kernel" explicitly, off CUDA or
     without mamba_ssm, is a ValueError at the forward. A layer whose state `ssm.h` is hooked or cached materialises

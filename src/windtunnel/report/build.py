@@ -9,12 +9,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from windtunnel import marks, rundir, tasks
-from windtunnel.evaluate import score_controls
+from windtunnel import tasks
+from windtunnel.evaluation import marks
+from windtunnel.evaluation.evaluate import score_controls
+from windtunnel.evaluation.metric_specs import METRICS
 from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import across_seeds, seed_text
-from windtunnel.metric_specs import METRICS
-from windtunnel.records.drivers import ReproduceRecord
 from windtunnel.report import claims, figures, formatting, prose, table_cells, tables
 from windtunnel.report.collect import RunRecord, find_runs
 from windtunnel.report.document import (
@@ -30,6 +30,8 @@ from windtunnel.report.document import (
     Verdicts,
 )
 from windtunnel.report.time_to_verdict import untimed_note
+from windtunnel.store import rundir
+from windtunnel.store.records.drivers import ReproduceRecord
 from windtunnel.suites import TIER_CAVEATS
 
 

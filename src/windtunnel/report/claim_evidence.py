@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from windtunnel import marks, models
+from windtunnel import models
+from windtunnel.evaluation import marks
 from windtunnel.report import table_cells
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.formatting import fmt, horizon_text

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from windtunnel import marks
+from windtunnel.evaluation import marks
 from windtunnel.report import formatting, table_cells
 from windtunnel.report.claim_evidence import Cell, Evidence
 from windtunnel.report.collect import RunRecord

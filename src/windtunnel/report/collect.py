@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import checkpoints, manifest, rundir
-from windtunnel.records.run_dir import MISSING, ConfigFile, EvalFile, Geometry, checked
+from windtunnel.runs import checkpoints
+from windtunnel.store import manifest, rundir
+from windtunnel.store.records.run_dir import MISSING, ConfigFile, EvalFile, Geometry, checked
 
 # the run directory's readers, where the report's callers found them (`records.run_dir`)
-from windtunnel.records.run_dir import read_done as read_done
-from windtunnel.records.run_dir import read_history as read_history
-from windtunnel.records.run_dir import read_test_metrics as read_test_metrics
-from windtunnel.records.run_dir import validation_evals as validation_evals
+from windtunnel.store.records.run_dir import read_done as read_done
+from windtunnel.store.records.run_dir import read_history as read_history
+from windtunnel.store.records.run_dir import read_test_metrics as read_test_metrics
+from windtunnel.store.records.run_dir import validation_evals as validation_evals
 
 
 @dataclass(frozen=True)

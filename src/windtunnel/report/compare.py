@@ -25,14 +25,15 @@ from typing import Any
 
 import torch
 
-from windtunnel import marks, metrics, rundir
-from windtunnel.manifest import change_line, config_changes
-from windtunnel.metric_specs import METRICS, headline_metric
+from windtunnel.evaluation import marks, metrics
+from windtunnel.evaluation.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
 from windtunnel.report.collect import MISSING, RunRecord, find_runs, read_run, validation_evals
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
 from windtunnel.report.formatting import fmt
 from windtunnel.report.table_cells import arch_row, cell_value, configurations, status_tag, task_order
+from windtunnel.store import rundir
+from windtunnel.store.manifest import change_line, config_changes
 
 RECHECK_BITS = 1e-6  # a re-scored mean further than this from eval.json's: the weights or the code changed since
 
@@ -262,8 +263,9 @@ def sequence_sums(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Re-score the checkpoint a run's eval.json scored (its "default" step) on the first `n` test sequences, on the
     CPU: per sequence, the sums over its scored positions of each metric in `names` (N,M) and the count (N,)."""
-    from windtunnel import evaluate, runs
+    from windtunnel import runs
     from windtunnel.budget import check_evaluation
+    from windtunnel.evaluation import evaluate
 
     run = runs.load_run(r.path, trust_code=trust_code)
     step = r.default.get("step")

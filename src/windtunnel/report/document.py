@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel.marks import MARK
+from windtunnel.evaluation.marks import MARK
 
 # Markdown has no raw-text mode, so every string is escaped on the way out (as `html.escape` does for report.html):
 # run names, arch and task names and eval names come from run directories and may carry HTML or break a table.

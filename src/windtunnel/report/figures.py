@@ -22,13 +22,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from windtunnel import models, rundir
+from windtunnel import models
+from windtunnel.evaluation.metric_specs import METRICS, headline_metric
 from windtunnel.geometry import registry as geometry_registry
 from windtunnel.geometry.seeds import dig
-from windtunnel.metric_specs import METRICS, headline_metric
 from windtunnel.plotting import save, subplots
 from windtunnel.report import table_cells
 from windtunnel.report.collect import RunRecord
+from windtunnel.store import rundir
 
 # Colours of the architectures that declare none (`models.info(arch).color`: a user's own), none of them a built-in's:
 # each name gets one by a hash of the name, so it has the same colour in every figure and every report.

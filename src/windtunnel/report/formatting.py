@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from windtunnel.metric_specs import METRICS
+from windtunnel.evaluation.metric_specs import METRICS
 
 
 def fmt(value: float, metric: str) -> str:

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from windtunnel import marks
+from windtunnel.evaluation import marks
 from windtunnel.geometry.keys import PAPER as KEYS_PAPER
 from windtunnel.geometry.seeds import dig
 from windtunnel.report import formatting, table_cells

@@ -29,23 +29,24 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from windtunnel import manifest, marks
-from windtunnel.manifest import (  # the names of grid values, defined with the run names (re-exported here)
+from windtunnel.evaluation import marks
+from windtunnel.evaluation.metric_specs import METRICS as SPECS
+from windtunnel.evaluation.metric_specs import headline_metric, pool_seeds
+from windtunnel.report.collect import read_test_metrics
+from windtunnel.report.document import Document, Heading, Paragraph, Table
+from windtunnel.report.formatting import fmt
+from windtunnel.runs.resume import EARLY_STOP
+from windtunnel.store import manifest
+from windtunnel.store.manifest import (  # the names of grid values, defined with the run names (re-exported here)
     SweepPoint,
     grid_text,
     key_labels,
     point_name,
     value_text,
 )
-from windtunnel.metric_specs import METRICS as SPECS
-from windtunnel.metric_specs import headline_metric, pool_seeds
-from windtunnel.records.drivers import SweepRow, SweepSetting, SweepTableRecord, plain
-from windtunnel.records.run_dir import read_done
-from windtunnel.report.collect import read_test_metrics
-from windtunnel.report.document import Document, Heading, Paragraph, Table
-from windtunnel.report.formatting import fmt
-from windtunnel.resume import EARLY_STOP
-from windtunnel.rundir import atomic_write, read_metrics
+from windtunnel.store.records.drivers import SweepRow, SweepSetting, SweepTableRecord, plain
+from windtunnel.store.records.run_dir import read_done
+from windtunnel.store.rundir import atomic_write, read_metrics
 
 TABLE_MD, TABLE_CSV, TABLE_JSON = "sweep.md", "sweep.csv", SweepTableRecord.NAME
 METRICS = ("entropy_mae_bits", "kl_bits", "accuracy")  # the table's metrics, each with its 95% interval

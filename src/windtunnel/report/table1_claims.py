@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from windtunnel import marks
+from windtunnel.evaluation import marks
+from windtunnel.evaluation.metric_specs import METRICS
 from windtunnel.geometry.seeds import dig
-from windtunnel.metric_specs import METRICS
 from windtunnel.report import table_cells
 from windtunnel.report.claim_evidence import (
     MIN_SEEDS,

@@ -16,10 +16,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from windtunnel import marks, models, seed_pool, tasks
-from windtunnel.metric_specs import METRICS, headline_metric
+from windtunnel import models, tasks
+from windtunnel.evaluation import marks, seed_pool
+from windtunnel.evaluation.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord
-from windtunnel.resume import STATUSES
+from windtunnel.runs.resume import STATUSES
 from windtunnel.suites.settings import paper_setting, values
 
 STATUS_MARK = "†"  # beside a cell or run whose weights are not (only) the finished run of its config

@@ -11,8 +11,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from windtunnel import crossings, marks, models, tasks
-from windtunnel.metric_specs import METRICS, headline_metric
+from windtunnel import models, tasks
+from windtunnel.evaluation import crossings, marks
+from windtunnel.evaluation.metric_specs import METRICS, headline_metric
 from windtunnel.report.collect import RunRecord
 from windtunnel.report.document import Cell, slug
 from windtunnel.report.formatting import fmt, horizon_text, interval_text

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from windtunnel.crossings import EXACT_FILTER, PRECISION_MARKS, format_mark, mark_header
-from windtunnel.metric_specs import METRICS
+from windtunnel.evaluation.crossings import EXACT_FILTER, PRECISION_MARKS, format_mark, mark_header
+from windtunnel.evaluation.metric_specs import METRICS
 from windtunnel.plotting import save, subplots
-from windtunnel.records.drivers import MACHINE_KEYS  # what must match for seconds to compare (re-exported here)
+from windtunnel.store.records.drivers import MACHINE_KEYS  # what must match for seconds to compare (re-exported here)
 
 
 def markdown(data: dict[str, Any]) -> str:

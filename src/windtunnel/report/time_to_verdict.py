@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from windtunnel import crossings
+from windtunnel.evaluation import crossings
 from windtunnel.report.collect import RunRecord, validation_evals
 
 

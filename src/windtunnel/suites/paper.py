@@ -25,10 +25,10 @@ from typing import Any
 
 from windtunnel.config import validate, warmup_for
 from windtunnel.models import built_ins, is_baseline
-from windtunnel.recipes import Stage, curriculum_steps, get_recipe
 from windtunnel.resolve import aux_text
 from windtunnel.suites.settings import our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
+from windtunnel.training.recipes import Stage, curriculum_steps, get_recipe
 
 TIERS = ("smoke", "quick", "standard", "paper")
 # The paper's four tunnels, and beside its HMM a sticky one (`hmm-sticky`: rho ~ U[0.85, 0.95], a 0.01 grid) whose
@@ -143,7 +143,7 @@ for _budgets in BUDGET.values():
     _budgets.update({task: _budgets[like] for task, like in PROTOCOL_OF.items()})
 SMOKE = (6, 8, 1e-3)
 EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
-# Every trained cell of the quick and standard tiers (`windtunnel.recipes`): soft targets (bijection 5.7x and
+# Every trained cell of the quick and standard tiers (`windtunnel.training.recipes`): soft targets (bijection 5.7x and
 # regression 2x lower error at equal steps) and Muon per block (HMM transformer 0.013 against AdamW's 0.076 bits at
 # 3,000 steps; no measured change on the HMM Mamba or LSTM) -- docs/results/time-to-bayes.md.
 RECIPE = "soft-muon"

@@ -27,7 +27,7 @@ The package: `cells` (the cell spec, `parse_cell`, each seed's run config, run n
 
 from __future__ import annotations
 
-from windtunnel.crossings import summarize_marks
+from windtunnel.evaluation.crossings import summarize_marks
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_config, cell_label, cell_runs, parse_cell, run_name
 from windtunnel.time_to_bayes.driver import _plan, _run_locked, run
 from windtunnel.time_to_bayes.results import (

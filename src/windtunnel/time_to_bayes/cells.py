@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from windtunnel import manifest
 from windtunnel.config import RunConfig, apply_overrides, parse_value, warmup_for
 from windtunnel.errors import error_message
-from windtunnel.recipes import RECIPES, get_recipe
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest
 from windtunnel.suites.paper import MAX_SEEDS, TASKS, run_config
+from windtunnel.training.recipes import RECIPES, get_recipe
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")  # what a run-name part may not contain
 

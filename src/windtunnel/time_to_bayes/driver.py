@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest, rundir
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
-from windtunnel.records.drivers import TimeToBayesRecord
+from windtunnel.store import manifest, rundir
+from windtunnel.store.records.drivers import TimeToBayesRecord
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_runs
 from windtunnel.time_to_bayes.results import (
     KIND,
@@ -67,12 +67,14 @@ def run(
             _check_machines(
                 [(f"the results already in {out}", previous.machine), ("this call", machine)], allow_mixed, "--out"
             )
-        launcher.claim({r.name: r.resolved for _, runs in planned for r in runs}, echo, fresh=fresh)
-        return _run_locked(planned, launcher, machine, previous, echo, probe)
+        needs = (rundir.GEOMETRY,) if probe else ()  # a finished run without its probes is probed
+        plan = launcher.claim({r.name: r.resolved for _, runs in planned for r in runs}, echo, fresh=fresh, needs=needs)
+        return _run_locked(planned, plan, launcher, machine, previous, echo, probe)
 
 
 def _run_locked(
     planned: list[tuple[Cell, list[SeedRun]]],
+    plan: manifest.Plan,
     launcher: Launch,
     machine: dict[str, Any],
     previous: TimeToBayesRecord | None,
@@ -82,9 +84,7 @@ def _run_locked(
     out = launcher.out
     runs_dir = out / manifest.RUNS
     work = [Job(r.name, r.config, str(runs_dir), probe=probe) for _, rs in planned for r in rs]
-    todo = [
-        j for j in work if not manifest.is_finished(j.run_dir) or (probe and not (j.run_dir / rundir.GEOMETRY).exists())
-    ]
+    todo = [j for j in work if j.name in plan.todo]
     launcher.execute(todo, f"time-to-Bayes: {len(planned)} cell(s), {len(work)} run(s)", echo)
     cells = [summarize_cell(c, rs, [read_seed(r, out, launcher.threads) for r in rs], machine) for c, rs in planned]
     data = _accumulate(previous, cells, machine, launcher.wall_s())

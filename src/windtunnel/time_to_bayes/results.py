@@ -10,15 +10,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest, rundir
-from windtunnel.crossings import crossings, summarize_marks, verdict_crossings
+from windtunnel.evaluation.crossings import crossings, summarize_marks, verdict_crossings
+from windtunnel.evaluation.metric_specs import headline_metric, pool_seeds
 from windtunnel.executors import holding, refuse_unowned_outputs
-from windtunnel.metric_specs import headline_metric, pool_seeds
-from windtunnel.recipes import get_recipe
-from windtunnel.records.drivers import MACHINE_KEYS, TIME_TO_BAYES, TimeToBayesCell, TimeToBayesRecord
-from windtunnel.records.run_dir import read_history, read_test_metrics, validation_evals
 from windtunnel.report.time_to_bayes import markdown, plot
+from windtunnel.store import manifest, rundir
+from windtunnel.store.records.drivers import MACHINE_KEYS, TIME_TO_BAYES, TimeToBayesCell, TimeToBayesRecord
+from windtunnel.store.records.run_dir import read_history, read_test_metrics, validation_evals
 from windtunnel.time_to_bayes.cells import Cell, SeedRun, cell_label
+from windtunnel.training.recipes import get_recipe
 
 KIND = "time-to-bayes"  # the manifest kind of a time-to-bayes --out
 RESULTS = TIME_TO_BAYES

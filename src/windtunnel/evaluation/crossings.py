@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import Any
 
-from windtunnel.metric_specs import METRICS
+from windtunnel.evaluation.metric_specs import METRICS
 
 # Time to Bayes: the precision marks a validation curve is read at, per headline metric, and the HMM's extra mark.
 PRECISION_MARKS: dict[str, tuple[float, ...]] = {

@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel import rundir
 from windtunnel.config import RunConfig, config_to_json, run_identity
 from windtunnel.errors import CheckpointError, RunInUseError, RunMismatchError
-from windtunnel.lock import is_locked
-from windtunnel.records.drivers import FORMAT, KINDS, LEGACY_MARKERS, MANIFEST, ManifestEntry, ManifestRecord
-from windtunnel.records.run_dir import read_config, version_diff
-from windtunnel.rundir import (
+from windtunnel.store import rundir
+from windtunnel.store.lock import is_locked
+from windtunnel.store.records.drivers import FORMAT, KINDS, LEGACY_MARKERS, MANIFEST, ManifestEntry, ManifestRecord
+from windtunnel.store.records.run_dir import read_config, version_diff
+from windtunnel.store.rundir import (
     CONFIG,
     DONE,
     EVAL,
@@ -154,10 +154,31 @@ def set_aside(run_dir: Path, out: Path) -> Path:
     return dest
 
 
-def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False) -> list[Path]:
+@dataclass(frozen=True)
+class Plan:
+    """What a driver's claim of its --out found for the runs it asked for (`asked`, in order): the finished ones it
+    reuses (read back, never trained again), those with work left to resume (interrupted, or finished without a file
+    the driver needs), the new ones to train, where the mismatched directories went (--fresh), and the earlier
+    manifest entries kept."""
+
+    asked: tuple[str, ...] = ()
+    reuse: tuple[str, ...] = ()
+    resume: tuple[str, ...] = ()
+    train: tuple[str, ...] = ()
+    set_aside: tuple[Path, ...] = ()
+    kept: tuple[ManifestEntry, ...] = ()
+
+    @property
+    def todo(self) -> tuple[str, ...]:
+        """The runs with work to do (resumed or trained), in the order asked."""
+        return tuple(n for n in self.asked if n not in self.reuse)
+
+
+def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False, needs: Sequence[str] = ()) -> Plan:
     """Check every run directory `out/runs/<name>` a driver is about to skip, resume or create against the config it
     asks for (`check_same_run`), all before any work. Without `fresh` the first mismatch is raised, counting the
-    others; with it each mismatched (or unreadable) directory is set aside. Returns the directories set aside."""
+    others; with it each mismatched (or unreadable) directory is set aside. Returns the plan: which runs are reused
+    (finished, with every file in `needs`), resumed or trained anew, and what was set aside."""
     bad: list[tuple[Path, Exception]] = []
     for name, cfg in wanted.items():
         run_dir = out / RUNS / name
@@ -171,7 +192,26 @@ def claim_runs(out: Path, wanted: Mapping[str, RunConfig], fresh: bool = False) 
             raise first
         others = ", ".join(p.name for p, _ in bad[1:])
         raise type(first)(f"{first} (and {len(bad) - 1} more not the runs asked for: {others})")
-    return [set_aside(run_dir, out) for run_dir, _ in bad]
+    moved = tuple(set_aside(run_dir, out) for run_dir, _ in bad)
+    reuse: list[str] = []
+    resume: list[str] = []
+    train: list[str] = []
+    for name in wanted:
+        run_dir = out / RUNS / name
+        if is_finished(run_dir) and all((run_dir / f).exists() for f in needs):
+            reuse.append(name)
+        else:
+            (resume if (run_dir / CONFIG).exists() else train).append(name)
+    return Plan(tuple(wanted), tuple(reuse), tuple(resume), tuple(train), moved)
+
+
+def set_aside_listed(out: Path, found: ManifestRecord) -> list[tuple[str, Path]]:
+    """Set aside the runs `found` (`out`'s manifest) lists -- for an --out written before manifests, every directory
+    under its runs/ -- when a driver takes `out` over with --fresh. Returns each run's name and where it went."""
+    runs = out / RUNS
+    listed = [runs / e.name for e in found.runs]
+    stale = sorted(runs.iterdir()) if found.legacy and runs.is_dir() else listed
+    return [(d.name, set_aside(d, out)) for d in stale if d.is_dir()]
 
 
 # --- the manifest ------------------------------------------------------------------------------------------
@@ -325,6 +365,7 @@ __all__ = [
     "KINDS",
     "LEGACY_MARKERS",
     "MANIFEST",
+    "Plan",
     "RUNS",
     "SUPERSEDED",
     "SweepPoint",
@@ -347,6 +388,7 @@ __all__ = [
     "refuse_run_directory",
     "run_dirs",
     "set_aside",
+    "set_aside_listed",
     "stored_hash",
     "value_text",
     "write_manifest",

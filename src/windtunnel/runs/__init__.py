@@ -2,7 +2,7 @@
 `save_run`, its inverse: a model trained in a loop of one's own made into a run directory.
 
 Opening a run never imports code: an import-string architecture in its config is built only with `trust_code=True`.
-File names and file I/O: `windtunnel.rundir`; checkpoints: `windtunnel.checkpoints`.
+File names and file I/O: `windtunnel.store.rundir`; checkpoints: `windtunnel.runs.checkpoints`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import torch
 from pydantic import BaseModel
 from torch import nn
 
-from windtunnel import budget, models, plugins, rundir, tasks
-from windtunnel.checkpoints import latest_step, list_checkpoints, load_checkpoint, save_checkpoint
+from windtunnel import budget, models, plugins, tasks
 from windtunnel.config import RunConfig, validate
 from windtunnel.errors import CheckpointError
 from windtunnel.models.base import ModelSize
-from windtunnel.records.run_dir import ConfigFile, EvalFile
 from windtunnel.resolve import resolve_config
-from windtunnel.resume import open_run_dir
-from windtunnel.rundir import CONFIG, check_run_dir, read_metrics
+from windtunnel.runs.checkpoints import latest_step, list_checkpoints, load_checkpoint, save_checkpoint
+from windtunnel.runs.resume import open_run_dir
+from windtunnel.store import rundir
+from windtunnel.store.records.run_dir import ConfigFile, EvalFile
+from windtunnel.store.rundir import CONFIG, check_run_dir, read_metrics
 from windtunnel.tasks.base import TaskSpec
 
 

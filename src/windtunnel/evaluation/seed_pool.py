@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from windtunnel.marks import EXACT, closest_posterior, finite
-from windtunnel.metric_specs import pool_seeds
+from windtunnel.evaluation.marks import EXACT, closest_posterior, finite
+from windtunnel.evaluation.metric_specs import pool_seeds
 
 
 def seed_stats(values: list[float]) -> dict[str, float]:

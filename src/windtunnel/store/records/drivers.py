@@ -27,8 +27,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 from pydantic import Field, PrivateAttr, RootModel, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from windtunnel.records import base
-from windtunnel.records.base import JsonFile, Record, RecordFile
+from windtunnel.store.records import base
+from windtunnel.store.records.base import JsonFile, Record, RecordFile
 
 MANIFEST, REPRODUCE, TIME_TO_BAYES = "manifest.json", "reproduce.json", "time_to_bayes.json"
 SWEEP_CONFIG = "sweep-config.json"  # the base config and grid of the sweep that owns an output directory

@@ -21,7 +21,7 @@ from statistics import fmean
 from typing import Any
 
 from windtunnel import tasks
-from windtunnel.metrics import seed_interval
+from windtunnel.evaluation.metrics import seed_interval
 from windtunnel.text import number
 
 DEFAULT_HEADLINE = "entropy_mae_bits"  # a task's headline metric where it names none

@@ -24,8 +24,8 @@ from typing import Annotated, Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import CoreSchema, ErrorDetails, PydanticCustomError, core_schema
 
-from windtunnel import rundir
 from windtunnel.errors import MAX_SHOWN, CheckpointError, described, shorten
+from windtunnel.store import rundir
 
 # --- kinds of JSON values, checked and kept as they are ----------------------------------------------------------
 

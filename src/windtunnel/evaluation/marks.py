@@ -62,12 +62,12 @@ from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
 
-from windtunnel.metric_specs import METRICS, headline_metric
+from windtunnel.evaluation.metric_specs import METRICS, headline_metric
+from windtunnel.store.records.run_dir import LEVELS
 from windtunnel.tasks.adapter import as_task
 from windtunnel.tasks.base import EXACT_BITS, Task
 from windtunnel.tasks.registry import TunnelInfo
 
-LEVELS = ("exact", "approximate", "fail", "invalid")  # best first; "invalid" overrides every other level
 MARK = {"exact": "✓", "approximate": "◐", "fail": "✗", "invalid": "⚠"}
 # The level of the invalid check (`bayes_gap` in the scores): a predictor that reads only the input reaches the evidence
 # ⚠ needs with probability at most 1 - INVALID_LEVEL, stricter than the 95% of the other marks, since ⚠ accuses the

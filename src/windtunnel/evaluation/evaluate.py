@@ -21,15 +21,17 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from windtunnel import checkpoints, marks, metrics, models, resume, runs, tasks
+from windtunnel import models, runs, tasks
 from windtunnel.config import RunConfig
 from windtunnel.devices import autocast, model_device
 from windtunnel.errors import NonFiniteOutputs
+from windtunnel.evaluation import marks, metrics
 from windtunnel.models import baselines
 from windtunnel.models.base import check_output, predictive
-from windtunnel.records.run_dir import EvalFile
 from windtunnel.resolve import check_override, eval_name, eval_settings, resolve_config
+from windtunnel.runs import checkpoints, resume
 from windtunnel.seeds import DRAW_BLOCK, stream_seed
+from windtunnel.store.records.run_dir import EvalFile
 from windtunnel.tasks.base import Batch, check_posterior
 
 Predict = Callable[[Batch], Distribution]

@@ -25,7 +25,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from windtunnel.errors import CheckpointError, described
-from windtunnel.rundir import (
+from windtunnel.store.rundir import (
     CKPT_DIR,
     CKPT_SUFFIXES,
     LATEST,
@@ -37,7 +37,7 @@ from windtunnel.rundir import (
 )
 
 if TYPE_CHECKING:
-    from windtunnel.optim import MultiOptimizer
+    from windtunnel.training.optim import MultiOptimizer
 
 
 _WEIGHTS, _STATE, _META = CKPT_SUFFIXES  # step_N.safetensors, step_N.state.safetensors, step_N.state.json

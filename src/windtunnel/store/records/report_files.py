@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from windtunnel import rundir
 from windtunnel.errors import CheckpointError
-from windtunnel.records.drivers import ManifestRecord
+from windtunnel.store import rundir
+from windtunnel.store.records.drivers import ManifestRecord
 
 REPORT_FILES = ("report.md", "report.html", "results.json")  # what `report.build_report` writes, with figures/
 FIGURES = "figures"

@@ -38,30 +38,6 @@ NS_EPS = 1e-7
 GATES = {"LSTM": 4, "GRU": 3}  # nn.RNNBase stacks its gates along the rows of weight_ih_l*/weight_hh_l*
 
 
-def lr_at(step: int, cfg: RunConfig) -> float:
-    """Learning rate for update number `step` (1-based): linear warmup to `lr`, then
-
-    cosine   half-cosine from lr at the end of warmup to min_lr_ratio*lr at `steps`;
-    constant lr;
-    wsd      lr until the last `cooldown_frac` of the steps, then linear to min_lr_ratio*lr at `steps`.
-    """
-    t = cfg.train
-    if t.warmup_steps and step <= t.warmup_steps:
-        return t.lr * step / t.warmup_steps
-    floor = t.min_lr_ratio * t.lr
-    if t.schedule == "constant":
-        return t.lr
-    if t.schedule == "wsd":
-        start = max(t.warmup_steps, t.steps - round(t.cooldown_frac * t.steps))  # last step at full lr
-        if step <= start:
-            return t.lr
-        frac = min(1.0, (step - start) / max(1, t.steps - start))
-        return t.lr - (t.lr - floor) * frac
-    span = max(1, t.steps - t.warmup_steps)
-    frac = min(1.0, (step - t.warmup_steps) / span)
-    return floor + (t.lr - floor) * 0.5 * (1 + math.cos(math.pi * frac))
-
-
 class MultiOptimizer:
     """Several optimisers stepped as one, with one `param_groups` list (the schedule sets every group's lr) and one
     state dict in the single-optimiser layout the checkpoint files store (parameter ids numbered across them)."""

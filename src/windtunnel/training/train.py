@@ -7,7 +7,7 @@ the validation stream (`val_seed`); the final evaluation, the one reported, read
 three disjoint seed ranges (runs.py). Checkpoints, metrics and the final evaluation go into the run directory.
 
 Resume continues a run from its latest checkpoint with the run's own config; only the keys in
-`resume.RESUMABLE_KEYS` may differ (opening the run directory: `windtunnel.resume`). With `handle_signals=True`
+`resume.RESUMABLE_KEYS` may differ (opening the run directory: `windtunnel.runs.resume`). With `handle_signals=True`
 (the CLI), SIGINT and SIGTERM stop the loop after the current step with a checkpoint there, which a resume continues
 exactly (`TrainingInterrupted`).
 """
@@ -31,20 +31,24 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Normal, kl_divergence
 
-from windtunnel import checkpoints, marks, models, plugins, rundir, runs, tracking
-from windtunnel.config import RunConfig, validate
-from windtunnel.curriculum import Curriculum
+from windtunnel import models, plugins, runs
+from windtunnel.config import RunConfig, lr_at, validate
 from windtunnel.devices import autocast, resolve_device
 from windtunnel.errors import TrainingDiverged, TrainingInterrupted, UserCodeError
-from windtunnel.evaluate import evaluate, evaluate_model
+from windtunnel.evaluation import marks
+from windtunnel.evaluation.evaluate import evaluate, evaluate_model
 from windtunnel.models.base import check_output, predictive
 from windtunnel.models.common import OutputHead, tied_head
-from windtunnel.optim import describe, lr_at, make_optimizer
 from windtunnel.progress import StepLines
 from windtunnel.resolve import aux_text, resolve_config, resolve_loss
-from windtunnel.resume import EARLY_STOP, open_run_dir
+from windtunnel.runs import checkpoints
+from windtunnel.runs.resume import EARLY_STOP, open_run_dir
 from windtunnel.seeds import train_seed
+from windtunnel.store import rundir
 from windtunnel.tasks.base import Batch, TaskSpec, check_posterior
+from windtunnel.training import tracking
+from windtunnel.training.curriculum import Curriculum
+from windtunnel.training.optim import describe, make_optimizer
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -371,8 +375,8 @@ def train(
     directory. Everything is validated -- config, task, model, device, the output path -- before anything is
     created, and the run directory's lock is held throughout (RunInUseError if another process holds it).
     trust_code=True allows an import-string `model.arch`. Raises TrainingDiverged on NaN/inf. `callbacks`
-    (windtunnel.tracking.Callback), then the loggers `train.loggers` names, see every metrics.jsonl line as it is
-    written and the final evaluation. A resume may change only the keys in `resume.RESUMABLE_KEYS`
+    (windtunnel.training.tracking.Callback), then the loggers `train.loggers` names, see every metrics.jsonl line as
+    it is written and the final evaluation. A resume may change only the keys in `resume.RESUMABLE_KEYS`
     (`resume.resume_config` builds the config from the run's own). handle_signals=True (main thread only; the CLI
     sets it): SIGINT or SIGTERM writes a checkpoint at the current step and raises TrainingInterrupted (exit code
     130 / 143). `echo`, if given, gets one line saying what is trained (`start_line`) before the first step.

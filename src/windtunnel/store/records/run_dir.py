@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-import torch
 from pydantic import Field, RootModel, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 import windtunnel
-from windtunnel import marks, rundir
 from windtunnel.config import RunConfig, config_to_json, validate
 from windtunnel.errors import CheckpointError
-from windtunnel.records import base
-from windtunnel.records.base import (
+from windtunnel.store import rundir
+from windtunnel.store.records import base
+from windtunnel.store.records.base import (
     MISSING,
     Count,
     Curve,
@@ -45,7 +45,8 @@ from windtunnel.records.base import (
     problem,
     required,
 )
-from windtunnel.resolve import upgrade_stored
+
+LEVELS = ("exact", "approximate", "fail", "invalid")  # a verdict's levels, best first; "invalid" overrides the rest
 
 # --- config.json -------------------------------------------------------------------------------------------------
 
@@ -55,13 +56,36 @@ class ConfigFile:
 
     NAME = rundir.CONFIG
 
-    @staticmethod
-    def upgrade(data: Any) -> Any:
-        """A stored config (a dict, changed in place) in today's form -- the one place an older config.json (or
-        trained.json's config) is upgraded: a size field added since reads as what the run trained with (`init`:
-        before it was recorded every run was initialised "normal"), a retired one as its successor (the
-        transformer's `explicit`, now `attention`); `resolve.upgrade_stored` holds both tables."""
-        return upgrade_stored(data)
+    # Size fields added after run directories were first written, by architecture, with the value every run stored
+    # without them trained with: before `init` existed every built-in architecture was initialised "normal".
+    ADDED_SIZE_FIELDS: ClassVar[dict[str, dict[str, Any]]] = {
+        arch: {"init": "normal"} for arch in ("lstm", "mamba", "mlp", "mlp-pointwise", "transformer")
+    }
+    # Size fields retired since, by architecture, each with the field that now says the same: `explicit: true` was an
+    # alias of `attention: "explicit"` (and `explicit: false` said nothing).
+    RETIRED_SIZE_FIELDS: ClassVar[dict[str, dict[str, tuple[str, dict[Any, Any]]]]] = {
+        arch: {"explicit": ("attention", {True: "explicit"})}
+        for arch in ("transformer", "hf-gpt2", "hf-gpt-neox", "hf-llama", "hf-phi")
+    }
+
+    @classmethod
+    def upgrade(cls, data: Any) -> Any:
+        """A stored config (a dict, changed in place and returned) in today's form -- the one place an older
+        config.json (or trained.json's config) is upgraded: a size field added since reads as what the run trained
+        with (`ADDED_SIZE_FIELDS`), a retired one as its successor (`RETIRED_SIZE_FIELDS`). Anything else passes."""
+        model = data.get("model") if isinstance(data, dict) else None
+        size = model.get("size") if isinstance(model, dict) else None
+        arch = model.get("arch") if isinstance(model, dict) else None
+        if not isinstance(size, dict) or not isinstance(arch, str):
+            return data
+        for key, value in cls.ADDED_SIZE_FIELDS.get(arch, {}).items():
+            size.setdefault(key, value)
+        for key, (field, values) in cls.RETIRED_SIZE_FIELDS.get(arch, {}).items():
+            if key in size:
+                old = size.pop(key)
+                if old in values:
+                    size.setdefault(field, values[old])
+        return data
 
     @classmethod
     def path(cls, run_dir: str | Path) -> Path:
@@ -141,7 +165,7 @@ class Versions(RecordFile):
     @classmethod
     def current(cls) -> Versions:
         """This process's code."""
-        return cls(windtunnel=windtunnel.__version__, torch=torch.__version__)
+        return cls(windtunnel=windtunnel.__version__, torch=version("torch"))
 
 
 def code_versions() -> dict[str, str]:
@@ -428,7 +452,7 @@ def read_done(run_dir: str | Path) -> Done:
 # kind -> (test, what the error says was expected): the records' kinds and a verdict's level
 KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     **base.KINDS,
-    "level": (lambda v: v in marks.LEVELS, f"a verdict level ({', '.join(marks.LEVELS)})"),
+    "level": (lambda v: v in LEVELS, f"a verdict level ({', '.join(LEVELS)})"),
 }
 # metrics.jsonl fields the report reads (wall time; curves and time to Bayes of the headline metrics,
 # metric_specs.headline_metric; a periodic evaluation's verdict, time to verdict).

@@ -1,5 +1,6 @@
 """Run directories, the unit of record: every file name of a run directory, and the atomic writes and checked reads
-of its files (their contents as typed records: `windtunnel.records.run_dir`; checkpoints: `windtunnel.checkpoints`).
+of its files (their contents as typed records: `windtunnel.store.records.run_dir`; checkpoints:
+`windtunnel.runs.checkpoints`).
 
     run_dir/config.json                       fully resolved RunConfig
     run_dir/versions.json                     the code that trained it: {"windtunnel": ..., "torch": ...}
@@ -11,12 +12,12 @@ of its files (their contents as typed records: `windtunnel.records.run_dir`; che
     run_dir/done.json                         written last by `executors.run_job`: the run is finished and probed
     run_dir/resumes.json, trained.json        a resume's changed keys, the config training continues with (resume.py)
     run_dir/figures/*.png                     the probes' figures
-    run_dir/tensorboard/, run_dir/wandb/      the loggers' files (windtunnel.tracking)
+    run_dir/tensorboard/, run_dir/wandb/      the loggers' files (windtunnel.training.tracking)
 
 Files are written atomically (temp file + fsync + rename) and readable by everyone the umask allows (0644 by
 default); a file that is missing, truncated or garbled, or is a symbolic link, raises `CheckpointError` naming it
 (files are opened without following a link, so a link planted in a run directory never leaks what it points at).
-A writer holds the directory's lock (`windtunnel.lock`). `--overwrite` deletes only what this layout names, in a
+A writer holds the directory's lock (`windtunnel.store.lock`). `--overwrite` deletes only what this layout names, in a
 directory whose config.json is a run's (`clear`); anything else there is refused, naming it. A file or folder a user
 names for output is checked before any work (`check_output_file`, `check_output_dir`): never a run directory's file,
 a link, a device or a FIFO, and a file never in a folder that does not exist.
@@ -43,8 +44,11 @@ from windtunnel.errors import CheckpointError, described
 CONFIG, METRICS, EVAL, CKPT_DIR, FIGURES = "config.json", "metrics.jsonl", "eval.json", "checkpoints", "figures"
 GEOMETRY, DONE, VERSIONS = "geometry.json", "done.json", "versions.json"
 EVALS = "evals"  # evaluations whose settings differ from the run's own (`eval_file`), kept apart from eval.json
-RESUMES, TRAINED = "resumes.json", "trained.json"  # written by windtunnel.resume
-LOCK_FILE, OWNER_FILE = ".windtunnel.lock", ".windtunnel.owner"  # a writer's lock and its record (windtunnel.lock)
+RESUMES, TRAINED = "resumes.json", "trained.json"  # written by windtunnel.runs.resume
+LOCK_FILE, OWNER_FILE = (
+    ".windtunnel.store.lock",
+    ".windtunnel.owner",
+)  # a writer's lock and its record (windtunnel.store.lock)
 TEMP_SUFFIX = ".tmp"
 LATEST, CKPT_SUFFIXES = "latest.json", (".safetensors", ".state.safetensors", ".state.json")  # checkpoints.py
 TENSORBOARD, WANDB, WANDB_ID = "tensorboard", "wandb", "windtunnel-run-id"  # tracking.py's folders, wandb's run id

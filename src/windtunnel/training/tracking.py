@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from windtunnel import rundir
 from windtunnel.config import RunConfig
 from windtunnel.errors import CheckpointError, described, shorten
-from windtunnel.rundir import MetricsLog, atomic_write, folder, open_regular
+from windtunnel.store import rundir
+from windtunnel.store.rundir import MetricsLog, atomic_write, folder, open_regular
 
 TENSORBOARD_DIR, WANDB_DIR = rundir.TENSORBOARD, rundir.WANDB  # named in the run-directory layout
 _WANDB_ID = rundir.WANDB_ID  # in run_dir/wandb/: the wandb run a resumed run directory continues
@@ -220,7 +220,7 @@ def check_callbacks(callbacks: Sequence[Any]) -> list[Any]:
         if missing:
             raise ValueError(
                 f"callbacks[{i}]: {type(cb).__name__} has no {', '.join(missing)} "
-                "(subclass windtunnel.tracking.Callback for no-op defaults)"
+                "(subclass windtunnel.training.tracking.Callback for no-op defaults)"
             )
     return list(callbacks)
 

@@ -15,12 +15,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from windtunnel import checkpoints, manifest, rundir
-from windtunnel.config import RunConfig, apply_overrides, run_identity, validate
+from windtunnel.config import RunConfig, apply_overrides, lr_at, run_identity, validate
 from windtunnel.errors import CheckpointError
-from windtunnel.lock import DirLock
-from windtunnel.optim import lr_at
-from windtunnel.records.run_dir import (
+from windtunnel.runs import checkpoints
+from windtunnel.store import manifest, rundir
+from windtunnel.store.lock import DirLock
+from windtunnel.store.records.run_dir import (
     STATUSES,
     ConfigFile,
     Done,

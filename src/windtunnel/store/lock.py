@@ -20,7 +20,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from windtunnel.errors import RunInUseError
-from windtunnel.rundir import LOCK_FILE, OWNER_FILE, atomic_write, read_regular
+from windtunnel.store.rundir import LOCK_FILE, OWNER_FILE, atomic_write, read_regular
 
 
 def _describe(owner: dict) -> str:
