@@ -13,7 +13,7 @@ docs/results/time-to-bayes.md and docs/results/gpu/.
 
 In one process, with torch's current thread count (set OMP_NUM_THREADS to choose it), for each task and dtype:
 
-* training: runs the real training loop (`windtunnel.train.train`) for `--steps` steps and reads tokens/s from
+* training: runs the real training loop (`windtunnel.training.train.train`) for `--steps` steps and reads tokens/s from
   metrics.jsonl (the first two logged steps are warm-up and excluded, as long as one step remains). The timed step
   includes sampling the batch and gradient clipping. By default: the transformer (`--archs`) at the `--tier`
   preset on the task's default parameters, batch CASES[task], on `--device` (default auto: CUDA when present, as
@@ -49,13 +49,14 @@ from pathlib import Path
 
 import torch
 
-from windtunnel import rundir, runs
+from windtunnel import runs
 from windtunnel.config import RunConfig, build_config
 from windtunnel.devices import cpu_has_native_bf16, resolve_device
-from windtunnel.evaluate import evaluate
+from windtunnel.evaluation.evaluate import evaluate
 from windtunnel.machine import machine_description
+from windtunnel.store import rundir
 from windtunnel.suites import paper
-from windtunnel.train import train
+from windtunnel.training.train import train
 
 # batch per task when not --paper-cells (bijection, HMM: the authors' transformer scripts; recall, regression:
 # the paper tier's transformer cells)

@@ -31,20 +31,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from windtunnel import manifest, rundir
-from windtunnel.crossings import EXACT_FILTER, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.devices import cpu_has_native_bf16, cpu_simd_flags
+from windtunnel.evaluation.crossings import EXACT_FILTER, crossings, format_mark, mark_header, summarize_marks
 from windtunnel.executors import ExecutorOptions
 from windtunnel.geometry.figures import arms_across_seeds, frame_precision_by_arm
 from windtunnel.geometry.seeds import across_seeds, dig, seed_text
-from windtunnel.recipes import get_recipe
 from windtunnel.report.document import Bullets, Document, Figure, Heading, Paragraph, Table
 from windtunnel.resolve import resolve_config
+from windtunnel.store import manifest, rundir
 from windtunnel.suites.paper import authors_loss, dense_schedule, run_config
 from windtunnel.suites.paper_diff import config_deviations
 from windtunnel.suites.settings import paper_setting, values
 from windtunnel.time_to_bayes import Cell, cell_runs
 from windtunnel.time_to_bayes import run as time_to_bayes
+from windtunnel.training.recipes import get_recipe
 
 ARCH = "transformer"
 ARMS = ("authors", "ours")

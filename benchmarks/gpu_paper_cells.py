@@ -47,7 +47,7 @@ def machine() -> dict[str, Any]:
 
 def latest_step(run_dir: Path) -> int | None:
     """The step of the run's latest checkpoint, None before the first."""
-    from windtunnel.checkpoints import list_checkpoints
+    from windtunnel.runs.checkpoints import list_checkpoints
 
     return max(list_checkpoints(run_dir), default=None) if run_dir.exists() else None
 

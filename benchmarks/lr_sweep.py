@@ -26,8 +26,8 @@ import yaml
 
 from windtunnel.executors import ExecutorOptions
 from windtunnel.models.baselines import BASELINES
-from windtunnel.records.drivers import SweepConfigRecord
 from windtunnel.report.sweep_table import TABLE_JSON
+from windtunnel.store.records.drivers import SweepConfigRecord
 from windtunnel.suites.paper import ARCHS, LR_GRID, TASKS, budget, extend_grid, run_config
 from windtunnel.sweep import sweep
 
