@@ -32,8 +32,7 @@ def test_every_metric_the_tables_print_has_a_spec():
 
 
 def test_the_spec_is_the_only_title_source():
-    """No module but metric_specs holds a dict literal from metric names to words (as the old TITLES, METRIC_TITLES
-    and METRIC_WORDS dictionaries of compare, sweep_table, tables and marks did)."""
+    """No module but metric_specs holds a dict literal from metric names to words: every title comes from the spec."""
     found = []
     for path in SRC.rglob("*.py"):
         if path.name == "metric_specs.py":
