@@ -293,14 +293,14 @@ def test_muon_run_resumes_exactly(tmp_path):
 def test_recipes_apply_overrides_and_fractional_curricula():
     base = run_config("hmm", "transformer", "quick")
     before = json.loads(json.dumps(base))
-    cfg = RECIPES["curriculum"].apply(base)
+    cfg = RECIPES.get("curriculum").apply(base)
     assert cfg["train"]["schedule"] == "wsd" and base == before  # a copy
     steps = base["train"]["steps"]
     assert [s["until"] for s in cfg["train"]["curriculum"]] == [round(0.1 * steps), round(0.25 * steps)]
     assert [s["params"]["K"] for s in cfg["train"]["curriculum"]] == [5, 10]
-    assert "curriculum" not in RECIPES["curriculum"].apply(run_config("bijection", "transformer", "quick"))["train"]
+    assert "curriculum" not in RECIPES.get("curriculum").apply(run_config("bijection", "transformer", "quick"))["train"]
     resolve_config(cfg)  # a valid run config
-    assert RECIPES["baseline"].apply(base) == base
+    assert RECIPES.get("baseline").apply(base) == base
 
 
 def test_recipes_cannot_change_the_task_or_the_loss_unless_an_ablation(tmp_path):
@@ -334,7 +334,7 @@ def test_a_recipe_step_count_that_is_no_whole_number_is_one_error_naming_the_key
         parse_recipe({"name": "x", "by_task": {"hmm": {"train.steps": float("inf")}}})
     base = run_config("hmm", "transformer", "smoke")
     with pytest.raises(ValueError, match=r"^config: train.steps: expected a whole number of steps >= 0, got inf$"):
-        RECIPES["curriculum"].apply({**base, "train": {**base["train"], "steps": float("inf")}})
+        RECIPES.get("curriculum").apply({**base, "train": {**base["train"], "steps": float("inf")}})
     assert parse_recipe({"name": "x", "overrides": {"train.steps": 40}}).apply(base)["train"]["steps"] == 40
 
 

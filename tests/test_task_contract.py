@@ -132,7 +132,7 @@ def test_a_protocol_tunnels_own_hooks_are_used():
 
 
 def test_a_registered_protocol_tunnel_runs_through_evaluation_and_the_bounds(monkeypatch):
-    monkeypatch.setattr(task_registry._REGISTRY, "_factories", dict(task_registry._REGISTRY._factories))
+    monkeypatch.setattr(task_registry._REGISTRY, "_entries", dict(task_registry._REGISTRY._entries))
     tasks.register("wt_minimal", Minimal)
     task = tasks.make("wt_minimal")
     assert isinstance(task, TunnelAdapter)

@@ -163,7 +163,7 @@ def test_register_a_users_tunnel(monkeypatch):
 
     from windtunnel.tasks import Batch, Task, TaskParams, TaskSpec
 
-    monkeypatch.setattr(registry._REGISTRY, "_factories", dict(registry._REGISTRY._factories))
+    monkeypatch.setattr(registry._REGISTRY, "_entries", dict(registry._REGISTRY._entries))
 
     class CoinParams(TaskParams):
         n: int = Field(8, ge=1)

@@ -289,14 +289,18 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _KINDS = {TASKS_GROUP: "task", MODELS_GROUP: "architecture"}
 
 
+def _imported(module: str) -> dict[str, Any]:
+    """Name -> factory of the registry module `module`'s imported entries; {} where the module is not imported yet."""
+    registry = getattr(sys.modules.get(module), "_REGISTRY", None)
+    return registry.imported() if registry is not None else {}
+
+
 def _user_roots() -> set[str]:
     """The top-level packages of a user's code (`_USER_MODULES`, and every registered factory's module outside
     windtunnel; registries not imported yet are not imported)."""
     names = set(_USER_MODULES)
     for module in GROUPS.values():
-        registry = sys.modules.get(module)
-        factories = getattr(getattr(registry, "_REGISTRY", None), "_factories", {})
-        names.update(str(getattr(f, "__module__", "")) for f in list(factories.values()) if not isinstance(f, str))
+        names.update(str(getattr(f, "__module__", "")) for f in _imported(module).values())
     return {n.partition(".")[0] for n in names if n} - {"windtunnel", "builtins", "__main__"}
 
 
@@ -311,8 +315,7 @@ def _kind_of_frame(frame: Any, roots: set[str]) -> str:
 def _registered_as(obj: Any) -> str | None:
     """`architecture 'name'` or `task 'name'` where `obj` (a frame's `self`) is an instance of a registered class."""
     for group, module in GROUPS.items():
-        factories = getattr(getattr(sys.modules.get(module), "_REGISTRY", None), "_factories", {})
-        for name, factory in list(factories.items()):
+        for name, factory in _imported(module).items():
             if isinstance(factory, type) and isinstance(obj, factory):
                 return f"{_KINDS[group]} {name!r}"
     return None

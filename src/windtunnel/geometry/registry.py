@@ -11,25 +11,25 @@ comes in through `--import` (docs/geometry.md, "Adding a probe"):
     >>> register_probe(Probe("norms", compute=lambda ctx: {"final_norm": float(ctx.data.final.norm(dim=-1).mean())},
     ...                      columns=(Column("final norm", ("norms", "final_norm")),)))
 
-The built-in probes (geometry/builtin/, one file each) are registered first, in `BUILTIN` order, the first time the
-registry is read or written.
+The built-in probes (geometry/builtin/, one file each) are registered first, in `BUILTIN` order, by import string: each
+module is imported the first time its probe is looked up or the probes are listed.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from windtunnel.registry import Registry
 from windtunnel.text import number
 
 KeyPath = tuple[Any, ...]  # a path into geometry.json, e.g. ("keys", "by_token_set", "key_tokens")
 
 # The built-in probes, in the order they run and appear (geometry.json's figures, the report's columns, the CLI):
-# each module's `PROBE`, registered by import string (so that this module imports none of them).
+# each module's `PROBE`, registered under the module's name by import string (so that this module imports none).
 BUILTIN = tuple(
     f"windtunnel.geometry.builtin.{name}"
     for name in ("keys", "attention", "manifold", "clusters", "lens", "ablation", "dynamics", "memory")
@@ -134,51 +134,33 @@ class Probe:
     terminal: Callable[[dict[str, Any]], str] | None = None
 
 
-_PROBES: dict[str, Probe] = {}
-_LOADED: list[bool] = []  # [True] once the built-ins are registered
-
-
-def _builtins() -> None:
-    if _LOADED:
-        return
-    _LOADED.append(True)
-    for module in BUILTIN:
-        probe = importlib.import_module(module).PROBE
-        _PROBES.setdefault(probe.name, probe)
+_PROBES = Registry(
+    "probe", holds=Probe, reserved=RESERVED, name_rule="empty, or a key geometry.json uses", caller="register_probe"
+)
+for _module in BUILTIN:
+    _PROBES.register_lazy(_module.rpartition(".")[2], f"{_module}:PROBE")
 
 
 def register_probe(probe: Probe, *, overwrite: bool = False) -> Probe:
     """Add `probe` to the registry (after the built-ins and every probe registered before it); returns it. A name
     already registered is a ValueError unless `overwrite` (then it keeps its place)."""
-    _builtins()
-    if not isinstance(probe, Probe):
-        raise TypeError(f"register_probe: expected a Probe (got {type(probe).__name__})")
-    if not isinstance(probe.name, str) or not probe.name or probe.name in RESERVED:
-        raise ValueError(f"register_probe: {probe.name!r} is not a probe name (empty, or a key geometry.json uses)")
-    if probe.name in _PROBES and not overwrite:
-        raise ValueError(f"register_probe: probe {probe.name!r} already exists (pass overwrite=True to replace it)")
-    _PROBES[probe.name] = probe
+    _PROBES.register(probe.name if isinstance(probe, Probe) else "", probe, overwrite=overwrite)
     return probe
 
 
 def unregister_probe(name: str) -> None:
     """Remove the probe `name` (no error if absent): for tests and notebooks that register temporary probes."""
-    _builtins()
-    _PROBES.pop(name, None)
+    _PROBES.unregister(name)
 
 
 def probes() -> list[Probe]:
     """Every registered probe, built-ins first, in registration order."""
-    _builtins()
-    return list(_PROBES.values())
+    return _PROBES.values()
 
 
 def get_probe(name: str) -> Probe:
-    """The registered probe `name`; a ValueError naming the registered ones otherwise."""
-    _builtins()
-    if name not in _PROBES:
-        raise ValueError(f"probe: unknown probe {name!r}; choose one of {', '.join(_PROBES)}")
-    return _PROBES[name]
+    """The registered probe `name`; a ValueError naming the closest and every registered one otherwise."""
+    return _PROBES.get(name)
 
 
 _FAILURES = (RuntimeError, ValueError, KeyError, AttributeError, TypeError, IndexError)

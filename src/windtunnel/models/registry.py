@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -27,7 +28,7 @@ from windtunnel.registry import Registry
 from windtunnel.tasks.base import TaskSpec
 from windtunnel.text import did_you_mean
 
-_REGISTRY = Registry("arch", entry_points="windtunnel.models")
+_REGISTRY = Registry[Callable[..., Any]]("arch", entry_points="windtunnel.models")
 
 # The built-in architectures, in registration order (`names()`); the report orders them by their `row`.
 BUILT_IN = {

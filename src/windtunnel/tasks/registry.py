@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,7 @@ from windtunnel.registry import Registry
 from windtunnel.tasks.adapter import as_task
 from windtunnel.tasks.base import DEFAULT_LOSSES, HEADLINE_METRICS, Task
 
-_REGISTRY = Registry("task", entry_points="windtunnel.tasks")
+_REGISTRY = Registry[Callable[..., Any]]("task", entry_points="windtunnel.tasks")
 
 register = _REGISTRY.register  # register(name, factory, overwrite=False); factory(**params) -> task
 unregister = _REGISTRY.unregister

@@ -11,8 +11,8 @@ evaluation settings cannot be set by a recipe. The loss may be set to `posterior
 the exact posterior, or the closed-form Gaussian KL for real answers; the sampled losses' minimiser, without their
 sampling noise, and the authors' own HMM loss); any other change of the loss (the paper's cross-entropy on sampled
 targets, Gaussian NLL for regression) is allowed only in a recipe marked `ablation`.
-Recipes load from YAML/JSON files too (`get_recipe("my-recipe.yaml")`); `RECIPES` holds the registered ones; what
-each was measured to do is in docs/results/time-to-bayes.md.
+Recipes load from YAML/JSON files too (`get_recipe("my-recipe.yaml")`); `RECIPES` holds the registered ones
+(`RECIPES.register(name, recipe)` adds one); what each was measured to do is in docs/results/time-to-bayes.md.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from windtunnel.config import apply_overrides, read_file
 from windtunnel.errors import error_message
+from windtunnel.registry import Registry
+from windtunnel.text import did_you_mean
 
 # The loss a recipe may set without being an ablation: soft targets, the exact posterior (train.loss "posterior").
 SOFT_LOSSES = ("posterior",)
@@ -160,62 +162,65 @@ def parse_recipe(data: dict[str, Any]) -> Recipe:
 
 # The registered recipes. "baseline" is each tier's own settings; the others change one thing at a time on top of
 # it, so the time-to-Bayes benchmark compares them cell by cell.
-RECIPES: dict[str, Recipe] = {
-    r.name: r
-    for r in (
-        Recipe(name="baseline", description="the tier's settings: AdamW, linear warmup then cosine to 0"),
-        Recipe(
-            name="wsd",
-            description="warmup-stable-decay: constant lr, linear cooldown over the last 20% of steps",
-            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
-        ),
-        Recipe(
-            name="muon",
-            description="wsd with Muon on the hidden matrices, block by block (AdamW for the rest)",
-            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"},
-        ),
-        Recipe(
-            name="soft",
-            description="wsd with soft targets: the exact posterior as the training target (cross-entropy against it; "
-            "for regression the closed-form Gaussian KL)",
-            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.loss": "posterior"},
-        ),
-        Recipe(
-            name="soft-muon",
-            description="soft targets and Muon on the hidden matrices together: the quick and standard tiers' recipe "
-            "(each lever measured alone: docs/results/time-to-bayes.md)",
-            overrides={
-                "train.schedule": "wsd",
-                "train.cooldown_frac": 0.2,
-                "train.loss": "posterior",
-                "train.optimizer": "muon",
-            },
-        ),
-        Recipe(
-            name="curriculum",
-            description="wsd with a length curriculum: short HMMs / few points first (not yet measured)",
-            overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
-            curriculum={
-                "hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
-                "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})],
-            },
-        ),
-    )
-}
+RECIPES = Registry("recipe", holds=Recipe)
+for _recipe in (
+    Recipe(name="baseline", description="the tier's settings: AdamW, linear warmup then cosine to 0"),
+    Recipe(
+        name="wsd",
+        description="warmup-stable-decay: constant lr, linear cooldown over the last 20% of steps",
+        overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
+    ),
+    Recipe(
+        name="muon",
+        description="wsd with Muon on the hidden matrices, block by block (AdamW for the rest)",
+        overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.optimizer": "muon"},
+    ),
+    Recipe(
+        name="soft",
+        description="wsd with soft targets: the exact posterior as the training target (cross-entropy against it; "
+        "for regression the closed-form Gaussian KL)",
+        overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2, "train.loss": "posterior"},
+    ),
+    Recipe(
+        name="soft-muon",
+        description="soft targets and Muon on the hidden matrices together: the quick and standard tiers' recipe "
+        "(each lever measured alone: docs/results/time-to-bayes.md)",
+        overrides={
+            "train.schedule": "wsd",
+            "train.cooldown_frac": 0.2,
+            "train.loss": "posterior",
+            "train.optimizer": "muon",
+        },
+    ),
+    Recipe(
+        name="curriculum",
+        description="wsd with a length curriculum: short HMMs / few points first (not yet measured)",
+        overrides={"train.schedule": "wsd", "train.cooldown_frac": 0.2},
+        curriculum={
+            "hmm": [Stage(frac=0.1, params={"K": 5}), Stage(frac=0.25, params={"K": 10})],
+            "regression": [Stage(frac=0.1, params={"n": 8}), Stage(frac=0.25, params={"n": 16})],
+        },
+    ),
+):
+    RECIPES.register(_recipe.name, _recipe)
 
 
 def get_recipe(name_or_path: str | Path) -> Recipe:
     """A registered recipe by name, or one read from a YAML/JSON file (its `name` defaults to the file stem)."""
     key = str(name_or_path)
     if key in RECIPES:
-        return RECIPES[key]
+        return RECIPES.get(key)
     p = Path(key)
     if p.suffix in (".yaml", ".yml", ".json") and p.is_file():
         try:
             return parse_recipe({"name": p.stem, **read_file(p)})
         except ValueError as err:
             raise ValueError(f"{p}: {err}") from None  # name the file as well as the field
-    raise ValueError(f"recipe: {key!r} is neither a registered recipe ({', '.join(RECIPES)}) nor a YAML/JSON file")
+    names = RECIPES.names()
+    raise ValueError(
+        f"recipe: {key!r} is neither a registered recipe ({', '.join(names)}) nor a YAML/JSON file"
+        f"{did_you_mean(key, names)}"
+    )
 
 
 __all__ = ["RECIPES", "SOFT_LOSSES", "TRAINING_KEYS", "Recipe", "Stage", "get_recipe", "parse_recipe"]
