@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,21 @@ def test_probe_cli_writes_json_and_figures(run_dir, tmp_path):
         "frame_precision.png",
     } <= names
     assert all((out / "figures" / n).stat().st_size > 0 for n in names)
+
+
+def test_the_same_run_probed_in_two_folders_writes_the_same_geometry_json(run_dir, tmp_path):
+    """geometry.json holds no timing and names its run and figures relative to itself: byte for byte the same."""
+    from windtunnel.geometry.run import probe_run
+
+    copies = [tmp_path / "a" / "run", tmp_path / "b" / "deeper" / "renamed"]
+    for copy in copies:
+        shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("geometry.json", "figures"))
+        probe_run(copy, n=16)
+    first, second = ((c / "geometry.json").read_bytes() for c in copies)
+    assert first == second
+    listed = json.loads(first)["figures"]
+    assert listed and all(p.startswith("figures/") for p in listed)
+    assert all((c / p).is_file() for c in copies for p in listed)
 
 
 def test_probe_cli_bad_input(run_dir, tmp_path):

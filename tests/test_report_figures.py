@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +246,32 @@ def test_every_probe_figure_is_in_the_report_with_its_caption(probed, tmp_path):
         assert kinds[kind].title in html
     assert "trained (left) and at init (right)" in section(md, kinds["key_cosines_layer0"].title)
     assert "within position" in section(md, kinds["value_manifold"].title)
+
+
+def test_a_moved_run_folder_keeps_its_probe_figures(probed, tmp_path):
+    """Figure paths relative to geometry.json; one stored absolute, from before the move, still finds its PNG."""
+    first, moved = tmp_path / "first", tmp_path / "elsewhere" / "runs"
+    shutil.copytree(probed, first)
+    moved.parent.mkdir()
+    first.rename(moved)
+    for run in moved.iterdir():
+        listed = json.loads((run / "geometry.json").read_text())["figures"]
+        assert listed and not any(Path(p).is_absolute() for p in listed)
+        assert all((run / p).is_file() for p in listed)  # resolved against geometry.json's folder
+    older = json.loads((moved / "hmm-mamba" / "geometry.json").read_text())  # absolute paths to where it was
+    older["figures"] = [str(first / "hmm-mamba" / p) for p in older["figures"]]
+    (moved / "hmm-mamba" / "geometry.json").write_text(json.dumps(older))
+    out = tmp_path / "report"
+    build_report([moved], out)
+    copied = [
+        (out / "figures" / f"{k.kind}_hmm_{arch}.png", moved / f"hmm-{arch}" / "figures" / k.source)
+        for k in report_figures.probe_figure_kinds()
+        for arch in ("transformer", "mamba")
+        if k.draw_seeds is None
+        and (k.archs is None or arch in k.archs)
+        and (moved / f"hmm-{arch}" / "figures" / k.source).is_file()
+    ]
+    assert len(copied) >= 4 and all(dest.read_bytes() == src.read_bytes() for dest, src in copied)
 
 
 def test_without_probe_data_there_is_no_probe_figure_and_no_crash(two_configs, tmp_path):

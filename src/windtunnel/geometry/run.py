@@ -42,7 +42,8 @@ def probe_run(
     trust_code: bool = False,
     device: torch.device | str | None = None,
 ) -> dict[str, Any]:
-    """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`.
+    """Probe checkpoint `checkpoint` (default: the latest) of a run; write geometry.json (+ figures/) to `out`, each
+    figure's path in it relative to `out`.
 
     The frame-precision probe uses every checkpoint up to the probed one (train with a dense
     `checkpoint_schedule` to get a useful curve). trust_code: see `runs.load_run`. device: where the probes run
@@ -112,7 +113,8 @@ def probe_run(
         **results,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    if figures:  # out_dir/figures, never through a link (`rundir.folder`)
-        results["figures"] = write_figures(results, model, data, folder(out_dir, FIGURES), init_model=init_model)
+    if figures:  # out_dir/figures, never through a link (`rundir.folder`); each path relative to geometry.json
+        drawn = write_figures(results, model, data, folder(out_dir, FIGURES), init_model=init_model)
+        results["figures"] = [Path(p).relative_to(out_dir).as_posix() for p in drawn]
     Geometry.from_results(results, out_dir).write(out_dir)
     return results

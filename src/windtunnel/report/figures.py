@@ -309,8 +309,8 @@ def _applies(g: dict[str, Any] | None, probe: str) -> bool:
 
 def run_png(r: RunRecord, name: str) -> bytes | None:
     """The bytes of the PNG `name` the probe drew into run `r`'s figures/ -- a regular file (no link, nor a folder of
-    links), named in its geometry.json's "figures" (so drawn by the probe behind those numbers), that is a PNG -- or
-    None."""
+    links), named in its geometry.json's "figures" (so drawn by the probe behind those numbers; read in the run's own
+    figures/, so a moved run keeps them), that is a PNG -- or None."""
     listed = dig(r.geometry, "figures")
     if not isinstance(listed, list) or name not in {Path(p).name for p in listed if isinstance(p, str)}:
         return None

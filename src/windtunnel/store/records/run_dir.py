@@ -397,6 +397,7 @@ class Geometry(RecordFile):
     """geometry.json (`geometry.run.probe_run`): what was probed -- the run (relative to this file), its architecture,
     task, step and seed, the init the probes compare with, the held-out sequences -- the figures drawn, and each
     probe's result under its name (`probes`: a JSON object each, {"not_applicable": reason} where it did not apply).
+    A figure's path is relative to the folder of this file (one stored absolute is read as it is).
     Every field is optional: an early probe wrote no seed or init_source, one before geometry.json named
     its run relative to itself wrote `run_dir` as the path it was given, and one without figures lists none."""
 
