@@ -285,7 +285,7 @@ def test_a_write_past_the_file_size_limit_is_one_line_naming_the_file(tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 def test_a_metrics_line_past_the_file_size_limit_names_metrics_jsonl(tmp_path):
     script = LIMITED.replace(
-        "main()", "from windtunnel import rundir\nrundir.MetricsLog(sys.argv[1]).write({'x': 'y' * 9000})"
+        "main()", "from windtunnel.store import rundir\nrundir.MetricsLog(sys.argv[1]).write({'x': 'y' * 9000})"
     )
     p = subprocess.run(
         [sys.executable, "-c", script, "4096", str(tmp_path)], capture_output=True, text=True, check=False
