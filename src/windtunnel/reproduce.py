@@ -16,9 +16,9 @@ from typing import Any
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models import is_baseline
 from windtunnel.report import build_report
-from windtunnel.report.collect import read_run
+from windtunnel.report.collect import finished_levels
 from windtunnel.resolve import resolve_config
-from windtunnel.store import manifest, rundir
+from windtunnel.store import manifest
 from windtunnel.store.records.drivers import ReproduceRecord
 from windtunnel.store.records.report_files import FIGURES as REPORT_FIGURES
 from windtunnel.store.records.report_files import REPORT_FILES, written_by_report
@@ -52,17 +52,13 @@ def suite_jobs(entries: list[SuiteRun], runs_dir: Path, probe: bool) -> list[Job
 
 def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], list[str]]:
     """The verdict level of each finished seed of every trained cell (task, arch) of `entries`, in seed order (a run
-    without a recorded verdict, or unfinished, is left out)."""
+    without a recorded verdict, or unfinished, is left out), as the report reads them (`collect.finished_levels`)."""
+    ordered = sorted((e for e in entries if not is_baseline(e.config["model"]["arch"])), key=lambda e: e.config["seed"])
+    found = finished_levels(runs_dir, [e.name for e in ordered])
     levels: dict[tuple[str, str], list[str]] = {}
-    for e in sorted(entries, key=lambda e: e.config["seed"]):
-        arch = e.config["model"]["arch"]
-        path = runs_dir / e.name
-        if is_baseline(arch) or not (path / rundir.EVAL).is_file():
-            continue
-        rec = read_run(path)
-        level = rec.default.get("verdict", {}).get("level")
-        if level is not None and rec.state().status != "unfinished":
-            levels.setdefault((e.config["task"]["name"], arch), []).append(level)
+    for e in ordered:
+        if e.name in found:
+            levels.setdefault((e.config["task"]["name"], e.config["model"]["arch"]), []).append(found[e.name])
     return levels
 
 

@@ -207,6 +207,21 @@ def read_run(path: str | Path) -> RunRecord:
     )
 
 
+def finished_levels(runs_dir: str | Path, names: list[str]) -> dict[str, str]:
+    """The verdict level of each finished, evaluated run among `names` under `runs_dir`, by name (a run without a
+    recorded verdict, a baseline's or an unfinished one, is left out): what a driver asks before adding seeds."""
+    levels: dict[str, str] = {}
+    for name in names:
+        path = Path(runs_dir) / name
+        if not EvalFile.path(path).is_file():
+            continue
+        rec = read_run(path)
+        level = rec.default.get("verdict", {}).get("level")
+        if level is not None and rec.state().status != "unfinished":
+            levels[name] = level
+    return levels
+
+
 def _as_evaluated(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
     """`config` with the eval.n and eval.batch_size of the evaluation that made the run's numbers (eval.json's
     default entry, where it records them), so a label read from the config (`table_cells.config_key`) says the n behind
