@@ -356,6 +356,37 @@ def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
         handle.remove()
 
 
+def prepare_run(
+    config: RunConfig | dict, run_dir: Path, *, resume: bool, overwrite: bool, trust_code: bool
+) -> tuple[RunConfig, Any, torch.device, nn.Module, AuxHead | None, dict[str, Any] | None]:
+    """Everything a run is built and checked by before its directory is touched: the resolved config, task, device,
+    model (on the CPU), auxiliary head and the optimiser description for trained.json (None for a baseline). The
+    config's modules, the loss, the first training batch's posterior, the loggers and the output path are checked
+    here, so a refused run creates nothing."""
+    run_dir = Path(run_dir)
+    plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
+        (config if isinstance(config, RunConfig) else validate(config)).imports,
+        trust_code=trust_code,
+        exclude=(run_dir, run_dir.parent),
+    )
+    cfg = resolve_config(config)
+    task = runs.build_task(cfg)
+    device = resolve_device(cfg.train.device)
+    model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
+    if resolve_loss(cfg, task) == "ce_vocab" and not models.is_baseline(model):
+        _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
+    # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
+    check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
+    if not overwrite:  # --overwrite refuses a directory holding any link itself, naming it (exit 2)
+        rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
+    tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
+    rundir.check_writable(run_dir)
+    aux = make_aux_head(cfg, task, model) if cfg.train.steps else None  # train.aux_target: a head beside the model
+    # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
+    optimizer = None if models.is_baseline(model) else describe(model, cfg, aux)
+    return cfg, task, device, model, aux, optimizer
+
+
 def train(
     config: RunConfig | dict,
     run_dir: str | Path,
@@ -382,27 +413,10 @@ def train(
     130 / 143). `echo`, if given, gets one line saying what is trained (`start_line`) before the first step.
     """
     run_dir = Path(run_dir)
-    plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
-        (config if isinstance(config, RunConfig) else validate(config)).imports,
-        trust_code=trust_code,
-        exclude=(run_dir, run_dir.parent),
-    )
-    cfg = resolve_config(config)
-    task = runs.build_task(cfg)
-    device = resolve_device(cfg.train.device)
-    model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
-    if resolve_loss(cfg, task) == "ce_vocab" and not models.is_baseline(model):
-        _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
-    # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
-    check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
     callbacks = tracking.check_callbacks(callbacks)
-    if not overwrite:  # --overwrite refuses a directory holding any link itself, naming it (exit 2)
-        rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
-    tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
-    rundir.check_writable(run_dir)
-    aux = make_aux_head(cfg, task, model) if cfg.train.steps else None  # train.aux_target: a head beside the model
-    # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
-    optimizer = None if models.is_baseline(model) else describe(model, cfg, aux)
+    cfg, task, device, model, aux, optimizer = prepare_run(
+        config, run_dir, resume=resume, overwrite=overwrite, trust_code=trust_code
+    )
     lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite, optimizer)
     try:
         if echo is not None:
@@ -430,6 +444,148 @@ def train(
         lock.release()
 
 
+def training_state(
+    cfg: RunConfig, run_dir: Path, model: nn.Module, start: int, aux: AuxHead | None = None
+) -> tuple[Any, WeightAverage | None]:
+    """A run's optimiser (`make_optimizer`, over the model and its auxiliary head) and weight average
+    (`train.ema_decay`, else None), restored with the global RNG from the run's checkpoint `start` when it resumes."""
+    opt = make_optimizer(model, cfg, aux)
+    ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
+    if start:
+        averaged = None if ema is None else ema.model
+        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux, averaged=averaged)
+    return opt, ema
+
+
+class RunSteps:
+    """The bookkeeping of one run's training steps, the same for the solo loop and for seeds trained stacked
+    (`training.stacked`): each step's metrics line, the periodic validation with its early-stop count, the
+    checkpoints, the progress display. Wall and training seconds add up over every (re)start of the run, so an
+    interrupted run reports its true cost; `stopped` is set once `train.early_stop` ends the run."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        task: Any,
+        model: nn.Module,
+        opt: Any,
+        device: torch.device,
+        start: int,
+        callbacks: tracking.Callback,
+        *,
+        progress: bool,
+        aux: AuxHead | None = None,
+        ema: WeightAverage | None = None,
+    ) -> None:
+        self.cfg, self.run_dir, self.task, self.model, self.opt, self.device = cfg, run_dir, task, model, opt, device
+        self.aux, self.ema = aux, ema
+        # what validation, the weights files and the final evaluation read: the weight average where there is one
+        self.averaged = None if ema is None else ema.model
+        self.shown = model if ema is None else ema.model
+        t = cfg.train
+        self.log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, then the callbacks
+        self.bar = _progress_bar(t.steps, start, progress)
+        self.lines = _progress_lines(t.steps, start, progress)
+        self.last_eval: float | None = None
+        previous = rundir.read_metrics(run_dir)
+        self.elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in previous), default=0.0)
+        self.train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
+        self.t_start = time.perf_counter()
+        self.train_s_last, self.step_last, self.tokens = self.train_s, start, 0
+        # ✓ validation evaluations in a row so far; a run that stopped early at the step it resumes from (its
+        # metrics.jsonl record there, written before that checkpoint) trains no further
+        self.streak = exact_streak(previous)
+        self.stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
+        self.last = start if self.stopped else t.steps  # the last step this (re)start trains
+
+    def record(
+        self,
+        step: int,
+        seconds: float,
+        tokens: int,
+        loss_value: float,
+        lr: float,
+        gnorm: float,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """After optimiser step `step`, which took `seconds` of training on `tokens` tokens: the metrics line (with
+        `extra`'s fields), a validation evaluation, a checkpoint and the progress display where they are due."""
+        t = self.cfg.train
+        self.train_s += seconds
+        self.tokens += tokens
+        if step % t.log_every == 0 or step == t.steps:
+            dt = max(self.train_s - self.train_s_last, 1e-9)
+            line = {
+                "step": step,
+                "loss": loss_value,
+                "lr": lr,
+                "grad_norm": gnorm,
+                "time_s": dt / (step - self.step_last),
+                "tokens_per_s": self.tokens / dt,
+                "train_s": round(self.train_s, 3),
+                "elapsed_s": round(self.elapsed0 + time.perf_counter() - self.t_start, 3),
+            }
+            self.log.write({**line, **(extra or {})})
+            self.train_s_last, self.step_last, self.tokens = self.train_s, step, 0
+        if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
+            # bootstrap intervals (evaluate's default n_boot): the verdict at their conservative end
+            m = evaluate_model(self.shown, self.task, self.cfg, n=t.eval_size, device=self.device, stream="validation")
+            self.model.train()
+            validation = validation_line(m)
+            self.log.write({"step": step, "split": "eval", **validation, "train_s": round(self.train_s, 3)})
+            self.last_eval = m["metrics_point"]["entropy_mae_bits"]
+            self.streak = self.streak + 1 if validation.get("verdict") == "exact" else 0
+            if t.early_stop and self.streak >= t.early_stop and step < t.steps:  # the rule: TrainConfig's doc
+                self.stopped = True
+                self.log.write(
+                    {"step": step, "event": EARLY_STOP, "evaluations": self.streak, "train_s": round(self.train_s, 3)}
+                )
+        if is_checkpoint_step(self.cfg, step) or self.stopped:  # an early stop's step gets the final checkpoint
+            self.checkpoint(step, {"loss": loss_value})
+            _prune(self.run_dir, self.cfg)
+        if self.bar is not None:
+            self.bar.update(1)
+            post = {"loss": f"{loss_value:.4f}"}
+            if self.last_eval is not None:
+                post["eval_mae"] = f"{self.last_eval:.4f}"
+            self.bar.set_postfix(post, refresh=False)
+        if self.lines is not None:
+            self.lines.update(step, loss_value, self.last_eval)
+
+    def checkpoint(self, step: int, extra: dict[str, Any]) -> None:
+        """The run's checkpoint of `step` (metrics.jsonl synced first, so the log holds every line it reflects)."""
+        self.log.sync()
+        checkpoints.save_checkpoint(
+            self.run_dir, step, self.model, self.opt, extra=extra, aux=self.aux, averaged=self.averaged
+        )
+
+    def interrupted(self, step: int, signum: int, loss_value: float) -> TrainingInterrupted:
+        """What SIGINT/SIGTERM during step `step` ends the run with, its checkpoint at that step written."""
+        if not (is_checkpoint_step(self.cfg, step) or self.stopped):
+            self.checkpoint(step, {"loss": loss_value, "signal": signal.Signals(signum).name})
+        return TrainingInterrupted(signum, str(self.run_dir), step, saved=True)
+
+    def close(self) -> None:
+        self.log.close()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def final_evaluation(
+    cfg: RunConfig, run_dir: Path, model: nn.Module, shown: nn.Module, device: torch.device, trust_code: bool
+) -> dict:
+    """The run's final evaluation (eval.json) of `shown`, the trained `model` or its weight average, once training is
+    done; a sys.exit of a user's model here is a UserCodeError naming it (`_stopped`)."""
+    model.eval()
+    try:
+        return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=shown)
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named
+        raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
+
+
 def _train_locked(
     cfg: RunConfig,
     run_dir: Path,
@@ -451,12 +607,7 @@ def _train_locked(
             checkpoints.save_checkpoint(run_dir, 0, model)
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
-    opt = make_optimizer(model, cfg, aux)
-    ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
-    shown = model if ema is None else ema.model  # what validation, the weights files and the final evaluation read
-    averaged = None if ema is None else ema.model
-    if start:
-        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux, averaged=averaged)
+    opt, ema = training_state(cfg, run_dir, model, start, aux)
     loss_kind = resolve_loss(cfg, task)
     vocab_head = _vocab_head(model) if loss_kind == "ce_vocab" else None
     # the head whose input this step's losses read (ce_vocab's every-token logits, the auxiliary head): None for neither
@@ -465,26 +616,12 @@ def _train_locked(
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
-    log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, each line then to callbacks
-    bar = _progress_bar(t.steps, start, progress)
-    lines = _progress_lines(t.steps, start, progress)
-    last_eval: float | None = None
-    # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every
-    # (re)start of this run, so an interrupted run reports its true cost.
-    previous = rundir.read_metrics(run_dir)
-    elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in previous), default=0.0)
-    train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
-    t_start = time.perf_counter()
-    train_s_last, step_last, tokens = train_s, start, 0
-    # train.early_stop: ✓ validation evaluations in a row so far; a run that stopped early at the step it resumes
-    # from (its metrics.jsonl record there, written before that checkpoint) trains no further
-    streak = exact_streak(previous)
-    stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
+    steps = RunSteps(cfg, run_dir, task, model, opt, device, start, callbacks, progress=progress, aux=aux, ema=ema)
     with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(read_head) as head_input:
         step = start  # the step in progress (for an error raised before the first)
         try:
             model.train()
-            for step in range(start + 1, (start if stopped else t.steps) + 1):
+            for step in range(start + 1, steps.last + 1):
                 t0 = time.perf_counter()
                 lr = lr_at(step, cfg)
                 for g in opt.param_groups:
@@ -510,82 +647,47 @@ def _train_locked(
                     raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                params = clipped if clipped is not None else model.parameters()
-                gnorm = nn.utils.clip_grad_norm_(params, t.grad_clip or float("inf"))
-                if not torch.isfinite(gnorm):
-                    raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
-                opt.step()
+                gnorm = optimiser_step(cfg, run_dir, step, opt, clipped if clipped is not None else model.parameters())
                 if ema is not None:
                     ema.update(model, step)
-                train_s += time.perf_counter() - t0
-                tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
-                if step % t.log_every == 0 or step == t.steps:
-                    dt = max(train_s - train_s_last, 1e-9)
-                    log.write(
-                        {
-                            "step": step,
-                            "loss": loss_value,
-                            "lr": lr,
-                            "grad_norm": float(gnorm),
-                            "time_s": dt / (step - step_last),
-                            "tokens_per_s": tokens / dt,
-                            "train_s": round(train_s, 3),
-                            "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
-                            **({"aux_loss": aux_value} if aux_value is not None else {}),
-                        }
-                    )
-                    train_s_last, step_last, tokens = train_s, step, 0
-                if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
-                    # bootstrap intervals (evaluate's default n_boot): the verdict at their conservative end
-                    m = evaluate_model(shown, task, cfg, n=t.eval_size, device=device, stream="validation")
-                    model.train()
-                    line = validation_line(m)
-                    log.write({"step": step, "split": "eval", **line, "train_s": round(train_s, 3)})
-                    last_eval = m["metrics_point"]["entropy_mae_bits"]
-                    streak = streak + 1 if line.get("verdict") == "exact" else 0
-                    if t.early_stop and streak >= t.early_stop and step < t.steps:  # the rule: TrainConfig's doc
-                        stopped = True
-                        log.write(
-                            {"step": step, "event": EARLY_STOP, "evaluations": streak, "train_s": round(train_s, 3)}
-                        )
-                if is_checkpoint_step(cfg, step) or stopped:  # an early stop's step gets the final checkpoint
-                    log.sync()
-                    checkpoints.save_checkpoint(
-                        run_dir, step, model, opt, extra={"loss": loss_value}, aux=aux, averaged=averaged
-                    )
-                    _prune(run_dir, cfg)
-                if bar is not None:
-                    bar.update(1)
-                    post = {"loss": f"{loss_value:.4f}"}
-                    if last_eval is not None:
-                        post["eval_mae"] = f"{last_eval:.4f}"
-                    bar.set_postfix(post, refresh=False)
-                if lines is not None:
-                    lines.update(step, loss_value, last_eval)
+                extra = {"aux_loss": aux_value} if aux_value is not None else None
+                tokens = batch.inputs.shape[0] * batch.inputs.shape[1]
+                steps.record(step, time.perf_counter() - t0, tokens, loss_value, lr, gnorm, extra)
                 if stop.signum is not None:  # SIGINT/SIGTERM: a checkpoint at this step, then stop
-                    if not (is_checkpoint_step(cfg, step) or stopped):
-                        log.sync()
-                        extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
-                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra, aux=aux, averaged=averaged)
-                    raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
-                if stopped:
+                    raise steps.interrupted(step, stop.signum, loss_value)
+                if steps.stopped:
                     break
         except (Exception, KeyboardInterrupt):  # Ctrl-C and SIGTERM are TrainingInterrupted, as they were
             raise
         except BaseException as err:  # noqa: BLE001 - sys.exit, or another BaseException, of a user's model or task
             raise UserCodeError(_stopped(err, cfg, run_dir, f" at training step {step}", trust_code, False)) from err
         finally:
-            log.close()
-            if bar is not None:
-                bar.close()
+            steps.close()
         stop.final = True  # the last step's checkpoint is written: a signal now stops the final evaluation at once
-        model.eval()
-        try:
-            return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=shown)
-        except (Exception, KeyboardInterrupt):
-            raise
-        except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named
-            raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
+        return final_evaluation(cfg, run_dir, model, steps.shown, device, trust_code)
 
 
-__all__ = ["AuxHead", "compute_loss", "exact_streak", "make_aux_head", "start_line", "train", "validation_line"]
+def optimiser_step(cfg: RunConfig, run_dir: Path, step: int, opt: Any, params: Any) -> float:
+    """Clip the gradients of `params` to `train.grad_clip` and take `opt`'s step; returns the gradient norm before
+    clipping. Non-finite gradients raise TrainingDiverged (naming the run's latest checkpoint) and step nothing."""
+    gnorm = nn.utils.clip_grad_norm_(params, cfg.train.grad_clip or float("inf"))
+    if not torch.isfinite(gnorm):
+        raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
+    opt.step()
+    return float(gnorm)
+
+
+__all__ = [
+    "AuxHead",
+    "RunSteps",
+    "compute_loss",
+    "exact_streak",
+    "final_evaluation",
+    "make_aux_head",
+    "optimiser_step",
+    "prepare_run",
+    "start_line",
+    "train",
+    "training_state",
+    "validation_line",
+]
