@@ -193,3 +193,16 @@ def test_baselines_and_untrained_runs_are_evaluated_as_train_does(tmp_path, arch
     assert all(isinstance(r, dict) for r in results)
     _close(results[1], solo)
     assert checkpoints.list_checkpoints(tmp_path / "s0") == ([0] if arch == "transformer" else [])
+
+
+def test_dropout_draws_each_seeds_own_random_numbers_as_alone(tmp_path):
+    """An LSTM with dropout (the loop forward, each seed under its own RNG state) ends bit for bit as trained alone."""
+    cfgs = _cfgs("lstm", [0, 1])
+    for cfg in cfgs:
+        cfg["model"]["size"] = {"n_layers": 2, "dropout": 0.3}
+    train_stacked(cfgs, [tmp_path / "stacked0", tmp_path / "stacked1"])
+    for i, cfg in enumerate(cfgs):
+        train(cfg, tmp_path / f"solo{i}", progress=False)
+        _same_weights(tmp_path / f"stacked{i}", tmp_path / f"solo{i}", exact=True)
+        name = "checkpoints/step_00000003.state.safetensors"  # the saved RNG state too
+        assert (tmp_path / f"stacked{i}" / name).read_bytes() == (tmp_path / f"solo{i}" / name).read_bytes()
