@@ -206,3 +206,13 @@ def test_dropout_draws_each_seeds_own_random_numbers_as_alone(tmp_path):
         _same_weights(tmp_path / f"stacked{i}", tmp_path / f"solo{i}", exact=True)
         name = "checkpoints/step_00000003.state.safetensors"  # the saved RNG state too
         assert (tmp_path / f"stacked{i}" / name).read_bytes() == (tmp_path / f"solo{i}" / name).read_bytes()
+
+
+def test_a_finished_stack_resumed_is_only_evaluated_again(tmp_path):
+    cfgs = _cfgs("transformer", [0, 1], steps=2)
+    dirs = [tmp_path / "s0", tmp_path / "s1"]
+    first = train_stacked(cfgs, dirs)
+    again = train_stacked(cfgs, dirs, resume=True)
+    assert all(isinstance(r, dict) for r in again)
+    _close(again, first)
+    assert [len(_losses(d)) for d in dirs] == [2, 2]  # no step trained again

@@ -277,6 +277,9 @@ def _open(seed: _Seed, progress: bool) -> None:
 def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None) -> None:
     """The stacked training loop, from the earliest start among the runs to the last step any of them trains."""
     forward = StackedForward(seeds[0].model)
+    for s in seeds:  # resumed at its last step (or where it stopped early): only the final evaluation is left
+        if s.steps is not None and s.start >= s.steps.last:
+            _after_training(s)
     first = min(s.start for s in seeds) + 1
     last = max(s.steps.last for s in seeds if s.steps is not None)
     for step in range(first, last + 1):
@@ -355,8 +358,17 @@ def _after_step(
     try:
         with s.rng.active():
             s.steps.record(step, seconds, tokens, loss_value, lr, gnorm, extra)
-        if s.steps.stopped or step == s.steps.last:
-            s.finish(trust_code=False)
+    except Exception as err:  # noqa: BLE001 - one run's error is that run's result
+        s.fail(err)
+        return
+    if s.steps.stopped or step == s.steps.last:
+        _after_training(s)
+
+
+def _after_training(s: _Seed) -> None:
+    """The run's final evaluation, its result; an error in it is that run's result."""
+    try:
+        s.finish(trust_code=False)
     except Exception as err:  # noqa: BLE001 - one run's error is that run's result
         s.fail(err)
 
