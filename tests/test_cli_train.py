@@ -85,3 +85,30 @@ def test_corrupted_checkpoint_is_reported_without_traceback(tmp_path):
     ck.write_bytes(ck.read_bytes()[:100])
     r = runner.invoke(app, ["eval", str(out)])
     assert r.exit_code == 1 and "corrupted or truncated" in r.output and "Traceback" not in r.output
+
+
+def test_stack_seeds_trains_each_seed_into_a_run_of_its_own(tmp_path):
+    out = tmp_path / "stack"
+    r = runner.invoke(app, train_args(out, "--stack-seeds", "0,3"))
+    assert r.exit_code == 0, r.output
+    assert "stacked with 2 seeds" in r.output and "forward by vmap" in r.output
+    assert [json.loads((out / d / "config.json").read_text())["seed"] for d in ("s0", "s3")] == [0, 3]
+    assert all((out / d / "eval.json").exists() for d in ("s0", "s3"))
+    r = runner.invoke(app, ["train", "--resume", str(out), "--stack-seeds", "0,3", "--steps", "3", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "resuming at step 2" in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--stack-seeds", "0,x"], "--stack-seeds '0,x': expected seeds (integers >= 0) separated by commas"),
+        (["--stack-seeds", "1,1"], "--stack-seeds '1,1': each seed once"),
+        (["--stack-seeds", "0,1", "--seed", "2"], "--stack-seeds: not with --seed"),
+        (["--stack-seeds", "0,1", "--overwrite"], "--stack-seeds: not with --overwrite"),
+    ],
+)
+def test_stack_seeds_bad_input_exits_2_naming_the_option(tmp_path, extra, message):
+    r = runner.invoke(app, train_args(tmp_path / "stack", *extra))
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (tmp_path / "stack").exists()

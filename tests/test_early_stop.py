@@ -26,6 +26,7 @@ from windtunnel.reproduce import reproduce
 from windtunnel.runs import checkpoints
 from windtunnel.runs.resume import run_record
 from windtunnel.store import manifest, rundir
+from windtunnel.training import steps as training_steps
 from windtunnel.training import train as tr
 
 # 12 steps, a validation evaluation every 2 (steps 2, 4, ..., 12), a checkpoint every 4
@@ -52,7 +53,7 @@ def _verdicts(monkeypatch, run_dir: Path, levels: dict[int, str]) -> list[int]:
         seen.append(step)
         return {"metrics_point": {"entropy_mae_bits": 0.5, "kl_bits": 0.5}, "verdict": {"level": levels[step]}}
 
-    monkeypatch.setattr(tr, "evaluate_model", fake)
+    monkeypatch.setattr(training_steps, "evaluate_model", fake)  # the periodic evaluation, `steps.RunSteps`
     return seen
 
 

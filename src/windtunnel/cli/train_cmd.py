@@ -137,6 +137,12 @@ def train_command(
         None, "--set", metavar="K=V", help="dotted override k=v, e.g. train.lr=1e-3 or task.V=10"
     ),
     seed: int | None = typer.Option(None, "--seed", help="run seed"),
+    stack_seeds: str | None = typer.Option(
+        None,
+        "--stack-seeds",
+        metavar="S,S,...",
+        help="train these seeds as one stacked model, into OUT/s<seed> each",
+    ),
     steps: int | None = typer.Option(None, "--steps", help="training steps"),
     resume: bool = typer.Option(
         False, "--resume", help="continue RUN (or --out) from its latest checkpoint, with its own config"
@@ -155,7 +161,9 @@ def train_command(
     A baseline (--arch oracle or uniform) is evaluated, not trained. The imports of --import are recorded in the
     run's config, so eval, probe and --resume find them again. `windtunnel train --resume RUN` continues RUN with its
     own config (`--out RUN --resume` too); --steps, --set etc. change the keys that may change on resume. Ctrl-C
-    (SIGINT) or SIGTERM writes a checkpoint at the current step and says how to resume. Details: docs/training.md."""
+    (SIGINT) or SIGTERM writes a checkpoint at the current step and says how to resume. --stack-seeds 0,1,2 trains
+    those seeds as one stacked model into OUT/s0, OUT/s1, OUT/s2 (with --resume, continues them). Details:
+    docs/training.md."""
     with loading():
         from windtunnel.config import build_config
         from windtunnel.errors import TrainingInterrupted
@@ -172,6 +180,9 @@ def train_command(
     flags.update({"train.steps": steps, "train.loggers": logger or None})
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(parse_kv(set_, "--set"))
+    if stack_seeds is not None:
+        _train_stack(stack_seeds, run, out, config, overrides, resume, overwrite, progress, trust_code, imported)
+        return
     target = _run_dir(run, out, resume)
     stored = resume and (target / CONFIG).is_file()  # a run to continue: its config.json is the base
     cfg = resume_config(target, overrides) if stored and config is None else build_config(config, overrides)
@@ -208,6 +219,70 @@ def train_command(
         raise typer.Exit(err.exit_code) from None
     typer.echo(f"run: {target}")
     print_table(results)
+
+
+def _stack_seeds(text: str) -> list[int]:
+    """The seeds of --stack-seeds ("0,1,2"): integers >= 0, each once; exit 2 naming the option otherwise."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        fail(f"--stack-seeds {text!r}: expected seeds (integers >= 0) separated by commas, e.g. 0,1,2")
+    seeds = [int(p) for p in parts]
+    if len(set(seeds)) != len(seeds):
+        fail(f"--stack-seeds {text!r}: each seed once")
+    return seeds
+
+
+def _train_stack(
+    text: str,
+    run: Path | None,
+    out: Path | None,
+    config: Path | None,
+    overrides: dict[str, Any],
+    resume: bool,
+    overwrite: bool,
+    progress: bool,
+    trust_code: bool,
+    imported: list[str],
+) -> None:
+    """`windtunnel train --stack-seeds`: the config at each seed trained stacked (`training.stacked`) into
+    OUT/s<seed> (RUN/s<seed>: each such run continued, --resume); every run's table, and exit 1 where any failed."""
+    from windtunnel.config import build_config
+    from windtunnel.plugins import unique
+    from windtunnel.runs.resume import resume_config
+    from windtunnel.store.rundir import check_run_dir
+    from windtunnel.training.stacked import train_stacked
+
+    seeds = _stack_seeds(text)
+    if run is not None and not resume:
+        fail(f"RUN {str(run)!r}: a directory argument is for --resume (continue its stacked runs); to start, use --out")
+    parent = run if run is not None else out
+    if parent is None:
+        fail("--out: missing: the directory that holds the stacked runs (OUT/s<seed> each)")
+    for flag, given in (("--seed", "seed" in overrides), ("--overwrite", overwrite), ("--trust-code", trust_code)):
+        if given:
+            fail(f"--stack-seeds: not with {flag} (train such runs one by one)")
+    dirs = [parent / f"s{s}" for s in seeds]
+    cfgs = []
+    for s, d in zip(seeds, dirs, strict=True):
+        if resume:
+            check_run_dir(d, "--resume")
+        cfg = (
+            resume_config(d, overrides) if resume and config is None else build_config(config, {**overrides, "seed": s})
+        )
+        if imported and not resume:  # recorded in each new run's config, as a solo run records them
+            cfg = cfg.model_copy(update={"imports": unique([*cfg.imports, *imported])})
+        cfgs.append(cfg)
+    results = train_stacked(cfgs, dirs, resume=resume, progress=progress, echo=typer.echo)
+    failed = False
+    for d, result in zip(dirs, results, strict=True):
+        if isinstance(result, BaseException):
+            typer.echo(f"error: run {d}: {result}", err=True)
+            failed = True
+        else:
+            typer.echo(f"run: {d}")
+            print_table(result)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _run_dir(run: Path | None, out: Path | None, resume: bool) -> Path:

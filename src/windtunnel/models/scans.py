@@ -53,15 +53,24 @@ class _LinearScan(torch.autograd.Function):
     """h = scan(a, b) over dim 1 with a hand-written backward that is itself a reverse scan.
 
     Backward of h_t = a_t h_{t-1} + b_t: g_t = dL/dh_t + a_{t+1} g_{t+1} (a reverse scan), dL/db_t = g_t,
-    dL/da_t = g_t h_{t-1}. Only a and h are saved, not the per-step intermediates autograd would keep.
+    dL/da_t = g_t h_{t-1}. Only a and h are saved, not the per-step intermediates autograd would keep. Under
+    `torch.func.vmap` (stacked seeds) each slice is scanned as one call (`_per_slice`), so it is exactly the
+    unbatched scan.
     """
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor, kernel: str) -> torch.Tensor:
-        h = SCAN_KERNELS[kernel](a.clone(), b.clone())
-        ctx.save_for_backward(a, h)
+    def forward(a: torch.Tensor, b: torch.Tensor, kernel: str) -> torch.Tensor:
+        return SCAN_KERNELS[kernel](a.clone(), b.clone())
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        a, _, kernel = inputs
+        ctx.save_for_backward(a, output)
         ctx.kernel = kernel
-        return h
+
+    @staticmethod
+    def vmap(info, in_dims, a, b, kernel):
+        return _per_slice(_LinearScan, info, in_dims, (a, b, kernel))
 
     @staticmethod
     def backward(ctx, grad_h: torch.Tensor):
@@ -76,6 +85,18 @@ class _LinearScan(torch.autograd.Function):
         grad_a = torch.zeros_like(a)
         grad_a[:, 1:] = g[:, 1:] * h[:, :-1]  # h_{-1} = 0
         return grad_a, g, None
+
+
+def _per_slice(fn: type[torch.autograd.Function], info, in_dims, args: tuple) -> tuple:
+    """The vmap rule of a scan: `fn` applied to each slice along the vmapped dimension (an unbatched tensor argument
+    shared by all), the results stacked at dim 0. Each slice is the call an unbatched run makes, with its own
+    backward, so a batch of stacked models scans exactly as each model alone."""
+    n = info.batch_size
+    sliced = [[x] * n if d is None else list(x.movedim(d, 0).unbind(0)) for x, d in zip(args, in_dims, strict=True)]
+    outs = [fn.apply(*(column[i] for column in sliced)) for i in range(n)]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs, strict=True)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
 
 
 def parallel_scan(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto") -> torch.Tensor:
@@ -118,6 +139,8 @@ class _SelectiveScan(torch.autograd.Function):
     tensors, not one (T,B,N,Di) block: glibc serves a block that large by a fresh mmap each call, whose first-touch
     page faults cost about what the whole forward loop does. exp is computed as exp2(delta * A log2 e), faster than
     torch.exp on the CPU at float32 accuracy. Both measured: docs/results/mamba-scans.md.
+    The forward returns the saved tensors after y (`setup_context` keeps them), so `torch.func.vmap` (stacked
+    seeds) can run it: each slice as one unbatched call (`_per_slice`; the generated rule has no `bmm(out=)`).
 
     Backward (reverse loop), with g_t = dL/dh_t = C_t gy_t + exp(delta_{t+1} A) g_{t+1}:
         dC_t[n] = sum_d gy_t[d] h_t[n,d];   d(delta u)_t[d] = sum_n B_t[n] g_t[n,d];
@@ -126,7 +149,7 @@ class _SelectiveScan(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, delta, A, Bm, Cm):
+    def forward(u, delta, A, Bm, Cm):
         T = u.shape[1]
         dt = delta.transpose(0, 1).contiguous()  # (T,B,Di)
         du = (delta * u).transpose(0, 1).contiguous()  # (T,B,Di)
@@ -145,12 +168,21 @@ class _SelectiveScan(torch.autograd.Function):
                 h = torch.mul(dA, H[t - 1]).addcmul_(Bt[t, :, :, None], du[t, :, None, :])  # (B,N,Di)
             torch.bmm(Ct[t, :, None, :], h, out=y[t])  # (B,1,N) @ (B,N,Di)
             H.append(h)
-        ctx.save_for_backward(u, At, dt, du, Bt, Ct, *H)
-        return y.squeeze(2).transpose(0, 1)  # (B,T,Di)
+        # y (B,T,Di), then what backward reads: outputs, not ctx, so that `setup_context` (torch.func) can save them
+        return (y.squeeze(2).transpose(0, 1), At, dt, du, Bt, Ct, *H)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(inputs[0], *output[1:])
+
+    @staticmethod
+    def vmap(info, in_dims, u, delta, A, Bm, Cm):
+        return _per_slice(_SelectiveScan, info, in_dims, (u, delta, A, Bm, Cm))
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_y):
+    def backward(ctx, grad_y, *_):
         u, At, dt, du, Bt, Ct, *H = ctx.saved_tensors  # H: T states (B,N,Di)
         T = len(H)
         A2 = At * _LOG2E  # (N,Di)
@@ -194,7 +226,7 @@ def selective_scan(
     dtype = torch.promote_types(torch.result_type(u, delta), torch.result_type(A, B))
     dtype = torch.promote_types(torch.promote_types(dtype, C.dtype), torch.float32)
     with torch.autocast(u.device.type, enabled=False):
-        return _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)))
+        return _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)))[0]
 
 
 KERNEL_HINT = "use scan='auto' (the kernel on CUDA when mamba-ssm imports, else the parallel scan; fused on CPU)"

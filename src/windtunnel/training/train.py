@@ -15,11 +15,9 @@ exactly (`TrainingInterrupted`).
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import shlex
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,20 +33,27 @@ from windtunnel import models, plugins, runs
 from windtunnel.config import RunConfig, lr_at, validate
 from windtunnel.devices import autocast, resolve_device
 from windtunnel.errors import TrainingDiverged, TrainingInterrupted, UserCodeError
-from windtunnel.evaluation import marks
-from windtunnel.evaluation.evaluate import evaluate, evaluate_model
+from windtunnel.evaluation.evaluate import evaluate
 from windtunnel.models.base import check_output, predictive
 from windtunnel.models.common import OutputHead, tied_head
-from windtunnel.progress import StepLines
 from windtunnel.resolve import aux_text, resolve_config, resolve_loss
 from windtunnel.runs import checkpoints
-from windtunnel.runs.resume import EARLY_STOP, open_run_dir
+from windtunnel.runs.resume import open_run_dir
 from windtunnel.seeds import train_seed
 from windtunnel.store import rundir
 from windtunnel.tasks.base import Batch, TaskSpec, check_posterior
 from windtunnel.training import tracking
 from windtunnel.training.curriculum import Curriculum
-from windtunnel.training.optim import describe, make_optimizer
+from windtunnel.training.optim import describe
+from windtunnel.training.steps import (
+    RunSteps,
+    WeightAverage,
+    exact_streak,
+    is_checkpoint_step,
+    optimiser_step,
+    training_state,
+    validation_line,
+)
 
 
 def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -81,67 +86,6 @@ def compute_loss(kind: str, spec: TaskSpec, out: torch.Tensor, batch: Batch) -> 
         exact = Normal(exact.loc.float(), exact.scale.float(), validate_args=False)
         return kl_divergence(exact, model)[mask].mean()
     raise ValueError(f"train.loss: unknown loss {kind!r}")
-
-
-def validation_line(result: dict[str, Any]) -> dict[str, Any]:
-    """What a periodic (validation) evaluation logs: the point metrics; its verdict's level ("verdict": `marks.verdict`
-    at the conservative end of the bootstrap intervals over the validation sequences, what `train.early_stop` and
-    the report's time to verdict read); and for a task with approximate posteriors the closest one and the belief
-    horizon of the point estimates of the gains (what time to Bayes's "exact filter" mark reads)."""
-    line = dict(result["metrics_point"])
-    v = result.get("verdict") or {}
-    if result.get("approximations"):
-        line["closest"] = v.get("closest")
-        if v.get("horizon_max") is not None:
-            line["horizon"], line["horizon_max"] = marks.belief_horizon(result["approximations"], point=True)
-    if v.get("level") is not None:
-        line["verdict"] = v["level"]
-    return line
-
-
-def exact_streak(records: list[dict[str, Any]]) -> int:
-    """How many of the last periodic validation evaluations in `records` (metrics.jsonl) are in a row ✓ exact."""
-    evals = [r for r in records if r.get("split") == "eval"]
-    n = 0
-    for r in reversed(evals):
-        if r.get("verdict") != "exact":
-            break
-        n += 1
-    return n
-
-
-def is_checkpoint_step(cfg: RunConfig, step: int) -> bool:
-    """Whether `step` gets a checkpoint: every checkpoint_every, the explicit schedule, and the final step. Asked step
-    by step, so nothing lists every checkpoint step (at train.steps 1e9, checkpoint_every 1 such a set fills RAM)."""
-    t = cfg.train
-    every = bool(t.checkpoint_every) and step % t.checkpoint_every == 0
-    return 1 <= step <= t.steps and (every or step == t.steps or step in (t.checkpoint_schedule or ()))
-
-
-def _prune(run_dir: Path, cfg: RunConfig) -> None:
-    """Keep the newest `keep_checkpoints` periodic checkpoints; scheduled ones are never deleted."""
-    keep = cfg.train.keep_checkpoints
-    if keep is None:
-        return
-    protected = set(cfg.train.checkpoint_schedule or [])
-    periodic = [s for s in checkpoints.list_checkpoints(run_dir) if s not in protected]
-    for s in periodic[:-keep]:
-        checkpoints.delete_checkpoint(run_dir, s)
-
-
-def _progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    if not enabled or sys.stderr is None or not sys.stderr.isatty():
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
-
-
-def _progress_lines(total: int, initial: int, enabled: bool) -> StepLines | None:
-    """Plain `progress: ` lines on a stderr that is not a terminal (CI, nohup, a log file), where no bar is drawn."""
-    if not enabled or sys.stderr is None or sys.stderr.isatty():
-        return None
-    return StepLines(total, initial, stream=sys.stderr)
 
 
 def _count(n: int) -> str:
@@ -315,26 +259,6 @@ def make_aux_head(cfg: RunConfig, task: Any, model: nn.Module) -> AuxHead | None
     return AuxHead(int(seen[-1].shape[-1]), width, t.aux_target, float(t.aux_weight), cfg.seed).to(device)
 
 
-class WeightAverage:
-    """The exponential moving average of a model's parameters (`train.ema_decay`): `model`, a copy of the trained
-    model, holds ema_1 = params_1 after the first step and ema_t = decay ema_t-1 + (1 - decay) params_t after each
-    later one, buffers copied. It draws no random number, so the trained model and its data are those without it."""
-
-    def __init__(self, model: nn.Module, decay: float) -> None:
-        self.decay = decay
-        self.model = copy.deepcopy(model).eval()
-        self.model.requires_grad_(False)
-
-    @torch.no_grad()
-    def update(self, model: nn.Module, step: int) -> None:
-        """Fold in the trained `model`'s parameters after optimiser step `step` (step 1 starts the average)."""
-        keep = self.decay if step > 1 else 0.0
-        for avg, p in zip(self.model.parameters(), model.parameters(), strict=True):
-            avg.mul_(keep).add_(p.detach(), alpha=1.0 - keep)
-        for kept, b in zip(self.model.buffers(), model.buffers(), strict=True):
-            kept.copy_(b)
-
-
 @contextlib.contextmanager
 def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
     """While inside, each forward pass through `head` appends the hidden state it reads (B,T,d) to the yielded list,
@@ -354,6 +278,37 @@ def _head_input(head: OutputHead | None) -> Iterator[list[torch.Tensor]]:
         yield seen
     finally:
         handle.remove()
+
+
+def prepare_run(
+    config: RunConfig | dict, run_dir: Path, *, resume: bool, overwrite: bool, trust_code: bool
+) -> tuple[RunConfig, Any, torch.device, nn.Module, AuxHead | None, dict[str, Any] | None]:
+    """Everything a run is built and checked by before its directory is touched: the resolved config, task, device,
+    model (on the CPU), auxiliary head and the optimiser description for trained.json (None for a baseline). The
+    config's modules, the loss, the first training batch's posterior, the loggers and the output path are checked
+    here, so a refused run creates nothing."""
+    run_dir = Path(run_dir)
+    plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
+        (config if isinstance(config, RunConfig) else validate(config)).imports,
+        trust_code=trust_code,
+        exclude=(run_dir, run_dir.parent),
+    )
+    cfg = resolve_config(config)
+    task = runs.build_task(cfg)
+    device = resolve_device(cfg.train.device)
+    model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
+    if resolve_loss(cfg, task) == "ce_vocab" and not models.is_baseline(model):
+        _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
+    # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
+    check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
+    if not overwrite:  # --overwrite refuses a directory holding any link itself, naming it (exit 2)
+        rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
+    tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
+    rundir.check_writable(run_dir)
+    aux = make_aux_head(cfg, task, model) if cfg.train.steps else None  # train.aux_target: a head beside the model
+    # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
+    optimizer = None if models.is_baseline(model) else describe(model, cfg, aux)
+    return cfg, task, device, model, aux, optimizer
 
 
 def train(
@@ -382,27 +337,10 @@ def train(
     130 / 143). `echo`, if given, gets one line saying what is trained (`start_line`) before the first step.
     """
     run_dir = Path(run_dir)
-    plugins.require(  # the config's modules (`imports`): imported by the caller, or here with trust_code
-        (config if isinstance(config, RunConfig) else validate(config)).imports,
-        trust_code=trust_code,
-        exclude=(run_dir, run_dir.parent),
-    )
-    cfg = resolve_config(config)
-    task = runs.build_task(cfg)
-    device = resolve_device(cfg.train.device)
-    model = runs.build_model(cfg, task.spec, task, trust_code=trust_code, exclude=(run_dir, run_dir.parent))
-    if resolve_loss(cfg, task) == "ce_vocab" and not models.is_baseline(model):
-        _vocab_head(model)  # an import-string architecture's head is known only now, still before anything is created
-    # the first training batch: a task's broken posterior (a plugin's) is refused before it is trained on or scored
-    check_posterior(cfg.task.name, task.sample(cfg.train.batch_size, seed=train_seed(cfg.seed, 1), device=device))
     callbacks = tracking.check_callbacks(callbacks)
-    if not overwrite:  # --overwrite refuses a directory holding any link itself, naming it (exit 2)
-        rundir.check_folders(run_dir)  # no folder of the run directory is followed through a link
-    tracking.check_loggers(cfg.train.loggers, run_dir, resume)  # wandb's errors too, before the directory is touched
-    rundir.check_writable(run_dir)
-    aux = make_aux_head(cfg, task, model) if cfg.train.steps else None  # train.aux_target: a head beside the model
-    # which tensors each optimiser trains, for trained.json (and muon without a hidden matrix refused here)
-    optimizer = None if models.is_baseline(model) else describe(model, cfg, aux)
+    cfg, task, device, model, aux, optimizer = prepare_run(
+        config, run_dir, resume=resume, overwrite=overwrite, trust_code=trust_code
+    )
     lock, start, changed = open_run_dir(run_dir, cfg, resume, overwrite, optimizer)
     try:
         if echo is not None:
@@ -430,6 +368,20 @@ def train(
         lock.release()
 
 
+def final_evaluation(
+    cfg: RunConfig, run_dir: Path, model: nn.Module, shown: nn.Module, device: torch.device, trust_code: bool
+) -> dict:
+    """The run's final evaluation (eval.json) of `shown`, the trained `model` or its weight average, once training is
+    done; a sys.exit of a user's model here is a UserCodeError naming it (`_stopped`)."""
+    model.eval()
+    try:
+        return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=shown)
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named
+        raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
+
+
 def _train_locked(
     cfg: RunConfig,
     run_dir: Path,
@@ -451,12 +403,7 @@ def _train_locked(
             checkpoints.save_checkpoint(run_dir, 0, model)
         return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device)
 
-    opt = make_optimizer(model, cfg, aux)
-    ema = WeightAverage(model, cfg.train.ema_decay) if cfg.train.ema_decay is not None else None
-    shown = model if ema is None else ema.model  # what validation, the weights files and the final evaluation read
-    averaged = None if ema is None else ema.model
-    if start:
-        checkpoints.load_checkpoint(run_dir, start, model, opt, restore_rng=True, aux=aux, averaged=averaged)
+    opt, ema = training_state(cfg, run_dir, model, start, aux)
     loss_kind = resolve_loss(cfg, task)
     vocab_head = _vocab_head(model) if loss_kind == "ce_vocab" else None
     # the head whose input this step's losses read (ce_vocab's every-token logits, the auxiliary head): None for neither
@@ -465,26 +412,12 @@ def _train_locked(
     curriculum = Curriculum(cfg, task)
     fwd = torch.compile(model) if cfg.train.compile else model
     t = cfg.train
-    log = tracking.TrackedLog(rundir.MetricsLog(run_dir), callbacks)  # metrics.jsonl, each line then to callbacks
-    bar = _progress_bar(t.steps, start, progress)
-    lines = _progress_lines(t.steps, start, progress)
-    last_eval: float | None = None
-    # Wall time and training time (steps only: no evaluation, logging or checkpoints) accumulated over every
-    # (re)start of this run, so an interrupted run reports its true cost.
-    previous = rundir.read_metrics(run_dir)
-    elapsed0 = max((float(r.get("elapsed_s", 0.0)) for r in previous), default=0.0)
-    train_s = max((float(r.get("train_s", 0.0)) for r in previous), default=0.0)
-    t_start = time.perf_counter()
-    train_s_last, step_last, tokens = train_s, start, 0
-    # train.early_stop: ✓ validation evaluations in a row so far; a run that stopped early at the step it resumes
-    # from (its metrics.jsonl record there, written before that checkpoint) trains no further
-    streak = exact_streak(previous)
-    stopped = any(r.get("event") == EARLY_STOP and r["step"] == start for r in previous)
+    steps = RunSteps(cfg, run_dir, task, model, opt, device, start, callbacks, progress=progress, aux=aux, ema=ema)
     with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(read_head) as head_input:
         step = start  # the step in progress (for an error raised before the first)
         try:
             model.train()
-            for step in range(start + 1, (start if stopped else t.steps) + 1):
+            for step in range(start + 1, steps.last + 1):
                 t0 = time.perf_counter()
                 lr = lr_at(step, cfg)
                 for g in opt.param_groups:
@@ -510,82 +443,39 @@ def _train_locked(
                     raise TrainingDiverged(step, "loss", checkpoints.latest_step(run_dir))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                params = clipped if clipped is not None else model.parameters()
-                gnorm = nn.utils.clip_grad_norm_(params, t.grad_clip or float("inf"))
-                if not torch.isfinite(gnorm):
-                    raise TrainingDiverged(step, "gradients", checkpoints.latest_step(run_dir))
-                opt.step()
+                gnorm = optimiser_step(cfg, run_dir, step, opt, clipped if clipped is not None else model.parameters())
                 if ema is not None:
                     ema.update(model, step)
-                train_s += time.perf_counter() - t0
-                tokens += batch.inputs.shape[0] * batch.inputs.shape[1]
-                if step % t.log_every == 0 or step == t.steps:
-                    dt = max(train_s - train_s_last, 1e-9)
-                    log.write(
-                        {
-                            "step": step,
-                            "loss": loss_value,
-                            "lr": lr,
-                            "grad_norm": float(gnorm),
-                            "time_s": dt / (step - step_last),
-                            "tokens_per_s": tokens / dt,
-                            "train_s": round(train_s, 3),
-                            "elapsed_s": round(elapsed0 + time.perf_counter() - t_start, 3),
-                            **({"aux_loss": aux_value} if aux_value is not None else {}),
-                        }
-                    )
-                    train_s_last, step_last, tokens = train_s, step, 0
-                if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
-                    # bootstrap intervals (evaluate's default n_boot): the verdict at their conservative end
-                    m = evaluate_model(shown, task, cfg, n=t.eval_size, device=device, stream="validation")
-                    model.train()
-                    line = validation_line(m)
-                    log.write({"step": step, "split": "eval", **line, "train_s": round(train_s, 3)})
-                    last_eval = m["metrics_point"]["entropy_mae_bits"]
-                    streak = streak + 1 if line.get("verdict") == "exact" else 0
-                    if t.early_stop and streak >= t.early_stop and step < t.steps:  # the rule: TrainConfig's doc
-                        stopped = True
-                        log.write(
-                            {"step": step, "event": EARLY_STOP, "evaluations": streak, "train_s": round(train_s, 3)}
-                        )
-                if is_checkpoint_step(cfg, step) or stopped:  # an early stop's step gets the final checkpoint
-                    log.sync()
-                    checkpoints.save_checkpoint(
-                        run_dir, step, model, opt, extra={"loss": loss_value}, aux=aux, averaged=averaged
-                    )
-                    _prune(run_dir, cfg)
-                if bar is not None:
-                    bar.update(1)
-                    post = {"loss": f"{loss_value:.4f}"}
-                    if last_eval is not None:
-                        post["eval_mae"] = f"{last_eval:.4f}"
-                    bar.set_postfix(post, refresh=False)
-                if lines is not None:
-                    lines.update(step, loss_value, last_eval)
+                extra = {"aux_loss": aux_value} if aux_value is not None else None
+                tokens = batch.inputs.shape[0] * batch.inputs.shape[1]
+                steps.record(step, time.perf_counter() - t0, tokens, loss_value, lr, gnorm, extra)
                 if stop.signum is not None:  # SIGINT/SIGTERM: a checkpoint at this step, then stop
-                    if not (is_checkpoint_step(cfg, step) or stopped):
-                        log.sync()
-                        extra = {"loss": loss_value, "signal": signal.Signals(stop.signum).name}
-                        checkpoints.save_checkpoint(run_dir, step, model, opt, extra=extra, aux=aux, averaged=averaged)
-                    raise TrainingInterrupted(stop.signum, str(run_dir), step, saved=True)
-                if stopped:
+                    raise steps.interrupted(step, stop.signum, loss_value)
+                if steps.stopped:
                     break
         except (Exception, KeyboardInterrupt):  # Ctrl-C and SIGTERM are TrainingInterrupted, as they were
             raise
         except BaseException as err:  # noqa: BLE001 - sys.exit, or another BaseException, of a user's model or task
             raise UserCodeError(_stopped(err, cfg, run_dir, f" at training step {step}", trust_code, False)) from err
         finally:
-            log.close()
-            if bar is not None:
-                bar.close()
+            steps.close()
         stop.final = True  # the last step's checkpoint is written: a signal now stops the final evaluation at once
-        model.eval()
-        try:
-            return evaluate(runs.load_run(run_dir, trust_code=trust_code), device=device, model=shown)
-        except (Exception, KeyboardInterrupt):
-            raise
-        except BaseException as err:  # noqa: BLE001 - as in training: sys.exit of a user's model is named
-            raise UserCodeError(_stopped(err, cfg, run_dir, " in the final evaluation", trust_code, True)) from err
+        return final_evaluation(cfg, run_dir, model, steps.shown, device, trust_code)
 
 
-__all__ = ["AuxHead", "compute_loss", "exact_streak", "make_aux_head", "start_line", "train", "validation_line"]
+__all__ = [
+    "AuxHead",
+    "RunSteps",
+    "WeightAverage",
+    "compute_loss",
+    "exact_streak",
+    "final_evaluation",
+    "make_aux_head",
+    "is_checkpoint_step",
+    "optimiser_step",
+    "prepare_run",
+    "start_line",
+    "train",
+    "training_state",
+    "validation_line",
+]
