@@ -85,9 +85,8 @@ def test_off_by_default_and_absent_from_config_json_and_its_hash():
     tier = run_config("hmm", "transformer", "quick")
     assert not any("auxiliary" in line for line in config_deviations(tier)["training"])
     with_aux = apply_overrides(tier, AUX)
-    assert config_deviations(with_aux)["training"][-1] == (
-        "an auxiliary target the paper did not use: the exact next-state prior b_t·T, weight 0.5"
-    )
+    said = config_deviations(with_aux)["training"][-1]
+    assert "auxiliary target" in said and "b_t·T" in said and "weight 0.5" in said  # what, and its weight
 
 
 def _steps(run_dir) -> list[dict]:

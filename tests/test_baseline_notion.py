@@ -119,8 +119,9 @@ def test_the_scan_finds_what_it_forbids():
 
 def test_a_users_baseline_is_treated_as_one_at_every_stage(user_baseline, tmp_path):
     arch = user_baseline
-    with pytest.raises(ValueError, match=rf"^model\.size: the '{arch}' baseline has no size parameters$"):
+    with pytest.raises(ValueError, match=rf"^model\.size: .*'{arch}' baseline") as err:
         resolve_config({"model": {"arch": arch, "size": {"n_layers": 2}}})
+    assert "no size parameters" in str(err.value)
     cfg = {"model": {"arch": arch}, "train": {"steps": 100}}
     assert config_cost(cfg) == 0.0  # the driver: nothing to train
     assert [j.probe for j in suite_jobs([SuiteRun("u", cfg)], tmp_path, probe=True)] == [False]  # not probed

@@ -108,7 +108,7 @@ def test_every_path_to_a_config_is_bounded(tmp_path):
     recipe.write_text("curriculum:\n  hmm: [{frac: 0.5, params: {K: 1000000000}}]\n")  # a stage 1e9 steps long
     cell = f"task=hmm,arch=transformer,tier=smoke,recipe={recipe},steps=6,batch_size=4,seeds=1"
     line = _one_error(runner.invoke(app, ["time-to-bayes", "--cell", cell, "--out", str(tmp_path / "ttb")]))
-    assert "train.curriculum[0].params.K: this run needs at least" in line and not (tmp_path / "ttb").exists()
+    assert "train.curriculum[0].params.K: " in line and "at least" in line and not (tmp_path / "ttb").exists()
 
 
 def test_eval_of_a_stored_run_is_bounded(tmp_path):

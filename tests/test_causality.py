@@ -200,8 +200,9 @@ def test_a_leak_is_found_where_it_is(leaky, task, name, position, cut):
     if cut is not None:
         assert leak.cut == cut % T  # the latest cut that moves it: the farthest input it reads
     cls = type(model).__name__
-    with pytest.raises(CausalityError, match=rf"^model '{cls}' is not causal: its output at position {leak.position} "):
+    with pytest.raises(CausalityError, match=rf"^model '{cls}' is not causal: ") as err:
         check_causal(model, spec)
+    assert f"position {leak.position} " in str(err.value)
 
 
 def test_a_future_shift_of_every_logit_is_not_a_leak(leaky):
@@ -270,6 +271,6 @@ def test_a_leak_in_the_trained_weights_is_refused_before_it_is_scored(leaky, tmp
     save_checkpoint(out, step, model)
     line = _one_line(runner.invoke(app, ["eval", str(out), "--n", "8"]), f"model.arch 'leaky-gated' at step {step}")
     # two layers (the smoke size), each reading one position ahead: position 0 reads up to position 2
-    assert "its output at position 0 changes when only the inputs from position 2 on change" in line
+    assert "output at position 0 " in line and "inputs from position 2 on" in line  # the leak: where, from where
     with pytest.raises(CausalityError):  # a model handed to evaluate is checked too (train's final evaluation)
         evaluate(run.config, model=model, n=8, write=False)

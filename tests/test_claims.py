@@ -52,15 +52,14 @@ def test_a_fail_on_the_context_blind_floor_or_of_one_seed_refutes_nothing():
     floor = seeds("bijection", "transformer", 1.107, curve=(1.107, 1.107))
     alone = verdicts(floor + seeds("bijection", "mamba", 1.2, curve=(1.2, 1.2)) + UNIFORM)
     assert alone[BIJECTION]["verdict"] == "undecided"
-    assert alone[BIJECTION]["why"] == (
-        "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
-    )
+    why = alone[BIJECTION]["why"]
+    assert why.startswith("on the context-blind floor") and "every architecture" in why
     mamba_left = verdicts(floor + seeds("bijection", "mamba", 0.2, curve=(0.2, 0.2)) + UNIFORM)
     assert mamba_left[BIJECTION]["why"].startswith("on the context-blind floor: an optimisation failure at this budget")
     assert mamba_left["Mamba exact on bijection (accumulation)"]["verdict"] == "refuted"
     lstm = [run("bijection", "lstm", 0, 0.3, curve=(0.3, 0.3))]
     one = verdicts(lstm + UNIFORM)["LSTM exact on bijection (accumulation)"]
-    assert one["verdict"] == "undecided" and one["why"] == "1 seed: one training seed's failure may be a bad draw"
+    assert one["verdict"] == "undecided" and one["why"].startswith("1 seed:")
     assert one["cells"] == "lstm/bijection ✗ 0.300"  # one seed: no seed count
 
 
@@ -120,10 +119,8 @@ def test_geometry_claims_are_judged_on_models_that_infer():
     assert {verdicts(against)[c]["verdict"] for c in (keys, sharpening)} == {"refuted"}
     failed = [run("bijection", "transformer", s, 0.3, geometry=keys_geometry(0.05, 80.0)) for s in range(3)]
     why = verdicts(failed)[keys]["why"]
-    assert why == (
-        "transformer/bijection is ✗ (misses ◐: entropy error 0.3 > 0.1 bits (upper end); KL(exact ‖ model) 0.3 > 0.1 "
-        "bits (upper end)): the claim is about a model that infers (◐ or ✓)"
-    )
+    assert why.startswith("transformer/bijection is ✗") and "infers" in why  # the cell, its mark, the reason
+    assert "entropy error 0.3 > 0.1 bits" in why and "KL(exact ‖ model) 0.3 > 0.1 bits" in why  # its shortfall
     unprobed = verdicts(seeds("bijection", "transformer", 0.004))[keys]
     assert (unprobed["verdict"], unprobed["why"]) == ("undecided", "geometry not probed")
 
@@ -144,7 +141,8 @@ def test_the_report_opens_with_the_verdicts_colours_its_marks_and_drops_one_seed
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Verdicts at a glance" in md.splitlines()
     assert md.index("## Verdicts at a glance") < md.index("## Table 1")
-    assert f"- **undecided** · {BIJECTION}: transformer/bijection ◐ 0.050 · scope: bijection tested at" in md
+    claim_line = next(line for line in md.splitlines() if line.startswith(f"- **undecided** · {BIJECTION}: "))
+    assert "transformer/bijection ◐ 0.050" in claim_line and "scope: " in claim_line
     table1 = next(line for line in md[md.index("## Table 1") :].splitlines() if line.startswith("| transformer |"))
     assert table1.startswith("| transformer | ◐ 0.050 [0.050, 0.050] · KL 0.050 [0.050, 0.050] (paper ")
     assert "seed" not in table1 and "(0/1)" not in md
@@ -167,7 +165,9 @@ def test_a_cell_of_unfinished_runs_only_says_so_and_an_absent_sticky_column_prin
     v = verdicts(stopped)
     hmm = v["Transformer exact on the HMM (belief transport)"]
     assert hmm["verdict"] == "undecided"
-    assert hmm["why"] == "no finished transformer run of hmm: unfinished at step 2,720 of 7,850 (3 runs)"
+    why = hmm["why"]
+    assert why.startswith("no finished transformer run of hmm") and "unfinished" in why
+    assert "2,720 of 7,850" in why and "3 runs" in why  # steps trained of the budget
     sticky = next(c for name, c in v.items() if "sticky HMM" in name)
     assert sticky["verdict"] == "undecided" and sticky["evidence"].strip("; ") == sticky["evidence"]
 

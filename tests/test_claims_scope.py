@@ -28,10 +28,10 @@ def test_a_claim_over_seeds_added_after_a_disagreement_says_so_and_shows_the_fir
     reproduced, and its line says which seeds were added and what the first ones gave."""
     v = verdicts(tier_cell("recall", "transformer", [1.0, 1.0, 0.988, 1.0, 1.0]))[RECALL]
     assert v["verdict"] == "reproduced" and v["cells"].startswith("transformer/recall ✓ 99.8%, 4/5 seeds ✓")
-    assert v["why"] == (
-        "transformer/recall: seeds 3, 4 added by the tier after its first 3 seeds disagreed (✓ ✓ ◐); those 3 pooled "
-        "are ◐ 99.6%"
-    )
+    why = v["why"]
+    assert why.startswith("transformer/recall: seeds 3, 4 ") and "added" in why  # the cell, the seeds added
+    assert "first 3 seeds" in why and "(✓ ✓ ◐)" in why  # the first seeds' marks
+    assert why.endswith("◐ 99.6%")  # and their pooled mark and level, last
 
 
 def test_seeds_asked_for_or_first_seeds_that_agree_carry_no_added_seeds_note():

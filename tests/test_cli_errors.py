@@ -107,7 +107,8 @@ def test_a_garbled_eval_json_names_the_file_and_field(swept, out):
     clean = json.loads(path.read_text())["default"]
     data["default"]["metrics"]["kl_bits"]["mean"] = "low"
     path.write_text(json.dumps(data))
-    assert "default.metrics.kl_bits.mean: expected a number" in _one_error(_sweep(swept[0], out), 1)
+    line = _one_error(_sweep(swept[0], out), 1)
+    assert "default.metrics.kl_bits.mean: " in line and "number" in line  # the field and what it must be
     path.write_text(json.dumps({"K=50": clean}))  # every entry is checked: this one is sound, but there is no default
     assert f"{path}: default: expected a JSON object" in _one_error(_sweep(swept[0], out), 1)
 
@@ -118,8 +119,9 @@ def test_a_garbled_eval_json_names_the_file_and_field(swept, out):
 @pytest.mark.parametrize("item", ["train={lr: 1}", "model.size={d_model: 8}", "task.params={V: 6}", "eval=x"])
 def test_a_grid_value_may_not_replace_a_section(tmp_path, item):
     key = item.partition("=")[0]
-    with pytest.raises(ValueError, match=rf"--grid {key}: a grid key must be a leaf setting"):
+    with pytest.raises(ValueError, match=rf"--grid {key}: ") as err:
         parse_grid([item])
+    assert "leaf setting" in str(err.value)
     config = tmp_path / "base.json"
     config.write_text(json.dumps(BASE))
     line = _one_error(runner.invoke(app, ["sweep", str(config), "--grid", item, "--out", str(tmp_path / "o")]), 2)
@@ -150,7 +152,8 @@ def test_the_number_of_seeds_is_bounded_before_the_suite_is_built(tmp_path):
     assert "seeds: must be between 1 and 100 (got 1000000)" in _one_error(r, 2)
     cell = "task=bijection,arch=lstm,tier=smoke,steps=4,seeds=1000000"
     r = runner.invoke(app, ["time-to-bayes", "--cell", cell, "--out", str(tmp_path / "o"), "--no-progress"])
-    assert "seeds: Input should be less than or equal to 100 (got 1000000)" in _one_error(r, 2)
+    line = _one_error(r, 2)  # pydantic's words, the field, the bound and the value
+    assert "seeds: " in line and "100" in line and "(got 1000000)" in line
     assert not (tmp_path / "o").exists()
     assert len(suite("smoke", seeds=100, only={"task": "bijection", "arch": "lstm"})) == 100
 
@@ -196,7 +199,7 @@ def test_a_fifo_in_a_run_directory_never_hangs_a_reader(out):
     with pytest.raises(CheckpointError, match=rf"{metrics} cannot be read: not a regular file"):
         rundir.read_metrics(run)
     _fifo(run / rundir.EVAL)
-    with pytest.raises(CheckpointError, match="eval.json cannot be read: not a regular file"):
+    with pytest.raises(CheckpointError, match=r"eval\.json .*not a regular file"):
         rundir.read_json(run / rundir.EVAL)
 
 

@@ -170,11 +170,12 @@ def test_probe_summary_says_not_reached_instead_of_step_none():
     rows = [{"step": 2}, {"step": 4}, {"step": 8}]
     line = _dynamics_line(_probed(checkpoints=rows, frame_step_90=None, precision_step_2x=4))
     assert "None" not in line
-    assert "frame 90% not reached by the last checkpoint (step 8), error within 2x at step 4" in line
+    assert "frame 90% not reached" in line and "(step 8)" in line and "error within 2x at step 4" in line
     line = _dynamics_line(_probed(checkpoints=rows, frame_step_90=2, precision_step_2x=None))
-    assert "frame 90% at step 2, error within 2x not reached by the last checkpoint (step 8)" in line
+    assert "frame 90% at step 2" in line and "error within 2x not reached" in line and "(step 8)" in line
     no_attention = _probed(checkpoints=rows, precision_step_2x=8, frame={"not_applicable": "no attention weights"})
-    assert "frame n/a (no attention weights), error within 2x at step 8" in _dynamics_line(no_attention)
+    line = _dynamics_line(no_attention)
+    assert "frame n/a" in line and "no attention weights" in line and "error within 2x at step 8" in line
 
 
 # --- a missing path: "does not exist", exit 2, one line ---------------------------------------------------------
@@ -230,8 +231,8 @@ def test_did_you_mean_for_a_yaml_key(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("trian:\n  lr: 1.0e-3\nmodel:\n  arch: transformer\n  prest: smoke\n")
     line = _one_error(runner.invoke(app, ["train", "--config", str(config), "--out", str(tmp_path / "r")]))
-    assert "trian: Extra inputs are not permitted (did you mean 'train'?)" in line
-    assert "model.prest: Extra inputs are not permitted (got 'smoke'; did you mean 'preset'?)" in line
+    assert re.search(r"\btrian: [^;]*'train'", line)  # the key, then its suggestion before the next key's
+    assert "model.prest: " in line and "got 'smoke'" in line and "'preset'" in line
 
 
 def test_no_suggestion_when_nothing_is_close(tmp_path):
@@ -243,5 +244,6 @@ def test_no_suggestion_when_nothing_is_close(tmp_path):
 def test_did_you_mean_in_reproduce_only_filter():
     from windtunnel.suites.paper import _check_only
 
-    with pytest.raises(ValueError, match=r"'transfomer' is not in the suite \(did you mean 'transformer'\?\)"):
+    with pytest.raises(ValueError, match="'transfomer' ") as err:
         _check_only({"arch": "transfomer"})
+    assert "'transformer'" in str(err.value)  # the suggestion

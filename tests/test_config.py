@@ -93,11 +93,11 @@ def test_model_size_is_typed_at_resolve_time():
     and the derived `init`."""
     r = resolve_config(build_config(overrides={"model.arch": "mamba", "model.preset": "smoke", "model.d_state": 8}))
     assert r.model.size == {"n_layers": 2, "d_model": 32, "d_state": 8, "init": "normal"}
-    with pytest.raises(ValueError, match=r"model\.size\.d_state: Input should be a valid integer"):
+    with pytest.raises(ValueError, match=r"model\.size\.d_state: .*integer"):
         resolve_config(build_config(overrides={"model.arch": "mamba", "model.d_state": 2.5}))
     with pytest.raises(ValueError, match=r"model\.size\.dt_rank: .*'auto' or an integer >= 1"):
         resolve_config(build_config(overrides={"model.arch": "mamba", "model.dt_rank": 0}))
-    with pytest.raises(ValueError, match=r"model\.size\.pos: Input should be 'learned', 'none', 'rotary'"):
+    with pytest.raises(ValueError, match=r"model\.size\.pos: .*'learned', 'none', 'rotary'"):
         resolve_config(build_config(overrides={"model.pos": "sinusoid"}))
 
 
@@ -134,7 +134,7 @@ def test_stored_config_without_init_reads_as_the_normal_init_it_trained_with(tmp
     stored = read_config(tmp_path)
     assert stored.model.size["init"] == "normal" and cfg.model.size["init"] == "torch"
     assert stored.model_dump()["model"] | {"size": cfg.model.size} == cfg.model_dump()["model"]  # only init differs
-    with pytest.raises(ValueError, match=r"model\.size\.init: Input should be 'normal' or 'torch'"):
+    with pytest.raises(ValueError, match=r"model\.size\.init: .*'normal' or 'torch'"):
         resolve_config(build_config(overrides={"model.init": "xavier"}))
 
 

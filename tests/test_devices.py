@@ -127,7 +127,7 @@ def test_train_bf16_on_a_cpu_without_native_bf16_is_the_float32_run(monkeypatch,
     monkeypatch.setattr(devices, "_cpu_flags", lambda: AVX2_ONLY)
     monkeypatch.setattr(devices, "cpu_bf16_lstm", lambda: False)
     f32 = _train_lstm(tmp_path / "f32")
-    with pytest.warns(UserWarning, match="no native bf16 \\(none of avx512_bf16, amx_bf16"):
+    with pytest.warns(UserWarning, match=r"no native bf16 .*avx512_bf16, amx_bf16"):
         bf16 = _train_lstm(tmp_path / "bf16", "--set", "train.dtype=bf16")
     assert bf16["default"]["metrics"] == f32["default"]["metrics"]
 
@@ -143,7 +143,7 @@ def test_train_bf16_lstm_through_the_entry_point(tmp_path):
     check_ran(args, done)
     assert (tmp_path / "run" / "eval.json").is_file()
     if not devices.cpu_has_native_bf16():
-        assert "warning: dtype bf16: this CPU has no native bf16" in done.stderr
+        assert "warning: dtype bf16: " in done.stderr and "no native bf16" in done.stderr
 
 
 AVX2_LSTM = """

@@ -104,9 +104,11 @@ def test_a_run_that_stopped_early_is_not_extended_by_a_resume_that_trains_nothin
     _verdicts(monkeypatch, run, levels)
     _train(run, **{"train.early_stop": 3, "train.schedule": "cosine"})
     before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")}
-    with pytest.raises(ValueError, match=r"^train.steps: .* stopped early at step 8 \(train.early_stop") as err:
+    with pytest.raises(ValueError, match=r"^train\.steps: ") as err:
         _train(run, resume=True, **{"train.early_stop": 3, "train.schedule": "cosine", "train.steps": 400})
-    assert "train.steps 12 → 400 would change its record and not its weights" in str(err.value)
+    message = str(err.value)
+    assert "stopped early at step 8" in message and "train.early_stop" in message  # why it is refused
+    assert "12 → 400" in message and "record" in message  # the change asked for, and what it would touch
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")} == before
     assert run_record(run, 8)["status"] == "finished"
 
@@ -115,9 +117,11 @@ def test_a_run_that_stopped_early_is_not_extended_by_a_resume_that_trains_nothin
     ("eval_every", "why"), [(0, "0 (only the final evaluation)"), (12, "12, not below"), (50, "50, not below")]
 )
 def test_an_early_stop_that_could_never_stop_the_run_is_refused_naming_the_fields(eval_every, why):
-    with pytest.raises(ValueError, match="^train.early_stop: can never stop the run: train.eval_every is ") as err:
+    with pytest.raises(ValueError, match=r"^train\.early_stop: ") as err:
         validate({"train": {"steps": 12, "eval_every": eval_every, "early_stop": 3}})
-    assert why in str(err.value) and "set train.eval_every between 1 and 11" in str(err.value)
+    message = str(err.value)
+    assert f"train.eval_every is {why}" in message and "never stop" in message
+    assert "train.eval_every between 1 and 11" in message  # the allowed range
     assert validate({"train": {"steps": 12, "eval_every": 11, "early_stop": 3}}).train.early_stop == 3
     assert validate({"train": {"steps": 12, "eval_every": eval_every}}).train.early_stop is None  # off: any cadence
 
@@ -246,11 +250,11 @@ def test_time_to_verdict_from_a_hand_written_metrics_jsonl(tmp_path):
     older = cell_time_to_verdict(
         [_record(tmp_path, "g", 0, [{k: v for k, v in e.items() if v is not None} for e in old])]
     )
-    assert older["curves"] == 0 and older["text"] == "validation curve without verdicts (logged before they were)"
+    assert older["curves"] == 0 and older["text"].startswith("validation curve without verdicts")
     # a cell without a time to verdict leaves it out; one note under Table 1 counts such cells and says why
     data = {"t": {"hmm": {"time_to_verdict": older}, "bijection": {"time_to_verdict": cell}}, "b": {"hmm": {}}}
-    note = "Time to verdict is not shown in 1 trained cell: validation curve without verdicts (logged before they were)"
-    assert untimed_note(data) == note + " (1 cell)."
+    note = untimed_note(data)
+    assert "Time to verdict" in note and "1 trained cell" in note and older["text"] in note and "(1 cell)" in note
     assert untimed_note({"t": {"bijection": {"time_to_verdict": cell}}}) == ""
 
 
@@ -259,8 +263,9 @@ def test_a_garbled_verdict_in_metrics_jsonl_names_the_field(tmp_path):
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"task": {"name": "bijection"}, "model": {"arch": "transformer"}}))
     (run / "metrics.jsonl").write_text(json.dumps({"step": 2, "split": "eval", "verdict": "great"}) + "\n")
-    with pytest.raises(CheckpointError, match=r"record 1\.verdict: expected a verdict level"):
+    with pytest.raises(CheckpointError, match=r"record 1\.verdict: ") as err:
         read_run(run)
+    assert "verdict level" in str(err.value) and "approximate" in str(err.value)  # the levels it may be
 
 
 def test_a_stopped_run_in_the_report(tmp_path, monkeypatch):

@@ -178,8 +178,9 @@ def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path, monkeypa
     monkeypatch.setattr(services, "find_gcs_addresses", lambda: [])  # ... and no other Ray running here
     check_reachable(None)  # Ray would start a local cluster: nothing to check
     check_reachable("local")
-    with pytest.raises(ValueError, match="--ray-address auto: Could not find any running Ray instance"):
+    with pytest.raises(ValueError, match="--ray-address auto: ") as err:  # then Ray's own words
         check_reachable("auto")
+    assert "Ray" in str(err.value)
     with pytest.raises(ValueError, match="expected auto or HOST:PORT"):
         check_reachable("nowhere")
     address = f"127.0.0.1:{free_port()}"

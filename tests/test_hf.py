@@ -204,9 +204,7 @@ def test_gpt2_with_heads_of_one_dimension_trains_and_the_rotary_families_refuse_
     r = CliRunner().invoke(app, [*run, *sizes])
     assert r.exit_code == 0, r.output
     for arch in ("hf-gpt-neox", "hf-llama", "hf-phi"):
-        with pytest.raises(
-            ValueError, match=r"rotary: \d rotary features per head \(head dim 1\); they must be an even "
-        ):
+        with pytest.raises(ValueError, match=r"rotary: .*\(head dim 1\).*even"):
             models.make(arch, SPEC, size)
 
 

@@ -232,7 +232,7 @@ def test_merge_refuses_a_file_that_holds_one_setting_twice(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(data))
     line = error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
-    assert "time_to_bayes.json: cells: cells 0 and 1 are one setting" in line, line
+    assert "time_to_bayes.json: cells: " in line and "0 and 1" in line and "one setting" in line, line
     assert not (tmp_path / "o").exists()
 
 
@@ -240,7 +240,7 @@ def test_merge_of_a_test_value_that_is_no_number_names_the_field(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "time_to_bayes.json").write_text(json.dumps(_results("cell a", "abc123", test="TOPSECRET")))
     line = error_line(runner.invoke(app, ["time-to-bayes", "--merge", str(tmp_path / "a"), *_out(tmp_path)]), 1)
-    assert "cells[0].test.mean: expected a number, got a string of 9 characters" in line, line
+    assert "cells[0].test.mean: " in line and "number" in line and "a string of 9 characters" in line, line
     assert "TOPSECRET" not in line and not (tmp_path / "o").exists()
 
 

@@ -45,7 +45,7 @@ def test_overwrite_of_a_project_folder_deletes_nothing_and_names_the_first_stray
     (proj / "config.json").write_text('{"name": "app"}')
     before = snapshot(proj)
     line = error_line(runner.invoke(app, train_args(proj, "--overwrite")), 2)
-    assert f"overwrite: {str(proj)!r} is not a run directory: it holds '.git'" in line
+    assert f"overwrite: {str(proj)!r} " in line and "not a run directory" in line and "'.git'" in line
     assert "refusing to delete anything" in line
     assert snapshot(proj) == before
 
@@ -63,7 +63,7 @@ def test_overwrite_refuses_a_run_directory_holding_anything_else(trained, plant,
     plant(trained)
     before = snapshot(trained)
     line = error_line(runner.invoke(app, train_args(trained, "--overwrite")), 2)
-    assert f"it holds {named!r}, which windtunnel did not write" in line
+    assert f"{named!r}" in line and "windtunnel did not write" in line
     assert snapshot(trained) == before
 
 
@@ -194,7 +194,8 @@ def test_no_folder_of_a_run_directory_is_followed_through_a_link(trained, tmp_pa
     link.symlink_to(elsewhere, target_is_directory=True)
     before, run = snapshot(elsewhere), {name: (trained / name).read_bytes() for name in ("metrics.jsonl", "eval.json")}
     r = runner.invoke(app, [command[0], str(trained), *command[1:]])
-    assert f"{link}: is a symbolic link; a run directory's folders are never followed through one" in error_line(r, 1)
+    line = error_line(r, 1)
+    assert f"{link}: " in line and "symbolic link" in line
     assert SECRET not in r.output and snapshot(elsewhere) == before
     assert run == {name: (trained / name).read_bytes() for name in run}  # refused before anything was touched
 
@@ -208,7 +209,8 @@ def test_a_value_read_from_a_run_file_is_never_echoed(trained):
     assert line.endswith(f"eval.n=4.json: default: expected a JSON object, got a string of {len(SECRET)} characters")
     (trained / "metrics.jsonl").write_text(json.dumps({"step": SECRET}) + "\n")
     line = error_line(runner.invoke(app, ["train", "--resume", str(trained), "--no-progress"]), 1)
-    assert SECRET not in line and f"step must be a non-negative integer (got a string of {len(SECRET)}" in line
+    assert SECRET not in line and "step" in line and "non-negative integer" in line  # the field, what it must be
+    assert f"a string of {len(SECRET)}" in line  # and what it is, by its length only
 
 
 # --- 3. a checkpoint without its checksum is refused -------------------------------------------------------------

@@ -148,8 +148,9 @@ def test_evaluation_checks_the_posterior_of_its_first_batch(broken_task, fault):
     plugins.import_plugins([broken_task])
     task = tasks.make("wt_broken", fault=fault)
     where = "" if fault == "given" else " in test block 0"  # `given` is refused as it is sampled
-    with pytest.raises(ValueError, match=f"task 'wt_broken': its posterior{where} at position 3 of sequence 0"):
+    with pytest.raises(ValueError, match="^task 'wt_broken': ") as err:
         score_predictor(task, lambda batch: batch.posterior, n=8, n_boot=10)
+    assert where in str(err.value) and "position 3 of sequence 0" in str(err.value)
     assert score_predictor(tasks.make("wt_broken"), lambda b: b.posterior, n=8, n_boot=10)["metrics_point"][
         "entropy_mae_bits"
     ] == pytest.approx(0.0)
@@ -163,7 +164,7 @@ def test_every_batch_trained_on_is_checked_not_only_the_first(broken_task, tmp_p
     r = runner.invoke(app, [*args, *PLAIN, "--steps", "5", "--set", "task.fault=late"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     (line,) = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]  # after the line saying what trains
-    assert "task 'wt_broken': its posterior in the training batch of step 3 at position 3" in line
+    assert "task 'wt_broken': " in line and "step 3" in line and "position 3" in line
     assert FAULTS["negative"] in line
     assert checkpoints.latest_step(out) is None  # nothing was trained on it
 
@@ -197,10 +198,10 @@ def test_a_posterior_given_to_torch_unnormalised_is_refused_where_it_is_sampled(
 def test_a_posterior_of_the_wrong_shape_or_kind_is_named():
     batch = tasks.make("bijection", V=5, L=4).sample(3, seed=0)
     batch.posterior = torch.distributions.Categorical(probs=batch.posterior.probs[:, :-1])
-    with pytest.raises(ValueError, match=r"task 'b': its posterior has batch shape \(3, \d+\), not the batch's"):
+    with pytest.raises(ValueError, match=r"^task 'b': .*batch shape \(3, \d+\)"):
         tasks.check_posterior("b", batch)
     batch.posterior = torch.distributions.Uniform(torch.zeros(3, batch.seq_len), 1.0)
-    with pytest.raises(ValueError, match="task 'b': its posterior is a Uniform; it must be a torch Categorical"):
+    with pytest.raises(ValueError, match=r"^task 'b': .*Uniform.*Categorical"):
         tasks.check_posterior("b", batch)
 
 
@@ -249,7 +250,7 @@ def test_finite_weights_whose_outputs_are_not_finite_are_named_not_scored(tmp_pa
     before = (out / rundir.EVAL).read_bytes()
     for args in (["eval", str(out)], ["eval", str(out), "--n", "16"]):
         line = _one_error(runner.invoke(app, args), f"{out}: checkpoint of step {step}", code=1)
-        assert "the model's outputs are not finite (NaN at position" in line and "cannot be evaluated" in line
+        assert "not finite" in line and "NaN at position" in line
     assert (out / rundir.EVAL).read_bytes() == before and not (out / rundir.EVALS).exists()
 
 
@@ -308,7 +309,8 @@ def test_a_fifo_as_the_wandb_run_id_never_hangs_a_resume_nor_deletes_eval_json(t
         [*cmd, *args], env=_wandb_env(tmp_path, "offline"), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == f"error: {fifo} cannot be read: not a regular file"
+    (line,) = done.stderr.strip().splitlines()  # one line, nothing else on stderr
+    assert line.startswith(f"error: {fifo}") and "not a regular file" in line
     assert (out / rundir.EVAL).is_file()  # refused before the run directory was touched
 
 
@@ -391,10 +393,9 @@ def test_a_plugin_calling_sys_exit_on_import_is_one_line_naming_it(tmp_path, mon
         site.mkdir()
         (site / "wt_exiting_installed.py").write_text("import sys\nsys.exit(3)\n")
         monkeypatch.syspath_prepend(str(site))
-        with pytest.raises(
-            plugins.PluginError, match=r"imports: wt_exiting_installed: importing it called sys\.exit\(3\)"
-        ):
+        with pytest.raises(plugins.PluginError, match="^imports: wt_exiting_installed: ") as err:
             plugins.require(["wt_exiting_installed"], trust_code=True, where="imports")
+        assert "sys.exit(3)" in str(err.value)
     finally:
         sys.modules.pop("wt_exiting_plugin", None)
         sys.modules.pop("wt_exiting_installed", None)
@@ -411,13 +412,13 @@ BOMB = "".join(
 def test_a_yaml_alias_bomb_is_refused_in_one_short_line_naming_the_file(tmp_path):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BOMB)  # 9^7 = 4.8 million values from 300 bytes
-    with pytest.raises(ValueError, match=f"holds more than {MAX_NODES} values once its YAML aliases") as err:
+    with pytest.raises(ValueError, match=f"more than {MAX_NODES} values") as err:
         get_recipe(bomb)
-    assert str(bomb) in str(err.value) and len(str(err.value)) < 500
+    assert str(bomb) in str(err.value) and "alias" in str(err.value) and len(str(err.value)) < 500
     line = _one_error(runner.invoke(app, ["train", "--config", str(bomb), "--out", str(tmp_path / "r")]), code=2)
     assert str(bomb) in line and len(line) < 500
     (tmp_path / "self.yaml").write_text("a: &a [*a, *a]\n")  # an alias inside itself: endlessly deep
-    with pytest.raises(ValueError, match="self.yaml' is nested more than 64 levels deep"):
+    with pytest.raises(ValueError, match=r"self\.yaml' .*more than 64 levels"):
         read_file(tmp_path / "self.yaml")
 
 
@@ -435,7 +436,7 @@ def test_a_huge_or_deeply_nested_file_is_refused_naming_it(tmp_path):
 def test_a_validation_error_never_prints_a_huge_value(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("overrides: {train.lr: 1}\nnot_a_field: [" + ", ".join(["12345"] * 50_000) + "]\n")
-    with pytest.raises(ValueError, match=r"not_a_field: Extra inputs are not permitted \(got \[12345, ") as err:
+    with pytest.raises(ValueError, match=r"not_a_field: .*\(got \[12345, ") as err:
         get_recipe(recipe)
     assert len(str(err.value)) < 500
 

@@ -95,13 +95,13 @@ def _folder(p: Path) -> Path:
 def test_an_output_that_is_not_a_regular_file_is_refused_and_left_as_it_is(pair, tmp_path, option, make, kind, still):
     path = make(tmp_path / "result.png")
     line = error_line(_compare(pair, option, str(path)), 2)
-    assert line == f"error: {option}: {str(path)!r} is {kind}, not a regular file; name a file to write"
+    assert line.startswith(f"error: {option}: {str(path)!r} is {kind}") and "not a regular file" in line
     assert still(path)
 
 
 def test_dev_null_is_refused_and_stays_a_device(pair):
     line = error_line(_compare(pair, "--out", "/dev/null"), 2)
-    assert "--out: '/dev/null' is a character device, not a regular file" in line
+    assert "--out: '/dev/null' " in line and "character device" in line and "not a regular file" in line
     assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
 
 
@@ -181,7 +181,7 @@ def test_a_report_is_never_written_into_a_run_directory(pair):
     a, b = pair
     before = snapshot(b)
     line = error_line(runner.invoke(app, ["report", str(a), "--out", str(b)]), 2)
-    assert line == f"error: --out: {str(b)!r} is a run directory, whose files are the run's own; write elsewhere"
+    assert line.startswith(f"error: --out: {str(b)!r} ") and "is a run directory" in line
     line = error_line(runner.invoke(app, ["report", str(a), "--out", str(b / "figures")]), 2)
     assert f"lies inside {str(b)!r}" in line
     assert snapshot(b) == before
@@ -192,7 +192,7 @@ def test_train_overwrite_says_that_it_deletes_the_runs_wandb_folder_too(trained)
     (trained / tracking.WANDB_DIR / tracking._WANDB_ID).write_text("abc\n")
     r = runner.invoke(app, train_args(trained, "--overwrite"))
     assert r.exit_code == 0, r.output
-    assert f"overwrite: deleted {str(trained / 'wandb')!r} (wandb's files of the run)" in r.output
+    assert f"overwrite: deleted {str(trained / 'wandb')!r}" in r.output
     assert not (trained / "wandb").exists()
     r = runner.invoke(app, train_args(trained, "--overwrite"))  # no wandb/ now: nothing said of it
     assert r.exit_code == 0 and "wandb" not in r.output
@@ -208,11 +208,11 @@ def test_no_run_directory_is_made_or_probed_into_inside_another(pair, tmp_path):
     a, b = pair
     before = snapshot(a), snapshot(b)
     line = error_line(runner.invoke(app, train_args(a / "checkpoints" / "inner")), 2)
-    assert f"lies inside the run directory {str(a)!r}; a run directory is never made inside another" in line
+    assert f"inside the run directory {str(a)!r}" in line
     run = runs.load_run(b)
     with pytest.raises(ValueError, match="lies inside the run directory"):
         runs.save_run(run.load_checkpoint(2), run.task, a / "evals" / "exported", run.config)
-    with pytest.raises(ValueError, match=r"--out: .* is or lies inside the run directory"):
+    with pytest.raises(ValueError, match=r"--out: .*inside the run directory"):
         probe_run(b, out=a, n=4)  # would replace a's geometry.json and figures with b's
     assert (snapshot(a), snapshot(b)) == before
 
@@ -226,7 +226,7 @@ def test_llm_geometry_never_writes_into_a_run_directory(pair, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("one two\nthree four\nfive six\nseven eight\n")
     before = snapshot(pair[0])
-    with pytest.raises(ValueError, match=r"--out: .* lies inside .* which is a run directory"):
+    with pytest.raises(ValueError, match=r"--out: .* inside .*run directory"):
         study.llm_geometry(model, pair[0] / "evals" / "llm", prompts=prompts, n=4)
     assert snapshot(pair[0]) == before
 
@@ -238,7 +238,7 @@ def test_a_driver_never_replaces_files_of_a_folder_no_driver_owns(tmp_path):
     sweep_out.mkdir()
     (sweep_out / "sweep.md").write_text("# my sweep notes\n")
     line = error_line(runner.invoke(app, ["sweep", str(base), "--grid", "seed=0", "--out", str(sweep_out)]), 2)
-    assert f"--out: {str(sweep_out / 'sweep.md')!r} is already there and no sweep owns" in line
+    assert f"--out: {str(sweep_out / 'sweep.md')!r} " in line and "already there" in line and "no sweep" in line
     assert (sweep_out / "sweep.md").read_text() == "# my sweep notes\n" and not (sweep_out / "runs").exists()
     ttb_out = tmp_path / "ttb"
     ttb_out.mkdir()
@@ -278,8 +278,9 @@ def test_publish_never_deletes_a_folder_it_did_not_write(tmp_path):
 
 
 def test_the_output_checks_say_why_in_one_line(tmp_path):
-    with pytest.raises(ValueError, match=r"^--x: '/dev/null' is a character device, not a regular file"):
+    with pytest.raises(ValueError, match=r"^--x: '/dev/null' ") as err:
         rundir.check_output_file("/dev/null", "--x")
+    assert "character device" in str(err.value) and "not a regular file" in str(err.value)
     assert rundir.check_output_file(tmp_path / "new.md", "--x") == tmp_path / "new.md"
     (tmp_path / "old.md").write_text("old")
     assert rundir.check_output_file(tmp_path / "old.md", "--x") == tmp_path / "old.md"  # a regular file: replaceable

@@ -296,9 +296,9 @@ def test_a_null_with_the_model_s_own_weights_is_refused(prompts, tmp_path):
     """A model built from its config under torch seed 1234 and a null drawn under 1234 are the same weights: the
     statistic would be the model against itself, which is refused naming the seed; so are repeated seeds."""
     model = save_toy(tmp_path / "toy", "gpt2", seed=1234)
-    with pytest.raises(ValueError, match="random-init model of seed 1234 has exactly the model's weights"):
+    with pytest.raises(ValueError, match="seed 1234 .*exactly the model's weights"):
         study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=[5, 1234])
-    with pytest.raises(ValueError, match=r"--null-seed: each draw needs its own seed \(5 is given twice\)"):
+    with pytest.raises(ValueError, match=r"--null-seed: .*5 is given twice"):
         study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, null_seed=[5, 5])
     with pytest.raises(ValueError, match="--nulls: must be between 1 and 16"):
         study.llm_geometry(model, tmp_path / "out", prompts=prompts, n=8, n_boot=10, n_nulls=0)
@@ -309,7 +309,7 @@ def test_a_null_with_the_model_s_own_weights_is_refused(prompts, tmp_path):
 
     args = ["llm-geometry", "--model", str(model), "--prompts", str(prompts), "--n", "8", "--out", str(tmp_path / "o")]
     done = CliRunner().invoke(app, [*args, "--null-seed", "5", "--null-seed", "1234"])  # the option repeats
-    assert done.exit_code == 2 and "seed 1234 has exactly the model's weights" in done.output
+    assert done.exit_code == 2 and "seed 1234 " in done.output and "exactly the model's weights" in done.output
 
 
 # --- each definition against a direct computation ---------------------------------------------------------------

@@ -425,5 +425,5 @@ def test_a_leading_space_the_tokenizer_reads_alone_moves_into_the_prompt_and_the
     single = Prompt(text="x ->", choices=("1", "2"), posterior=(0.5, 0.5), family="text-bijection", position=0)
     assert lp.fitted(tok, single) is single  # already one token each: as it is
     long = Prompt(text="x ->", choices=(" 10", " 2"), posterior=(0.5, 0.5), family="text-bijection", position=0)
-    with pytest.raises(ValueError, match="choice ' 10' of a text-bijection prompt is not one token"):
+    with pytest.raises(ValueError, match="choice ' 10' .*not one token"):
         lp.fitted(tok, long)  # "10" is two characters either way: refused, naming the choice as written

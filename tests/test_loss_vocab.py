@@ -135,7 +135,7 @@ def test_a_model_without_a_tied_head_is_refused_before_the_run_directory(tmp_pat
     directory exists (here: a registered model whose head lookup finds none)."""
     monkeypatch.setattr(tr, "tied_head", lambda model: None)
     cfg = build_config(overrides={**TINY, "model.arch": "transformer", "train.loss": "ce_vocab", "train.steps": 1})
-    with pytest.raises(ValueError, match="train.loss: 'ce_vocab' needs a model with one tied output head"):
+    with pytest.raises(ValueError, match=r"train\.loss: 'ce_vocab' .*tied output head"):
         tr.train(cfg, tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
 

@@ -182,7 +182,7 @@ def test_a_block_split_step_is_muon_on_each_block_separately(blocks):
 
 
 def test_block_sizes_must_split_the_rows():
-    with pytest.raises(ValueError, match=r"row blocks \[4, 4\] do not split a matrix of shape \(9, 3\)"):
+    with pytest.raises(ValueError, match=r"row blocks \[4, 4\] .*\(9, 3\)"):
         BlockMuon([(nn.Parameter(torch.zeros(9, 3)), (4, 4))])
 
 
@@ -243,6 +243,6 @@ def test_muon_without_a_hidden_matrix_stops_before_the_run_directory(tmp_path):
         "model": {"arch": "mlp-pointwise", "preset": "smoke", "size": {"n_layers": 0}},
         "train": {"optimizer": "muon", "steps": 2, "batch_size": 2},
     }
-    with pytest.raises(ValueError, match=r"train\.optimizer: muon has no hidden matrix to orthogonalise"):
+    with pytest.raises(ValueError, match=r"train\.optimizer: muon has no hidden matrix"):
         train(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()

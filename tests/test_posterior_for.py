@@ -127,11 +127,11 @@ def test_bijection_invalid_inputs():
     task = tasks.make("bijection", V=5, L=5)
     x = task.sample(2, seed=6).inputs.clone()
     x[1, 3] = x[1, 1]  # two keys revealed with one value
-    with pytest.raises(ValueError, match=r"inputs: revealed pairs that no permutation has \(sequence 1\)"):
+    with pytest.raises(ValueError, match=r"inputs: .*permutation.*\(sequence 1\)"):
         task.posterior_for(x)
     x = task.sample(2, seed=6).inputs.clone()
     x[0, 0] = 7
-    with pytest.raises(ValueError, match=r"inputs: a key outside 0\.\.4 \(sequence 0\)"):
+    with pytest.raises(ValueError, match=r"inputs: .*outside 0\.\.4 \(sequence 0\)"):
         task.posterior_for(x)
 
 
@@ -155,7 +155,7 @@ def test_recall_edited_inputs_against_a_lookup():
             assert int(got.probs[i, s + 2].argmax()) == want and float(got.probs[i, s + 2, want]) == 1.0, (i, j)
     unstored = x.clone()
     unstored[0, starts[1] + 1] = 10 + next(k for k in range(16) if 10 + k not in x[0, 1:16:4].tolist())
-    with pytest.raises(ValueError, match=r"inputs: a query for a key that is not stored \(sequence 0\)"):
+    with pytest.raises(ValueError, match=r"inputs: .*not stored \(sequence 0\)"):
         task.posterior_for(unstored)
     twice = x.clone()
     twice[1, 5] = twice[1, 1]
@@ -198,7 +198,7 @@ def test_regression_edited_inputs_against_the_joint(pair_tokens):
     if pair_tokens:
         bad = x.clone()
         bad[0, 2, 0] += 1.0  # an x edited without its y-token
-        with pytest.raises(ValueError, match=r"a y-token whose x part is not the x before it \(sequence 0\)"):
+        with pytest.raises(ValueError, match=r"y-token.* x .*\(sequence 0\)"):
             task.posterior_for(bad)
-    with pytest.raises(ValueError, match=r"inputs: expected real vectors of shape \(B, 11, 5\)"):
+    with pytest.raises(ValueError, match=r"inputs: .*shape \(B, 11, 5\)"):
         task.posterior_for(x[:, :-2])

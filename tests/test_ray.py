@@ -330,7 +330,7 @@ def test_an_impossible_resource_request_fails_at_once(cluster, tmp_path):
     """A run that asks for more CPUs than any node has would wait for ever: it fails at once naming the largest."""
     cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "oracle"}))
     job = Job("big", cfg, str(tmp_path / "runs"), threads=8)
-    with pytest.raises(ValueError, match=r"--threads 8: no node of the Ray cluster has 8 CPUs; the largest has 1\b"):
+    with pytest.raises(ValueError, match=r"--threads 8: .*8 CPUs.* largest has 1\b"):
         make_executor("ray", ray_address=cluster.address).run([job])
     assert not job.run_dir.exists()
 

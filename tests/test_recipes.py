@@ -267,7 +267,7 @@ def test_weight_decay_on_is_validated_and_defaults_to_matrices():
     from windtunnel.config import TrainConfig, validate
 
     assert TrainConfig().weight_decay_on == "matrices"  # existing configs train exactly as before
-    with pytest.raises(ValueError, match=r"train\.weight_decay_on: Input should be 'matrices' or 'all'"):
+    with pytest.raises(ValueError, match=r"train\.weight_decay_on: .*'matrices'.*'all'"):
         validate({"train": {"weight_decay_on": "embeddings"}})
 
 
@@ -328,12 +328,12 @@ def test_a_recipe_step_count_that_is_no_whole_number_is_one_error_naming_the_key
     """`train.steps: .inf` was an OverflowError inside `Recipe.apply` (it turns curriculum fractions into steps)."""
     f = tmp_path / "r.yaml"
     f.write_text(f"overrides:\n  train.steps: {steps}\n")
-    with pytest.raises(ValueError, match=rf"{f}: recipe: overrides: train.steps: expected a whole number of steps"):
+    with pytest.raises(ValueError, match=rf"{f}: recipe: overrides: train\.steps: .*whole number"):
         get_recipe(f)
-    with pytest.raises(ValueError, match=r"by_task: train.steps: expected a whole number"):
+    with pytest.raises(ValueError, match=r"by_task: train\.steps: .*whole number"):
         parse_recipe({"name": "x", "by_task": {"hmm": {"train.steps": float("inf")}}})
     base = run_config("hmm", "transformer", "smoke")
-    with pytest.raises(ValueError, match=r"^config: train.steps: expected a whole number of steps >= 0, got inf$"):
+    with pytest.raises(ValueError, match=r"^config: train\.steps: .*>= 0.*\binf$"):
         RECIPES.get("curriculum").apply({**base, "train": {**base["train"], "steps": float("inf")}})
     assert parse_recipe({"name": "x", "overrides": {"train.steps": 40}}).apply(base)["train"]["steps"] == 40
 

@@ -75,7 +75,7 @@ def test_eval_at_the_run_s_own_settings_reproduces_eval_json(run_dir):
     files = _evals(run_dir)
     r = runner.invoke(app, ["eval", str(run_dir)])
     assert r.exit_code == 0, r.output
-    assert f"wrote {run_dir / 'eval.json'}: the run's recorded evaluation, at its own settings" in r.output
+    assert f"wrote {run_dir / 'eval.json'}" in r.output and "recorded evaluation" in r.output
     assert (run_dir / "eval.json").read_bytes() == before  # the same numbers, rewritten
     assert _evals(run_dir) == files
     # a setting the config evaluates (L=5) at the run's n is part of the recorded evaluation too
@@ -135,7 +135,7 @@ def test_the_report_reads_only_eval_json(run_dir, tmp_path):
     for name in ("config.json", "eval.json"):
         (bad / name).write_bytes((run_dir / name).read_bytes())
     rundir.write_json(bad / "eval.json", {**recorded, "default": extra["default"]})
-    with pytest.raises(CheckpointError, match=r"default\.extra: an evaluation at other settings .* kept in evals/"):
+    with pytest.raises(CheckpointError, match=r"default\.extra: .*other settings.* evals/"):
         read_run(bad)
 
 
@@ -181,4 +181,4 @@ def test_eval_runs_where_the_run_trained_and_names_a_bad_device(run_dir, monkeyp
     assert r.exit_code == 2 and "--device: must be one of auto, cpu, cuda (got 'tpu')" in r.output
     if not torch.cuda.is_available():
         r = runner.invoke(app, ["eval", str(run_dir), "--device", "cuda"])
-        assert r.exit_code == 2 and "--device: 'cuda' requested but no CUDA device" in r.output
+        assert r.exit_code == 2 and "--device: 'cuda' " in r.output and "no CUDA device" in r.output

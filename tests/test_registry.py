@@ -63,8 +63,9 @@ def test_registering_listing_and_removing_follow_one_set_of_rules(point):
     reg.register("wt_entry", entry)
     assert reg.names() == [*before, "wt_entry"] and "wt_entry" in reg
     assert reg.get("wt_entry") is entry and reg.peek("wt_entry") is entry and reg.imported()["wt_entry"] is entry
-    with pytest.raises(ValueError, match=rf"{kind} 'wt_entry' already exists \(pass overwrite=True to replace it\)"):
+    with pytest.raises(ValueError, match=rf"{kind} 'wt_entry' already exists") as err:
         reg.register("wt_entry", entry)
+    assert "overwrite=True" in str(err.value)  # the argument that replaces it
     reg.register(before[0], entry, overwrite=True)  # a replaced entry keeps its place
     assert reg.names() == [*before, "wt_entry"] and reg.get(before[0]) is entry
     reg.unregister("wt_entry")
@@ -102,22 +103,27 @@ def test_a_value_registry_holds_its_objects_and_a_factory_registry_its_factories
     with pytest.raises(TypeError, match="^register: factory must be callable$"):
         factories.register("r", Recipe(name="r"))
     reserved = Registry("thing", holds=Recipe, reserved={"step"}, name_rule="a key taken", caller="add_thing")
-    with pytest.raises(ValueError, match=r"^add_thing: 'step' is not a thing name \(a key taken\)$"):
+    with pytest.raises(ValueError, match=r"^add_thing: 'step' ") as err:
         reserved.register("step", Recipe(name="step"))
+    assert "thing name" in str(err.value) and "(a key taken)" in str(err.value)  # the kind and its name_rule
 
 
 def test_probes_through_their_own_functions(monkeypatch):
     monkeypatch.setattr(geometry_registry._PROBES, "_entries", dict(geometry_registry._PROBES._entries))
     probe = Probe("wt_norms", compute=lambda ctx: {})
     assert register_probe(probe) is probe and get_probe("wt_norms") is probe and probes()[-1] is probe
-    with pytest.raises(ValueError, match=r"^register_probe: probe 'wt_norms' already exists \(pass overwrite=True"):
+    with pytest.raises(ValueError, match=r"^register_probe: ") as err:
         register_probe(Probe("wt_norms", compute=lambda ctx: {}))
-    with pytest.raises(ValueError, match=r"^register_probe: 'figures' is not a probe name \(empty, or a key geometry"):
+    assert "'wt_norms' already exists" in str(err.value) and "overwrite=True" in str(err.value)
+    with pytest.raises(ValueError, match=r"^register_probe: 'figures' ") as err:
         register_probe(Probe("figures", compute=lambda ctx: {}))
+    assert "not a probe name" in str(err.value)
     with pytest.raises(TypeError, match=r"^register_probe: expected a Probe \(got str\)$"):
         register_probe("wt_norms")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^probe: unknown probe 'kyes' \(did you mean 'keys'\?\); choose one of keys"):
+    with pytest.raises(ValueError, match=r"^probe: .*'kyes'") as err:
         get_probe("kyes")
+    assert "'keys'" in str(err.value)  # the suggestion
+    assert all(p.name in str(err.value) for p in probes())  # the names it may be
     unregister_probe("wt_norms")
     assert "wt_norms" not in [p.name for p in probes()]
 
@@ -143,10 +149,9 @@ def test_recipes_through_get_recipe(monkeypatch):
     assert get_recipe("wt_mine") is mine and RECIPES.values()[-1] is mine
     with pytest.raises(ValueError) as err:
         get_recipe("wt_mien")
-    assert str(err.value) == (
-        f"recipe: 'wt_mien' is neither a registered recipe ({', '.join(RECIPES.names())}) nor a YAML/JSON file "
-        "(did you mean 'wt_mine'?)"
-    )
+    message = str(err.value)
+    assert message.startswith("recipe: 'wt_mien' ") and "'wt_mine'" in message  # the bad name, the suggestion
+    assert f"({', '.join(RECIPES.names())})" in message and "YAML/JSON file" in message  # what it may be
     RECIPES.unregister("wt_mine")
-    with pytest.raises(ValueError, match=r"neither a registered recipe \(baseline, wsd, muon, soft, soft-muon, "):
+    with pytest.raises(ValueError, match=r"\(baseline, wsd, muon, soft, soft-muon, "):
         get_recipe("wt_mine")

@@ -196,12 +196,8 @@ def test_recall_below_stored_value_chance_is_called_an_optimisation_failure():
     }
     assert tables.below_floor(data, recs) == ["recall / lstm (4.0% < chance among the 16 stored values 6.2%)"]
     refs = tables.reference_levels(recs)
-    assert (
-        "recall: chance among the 16 stored values 6.2% (a model below it has not even learnt that the answer "
-        "is a stored value)"
-        in refs
-        and any(r.startswith("recall: scored at the answer slot") for r in refs)
-    )
+    assert any(r.startswith("recall: chance") and "16 stored values" in r and "6.2%" in r for r in refs)
+    assert any(r.startswith("recall: scored at the answer slot") for r in refs)
 
 
 def test_seed_intervals_are_never_clipped_to_the_metric_range():

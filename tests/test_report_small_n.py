@@ -105,10 +105,11 @@ def test_two_seeds_whose_closest_margin_reaches_zero_are_too_few_to_separate():
         record("hmm", "transformer", 1, hmm_eval(0.05, window_kl=0.035)),
     ]
     c = cell(two)
-    assert c["closest_text"] == "exact (too few seeds to separate from last 1 obs)"
+    closest = c["closest_text"]
+    assert closest.startswith("exact (") and "too few seeds" in closest and "last 1 obs" in closest
     header, rows, _ = tables.primitives_table(two)
     shown = dict(zip(header, rows[0], strict=True))[CLOSEST]
-    assert "too few seeds to separate from last 1 obs" in shown and "not separated" not in shown
+    assert "too few seeds" in shown and "last 1 obs" in shown and "not separated" not in shown
     # three seeds as spread: the interval has two degrees of freedom, and a tie is a tie
     three = [*two, record("hmm", "transformer", 2, hmm_eval(0.03, window_kl=0.04))]
     assert cell(three)["closest_text"] == "exact (not separated from last 1 obs)"
@@ -122,7 +123,9 @@ def test_a_two_seed_belief_horizon_and_threshold_say_too_few_seeds():
         record("hmm", "transformer", 1, hmm_eval(0.006, window_gain=(-0.01, 0.001))),
     ]
     reasons = cell(runs)["verdict"]["reasons"]
-    assert "belief horizon 0: too few seeds to separate from the best 1-observation predictor" in reasons
+    assert any(
+        r.startswith("belief horizon 0: ") and "too few seeds" in r and "1-observation predictor" in r for r in reasons
+    )
     assert not any("not measurably better" in r for r in reasons)
     err = [record("bijection", "transformer", s, bijection(v, kl=0.001)) for s, v in enumerate([0.004, 0.006])]
     c = cell(err)
@@ -146,7 +149,8 @@ def test_two_seed_comparisons_in_claims_are_too_few_seeds_not_ties():
     found = {c["claim"]: c for c in claims.judge_claims(runs, data, [])}
     weaker = found["Mamba weaker than the transformer at binding (recall)"]
     assert weaker["verdict"] == "undecided"
-    assert weaker["why"] == "both ◐, too few seeds to separate from transformer"
+    assert weaker["why"].startswith("both ◐") and "too few seeds" in weaker["why"]
+    assert weaker["why"].endswith("transformer")  # the architecture it is not separated from
     assert "intervals not separated" not in weaker["why"]
 
 
@@ -161,7 +165,7 @@ def test_a_seed_measurably_better_than_context_blind_is_never_no_better():
         record("hmm", "transformer", 1, hmm_eval(0.4, blind_gain=(-0.001, 0.001))),
     ]
     c = cell(split)
-    assert c["closest_text"] == "seeds disagree: 1 of 2 measurably better than context-blind"
+    assert c["closest_text"].startswith("seeds disagree: 1 of 2 ") and "context-blind" in c["closest_text"]
     header, rows, _ = tables.primitives_table(split)
     shown = dict(zip(header, rows[0], strict=True))[CLOSEST]
     assert shown.startswith("seeds disagree: 1 of 2 measurably better than context-blind")
@@ -171,9 +175,8 @@ def test_a_seed_measurably_better_than_context_blind_is_never_no_better():
         record("hmm", "transformer", 0, hmm_eval(0.2, blind_gain=(0.3, 0.01))),
         record("hmm", "transformer", 1, hmm_eval(0.4, blind_gain=(0.01, 0.001))),
     ]
-    assert cell(both)["closest_text"] == (
-        "too few seeds to separate from context-blind (each of 2 seeds measurably better on its own)"
-    )
+    closest = cell(both)["closest_text"]
+    assert closest.startswith("too few seeds") and "context-blind" in closest and "each of 2 seeds" in closest
     # no seed better: "none" is the truth
     none = [record("hmm", "transformer", s, hmm_eval(0.4, blind_gain=(-0.001, 0.001))) for s in range(2)]
     assert cell(none)["closest_text"] == "none: no better than context-blind"
@@ -192,7 +195,7 @@ def test_a_seed_off_the_floor_is_never_called_on_the_floor():
     found = {c["claim"]: c for c in claims.judge_claims(records, data, geometry_across_seeds(records)[1])}
     why = found[BIJECTION]["why"]
     assert found[BIJECTION]["verdict"] == "undecided"
-    assert "seeds disagree: 1 of 2 measurably off the context-blind floor" in why
+    assert "seeds disagree: 1 of 2 " in why and "off the context-blind floor" in why
     assert "on the context-blind floor" not in why
 
 
@@ -213,9 +216,9 @@ def test_intervals_are_printed_unclipped_and_the_legend_says_so(tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     row = next(line for line in md[md.index("## Table 1") :].splitlines() if line.startswith("| transformer |"))
     assert f"0.026 [{fmt(c['lo'], 'entropy_mae_bits')}{BEYOND_RANGE}, " in row and "[0.000, " not in row
-    assert "Intervals are never clipped to a metric's range" in md
+    assert "never clipped" in md
     # the end beyond the range is labelled, and the footnote under Table 1 says what the label means
-    assert f"{BEYOND_RANGE} beyond the metric's range (below 0 bits, or past 100%)" in md
+    assert f"{BEYOND_RANGE} beyond the metric's range" in md
     # accuracy past 100% is printed as it is
     acc = [
         record("recall", "mamba", s, {"metrics": {"accuracy": iv(a), "entropy_mae_bits": iv(0.001)}})
@@ -326,7 +329,7 @@ def test_a_fail_names_the_approximate_condition_it_missed_not_the_exact_one():
     assert v["reasons"] == ["KL(exact ‖ model) 0.3 > 0.1 bits (upper end)"]
     assert not any("0.01 bits" in r for r in v["reasons"])
     assert any("entropy error" in r and "> 0.01 bits" in r for r in v["exact_reasons"])  # kept, for ✓
-    assert marks.shortfall(v["level"], v["reasons"]) == "misses ◐: KL(exact ‖ model) 0.3 > 0.1 bits (upper end)"
+    assert marks.shortfall(v["level"], v["reasons"]) == f"misses ◐: {v['reasons'][0]}"  # the mark, then the reason
     # the HMM: within ✓ on both metrics, but no better than the best one-observation predictor: that is the ✗
     hmm = cell([record("hmm", "transformer", 0, hmm_eval(0.005, err=0.05, window_gain=(-0.01, 0.001)))])
     assert hmm["level"] == "fail"

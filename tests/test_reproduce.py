@@ -74,9 +74,8 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
     standard_recall = entries["recall-mamba-s0"]["task"]["params"]
     assert (standard_recall["N"], standard_recall["key_vocab"], standard_recall["value_vocab"]) == (16, 32, 32)
     assert [o["N"] for o in entries["recall-mamba-s0"]["eval"]["overrides"]] == [24, 32]  # at most the 32 keys
-    assert (
-        "recall: a curriculum of N=4 to 20% of the steps, N=8 to 40%, then the task's own" in deviations("standard")[1]
-    )
+    recall = deviations("standard")[1].partition("recall: ")[2]  # the recall part of the fair-protocol line
+    assert "curriculum" in recall and "N=4 to 20%" in recall and "N=8 to 40%" in recall  # the stages, their ends
     lines = deviations("standard")
     assert lines[0].startswith("model sizes: the 'quick' presets")
     assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)
@@ -134,17 +133,14 @@ def test_deviations_are_computed_from_configs_and_name_their_source():
     assert paper and all(line.split(": ", 1)[0].endswith((" model", " training", " evaluation")) for line in paper)
     hmm_model = next(line for line in paper if line.startswith("hmm / transformer model: "))
     assert "form = pre-norm RMSNorm" in hmm_model and "dropout 0.1" in hmm_model and "init form = " in hmm_model
-    assert "[authors' code: src/models/gpt_mini.py:GPTMini" in hmm_model
+    assert "src/models/gpt_mini.py:GPTMini" in hmm_model  # its source in the authors' code
     hmm_train = next(line for line in paper if line.startswith("hmm / transformer training: "))
-    assert "data = fresh sequences every step (10,000 pre-generated" in hmm_train
-    assert "checkpoint = the final weights (the best validation loss" in hmm_train
+    assert "data = fresh sequences every step" in hmm_train and "10,000 pre-generated" in hmm_train
+    assert "checkpoint = the final weights" in hmm_train and "best validation loss" in hmm_train
     assert not any(line.startswith("bijection / transformer model: ") for line in paper)  # G3's form and init, ours
     lines = deviations("quick")
     assert any(
-        line.startswith("recall: ")
-        and "N = " in line
-        and "(64)" in line
-        and "[authors' code: src/data/associative_recall.py" in line
+        line.startswith("recall: ") and "N = " in line and "(64)" in line and "src/data/associative_recall.py" in line
         for line in lines
     )
     hmm_tf = next(line for line in lines if line.startswith("hmm / transformer model: "))
@@ -203,7 +199,7 @@ def test_smoke_report_structure(smoke):
         + "."
     ) in md
     assert table["oracle"]["hmm"]["level"] == "exact" and table["oracle"]["hmm"]["closest"] == "exact"
-    assert "KL-nearest reference" in md and "Reference levels and scoring (derived from the tasks" in md
+    assert "KL-nearest reference" in md and "Reference levels and scoring" in md
     # length generalisation prints each task's headline metric (accuracy for recall)
     lg = md.split("## Length generalisation")[1].split("##")[0]
     assert all("| accuracy |" in line for line in lg.splitlines() if line.startswith("| recall |"))
@@ -297,8 +293,9 @@ def test_a_published_tier_rebuilds_its_report_without_its_checkpoints(smoke, tmp
     assert after["meta"] == before["meta"]  # reproduce.json read back as its record: the metadata reproduce wrote
     recorded = json.loads((dest / "reproduce.json").read_text())
     (dest / "reproduce.json").write_text(json.dumps({**recorded, "run_wall_s": {"hmm-lstm": "slow"}}))
-    with pytest.raises(CheckpointError, match=r"reproduce.json: run_wall_s.hmm-lstm: expected a number"):
+    with pytest.raises(CheckpointError, match=r"reproduce\.json: run_wall_s\.hmm-lstm: ") as err:
         build_report([dest], dest)  # a garbled record names its field, never a report built on it
+    assert "number" in str(err.value)  # what the field must be
 
 
 def test_a_cell_whose_seeds_disagree_gets_more_seeds_up_to_the_tier_s_limit():

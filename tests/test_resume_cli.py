@@ -148,10 +148,10 @@ def test_refused_keys_are_named_one_by_one_with_old_and_new_values(tmp_path):
 def test_extending_a_decaying_schedule_warns_that_it_is_another_run_and_records_it(tmp_path):
     run = tmp_path / "run"
     _ok(runner.invoke(app, train_args(run, "--steps", "4", "--set", "train.warmup_steps=1")))
-    with pytest.warns(RuntimeWarning, match=r"train.steps 4 → 8 changes the cosine learning-rate schedule") as w:
+    with pytest.warns(RuntimeWarning, match=r"train\.steps 4 → 8 .*cosine") as w:
         _ok(runner.invoke(app, ["train", "--resume", str(run), "--steps", "8", "--no-progress"]))
     text = str(w[0].message)
-    assert "steps 2-4 were trained at the 4-step schedule's rates" in text and "not the run a fresh" in text
+    assert "steps 2-4" in text and "4-step schedule" in text and "fresh" in text
     (entry,) = json.loads((run / RESUMES).read_text())["resumes"]
     assert entry["step"] == 4 and entry["changed"] == ["train.steps: 4 → 8"] and "cosine" in entry["note"]
 
@@ -215,7 +215,7 @@ def test_a_signal_checkpoints_the_current_step_restores_the_handlers_and_resumes
         signal.signal(sig, previous)
     err = info.value
     assert isinstance(err, KeyboardInterrupt) and err.step == 3 and err.saved and err.exit_code == 128 + sig
-    assert f"checkpoint of step 3 written to {tmp_path / 'cut'}/checkpoints" in str(err)
+    assert "step 3" in str(err) and f"{tmp_path / 'cut'}/checkpoints" in str(err)
     assert f"windtunnel train --resume {tmp_path / 'cut'}" in str(err)
     assert checkpoints.list_checkpoints(tmp_path / "cut") == [3] and not (tmp_path / "cut" / "eval.json").exists()
 
@@ -328,10 +328,8 @@ def test_sigint_then_resume_run_ends_equal_to_an_uninterrupted_run(tmp_path):
     assert 30 <= step < STEPS and step != 20  # a checkpoint of the step it stopped at, not a scheduled one
     assert checkpoints.list_checkpoints(cut) == [20, step] and not (cut / "eval.json").exists()
     (line,) = [s for s in done.stderr.splitlines() if s.strip()]
-    assert line == (
-        f"interrupted: SIGINT: checkpoint of step {step} written to {cut}/checkpoints; "
-        f"continue with: windtunnel train --resume {cut}"
-    )
+    assert line.startswith("interrupted: SIGINT: ") and f"step {step} " in line and f"{cut}/checkpoints" in line
+    assert line.endswith(f": windtunnel train --resume {cut}")  # the command to go on with, last
     assert max(r["step"] for r in rundir.read_metrics(cut)) == step  # every line up to it, none after
 
     out = _ok(runner.invoke(app, ["train", "--resume", str(cut)]))
@@ -347,7 +345,7 @@ def test_sigterm_checkpoints_exits_143_and_the_run_resumes(tmp_path):
     run = tmp_path / "run"
     done, step = _interrupt(run, signal.SIGTERM)
     assert done.returncode == 143, done.stderr
-    assert f"interrupted: SIGTERM: checkpoint of step {step} written" in done.stderr and step >= 30
+    assert "interrupted: SIGTERM: " in done.stderr and f"step {step} " in done.stderr and step >= 30
     with pytest.warns(RuntimeWarning, match="not the run a fresh"):  # a shorter cosine schedule: said
         out = _ok(runner.invoke(app, ["train", "--resume", str(run), "--steps", str(step + 1)]))
     assert f"resuming at step {step}" in out and (run / "eval.json").exists()
@@ -393,7 +391,7 @@ def test_a_warning_without_preset_or_size_names_the_default_size(tmp_path):
     r = runner.invoke(app, args)
     _ok(r)
     (warning,) = [s for s in r.stderr.splitlines() if s.startswith("warning: ")]
-    assert "no --preset and no model size" in warning and "transformer architecture's built-in default size" in warning
+    assert "--preset" in warning and "model size" in warning and "transformer" in warning and "default" in warning
     assert (
         "(n_layers=6, n_heads=6, d_model=192)" in warning and "for 1 step," in warning and "--preset quick" in warning
     )

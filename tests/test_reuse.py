@@ -97,7 +97,7 @@ def test_a_run_of_another_config_is_refused_naming_the_keys_then_fresh_reruns_it
     with pytest.raises(RunMismatchError) as err:
         reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD)
     message = str(err.value)
-    assert "bijection-uniform: holds a run of another config" in message and "eval.n: 64 → 300" in message
+    assert "bijection-uniform" in message and "another config" in message and "eval.n: 64 → 300" in message
     assert "task.params.V: 6 → " in message and "--fresh" in message
     assert (rq / "runs" / "bijection-uniform" / "eval.json").read_bytes() == stored  # neither reused nor touched
     reproduce("quick", rq, only=UNIFORM, probe=False, options=ONE_THREAD, fresh=True)
@@ -114,7 +114,7 @@ def test_further_seeds_of_a_cell_are_dropped_once_its_config_changed(rq, monkeyp
     reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD)  # unchanged: its further seeds stay
     assert "bijection-lstm-s1" in _reported(rq)
     monkeypatch.setattr(paper, "SMOKE", (6, 8, 2e-3))
-    with pytest.raises(RunMismatchError, match="not the runs asked for: bijection-lstm-s1"):
+    with pytest.raises(RunMismatchError, match="bijection-lstm-s1"):
         reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD)
     reproduce("smoke", rq, only=lstm, probe=False, options=ONE_THREAD, fresh=True)
     assert _reported(rq) == ["bijection-lstm", "bijection-uniform"]
@@ -165,7 +165,7 @@ def test_a_done_run_without_eval_json_is_evaluated_again_and_a_bad_done_json_is_
     assert (job.run_dir / "eval.json").read_bytes() == evaluation
     assert (job.run_dir / "metrics.jsonl").read_bytes() == metrics
     (job.run_dir / rundir.DONE).write_text("[]")
-    with pytest.raises(CheckpointError, match=r"done.json is corrupted: expected a JSON object"):
+    with pytest.raises(CheckpointError, match=r"done\.json is corrupted"):
         run_job(job)
 
 
@@ -192,13 +192,13 @@ def test_a_sweep_point_of_another_config_is_refused_and_fresh_sets_it_aside(tmp_
 def test_reproduce_into_a_sweeps_out_never_reads_its_runs(tmp_path, rq):
     out = tmp_path / "s"
     sweep(SWEEP_BASE, {"seed": [0]}, out, ONE_THREAD)
-    with pytest.raises(ValueError, match=r"holds the runs of a sweep \(manifest.json\)"):
+    with pytest.raises(ValueError, match=r"^--out: .* a sweep \(manifest\.json\)"):
         reproduce("smoke", out, only=UNIFORM, probe=False)
     assert [p.name for p in (out / "runs").iterdir()] == ["seed=0"] and not (out / "results.json").exists()
     (out / manifest.MANIFEST).unlink()  # a sweep's --out written before manifests: its sweep-config.json says so
-    with pytest.raises(ValueError, match=r"holds the runs of a sweep \(sweep-config.json\)"):
+    with pytest.raises(ValueError, match=r"^--out: .* a sweep \(sweep-config\.json\)"):
         reproduce("smoke", out, only=UNIFORM, probe=False)
-    with pytest.raises(ValueError, match=r"holds the runs of a reproduce \(manifest.json\)"):
+    with pytest.raises(ValueError, match=r"^--out: .* a reproduce \(manifest\.json\)"):
         sweep(SWEEP_BASE, {"seed": [0]}, rq, ONE_THREAD)  # and the other way round
 
 
@@ -213,7 +213,7 @@ def test_the_report_reads_the_manifest_not_everything_under_runs(rq, tmp_path):
     cfg = json.loads((rq / "runs" / "bijection-lstm" / "config.json").read_text())
     (rq / "runs" / "bijection-lstm" / "config.json").write_text(json.dumps({**cfg, "seed": 5}))
     line = _one_error(runner.invoke(app, ["report", str(rq), "--out", str(tmp_path / "c")]), 1)
-    assert "bijection-lstm: its config.json changed since" in line
+    assert "bijection-lstm" in line and "config.json changed" in line
 
 
 def test_reproduce_writes_to_one_out_per_tier_by_default(tmp_path, monkeypatch):
@@ -274,7 +274,7 @@ def test_a_recipe_may_set_only_training_keys(tmp_path, key, value):
     f.write_text(f"overrides:\n  train.optimizer: muon\n  {key}: {value}\n")
     out = tmp_path / "out"
     line = _one_error(runner.invoke(app, ["time-to-bayes", "--out", str(out), "--cell", f"{CELL},recipe={f}"]), 2)
-    assert f"{key}: a recipe here may set only the optimiser, schedule and curriculum" in line
+    assert f"{key}: " in line and all(allowed in line for allowed in ("optimiser", "schedule", "curriculum"))
     assert not out.exists()
 
 
@@ -352,9 +352,9 @@ def test_results_accumulate_and_refuse_another_setup(tmp_path):
     assert (first_run / "metrics.jsonl").read_bytes() == metrics  # its seed 0 was read back, not retrained
     assert len(manifest.listed(out)) == 3
     assert "wsd" in (out / "time_to_bayes.md").read_text() and "baseline" in (out / "time_to_bayes.md").read_text()
-    with pytest.raises(ValueError, match=r"different machines or settings \(jobs: 1 in the results already in"):
+    with pytest.raises(ValueError, match=r"\(jobs: 1 in .*, 2 in "):
         run([baseline], out, ExecutorOptions(jobs=2, threads=1), echo=str)  # refused before any training
-    with pytest.raises(ValueError, match=r"\(threads_per_run: 1 in the results already in"):
+    with pytest.raises(ValueError, match=r"\(threads_per_run: 1 in .*, 2 in "):
         run([baseline], out, ExecutorOptions(threads=2), echo=str)
 
 
@@ -387,7 +387,7 @@ def test_merge_refuses_duplicates_its_own_out_and_mixed_setups_unless_told(tmp_p
         merge([a, a / "time_to_bayes.json"], tmp_path / "m1")
     with pytest.raises(ValueError, match="is one of the sources"):
         merge([a, b], a)
-    with pytest.raises(ValueError, match=r"different machines or settings \(torch: '2.13' in"):
+    with pytest.raises(ValueError, match=r"\(torch: '2\.13' in .*, '2\.14' in "):
         merge([a, c], tmp_path / "m2")
     with pytest.raises(ValueError, match=r"\(threads_per_run: 1 in"):
         merge([a, d], tmp_path / "m3")

@@ -61,7 +61,8 @@ def test_an_unfinished_run_is_marked_in_eval_json_and_every_report_row_and_never
     train(signal_cfg(), full, progress=False)  # the same config, finished
     r = runner.invoke(app, ["eval", str(cut)])
     _ok(r)
-    assert f"warning: {cut}: unfinished: stopped at step 3 of 8 (12 of 32 sequences seen)" in r.stderr
+    (warning,) = [line for line in r.stderr.splitlines() if line.startswith(f"warning: {cut}: unfinished")]
+    assert "step 3 of 8" in warning and "12 of 32 sequences" in warning
     assert _record(cut) == {
         "status": "unfinished",
         "steps": 8,
@@ -76,7 +77,8 @@ def test_an_unfinished_run_is_marked_in_eval_json_and_every_report_row_and_never
     (finished,) = _rows(md, "transformer |")
     (unfinished,) = _rows(md, "transformer (unfinished at step 3 of 8) |")
     assert "† unfinished" in unfinished and "seeds" not in unfinished and "†" not in finished  # one seed, unpooled
-    assert "cut: unfinished: stopped at step 3 of 8 (12 of 32 sequences seen)" in md
+    (said,) = [line for line in md.splitlines() if "cut: unfinished" in line]
+    assert "step 3 of 8" in said and "12 of 32 sequences" in said
     # what was run: the steps and sequences actually trained, not the config's
     (row,) = _rows(md, "cut |")
     assert "| † unfinished | 3 of 8 | 4 |" in row
@@ -153,7 +155,7 @@ def test_an_edit_of_config_json_outside_the_resumable_keys_is_refused_naming_it(
     line = r.output.strip()
     assert line.startswith("error: resume: 1 key differs from the config the run trained with") and "\n" not in line
     assert f"{change} (edited in config.json)" in line and str(cut / TRAINED) in line
-    assert "put back the values edited in config.json" in line
+    assert "put back" in line  # the way out
     assert {p.name: p.read_bytes() for p in cut.iterdir() if p.is_file() and not p.name.startswith(".")} == before
     # evaluated as it is, the run says its config.json is not what trained it
     _ok(runner.invoke(app, ["eval", str(cut)]))
@@ -182,11 +184,8 @@ def test_a_resume_without_the_record_it_compares_against_is_refused_naming_it(tm
     r = runner.invoke(app, ["train", "--resume", str(run), "--no-progress", "--steps", "8"])
     assert r.exit_code == 1, r.output
     line = r.output.strip()
-    assert line == (
-        f"error: resume: {str(run / TRAINED)!r} is missing: it records the config the run's checkpoints were "
-        "trained with (and whether it was trained outside windtunnel), so without it an edit of config.json cannot "
-        "be told from the run's own settings; train the config anew (--overwrite, or another --out)"
-    )
+    assert "\n" not in line and line.startswith(f"error: resume: {str(run / TRAINED)!r} is missing")
+    assert "--overwrite" in line and "--out" in line  # the ways to train it anew
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")} == before
 
 

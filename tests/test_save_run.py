@@ -137,8 +137,9 @@ def test_nan_weights_and_the_wrong_task_are_refused(task, tmp_path):
     with pytest.raises(CheckpointError, match="holds NaN"):
         windtunnel.save_run(model, task, tmp_path / "nan")
     other = tasks.make("bijection", V=6, L=4)  # a larger vocabulary than the model embeds
-    with pytest.raises(ValueError, match="does not run on task 'bijection''s inputs"):
+    with pytest.raises(ValueError, match="task 'bijection'") as err:
         windtunnel.save_run(_own_loop(task), other, tmp_path / "vocab")
+    assert "inputs" in str(err.value)
     three = nn.Embedding(task.spec.vocab_size, 3)  # causal, but 3 logits where the task has 5 classes
     with pytest.raises(ValueError, match=rf"expected outputs of shape \(4, {task.spec.seq_len}, 5\)"):
         windtunnel.save_run(three, task, tmp_path / "shape")
@@ -158,8 +159,9 @@ def test_an_unregistered_architecture_is_told_what_the_config_needs(task, tmp_pa
         windtunnel.save_run(Mine(), task, tmp_path / "r")
     # a config whose size builds another model than this one is refused before anything is written
     wrong = {"model": {"arch": "transformer", "size": {**SIZE, "d_model": 8}}}
-    with pytest.raises(ValueError, match="builds a model whose weights are not this one's"):
+    with pytest.raises(ValueError, match="builds a model") as err:
         windtunnel.save_run(_own_loop(task), task, tmp_path / "r", wrong)
+    assert "weights" in str(err.value)
     assert not (tmp_path / "r").exists()
 
 
@@ -173,7 +175,7 @@ def test_an_existing_directory_is_replaced_only_if_it_is_a_run(saved, task, tmp_
     (mine / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError):
         windtunnel.save_run(model, task, mine)
-    with pytest.raises(ValueError, match="is not a run directory: it holds 'notes.txt'"):
+    with pytest.raises(ValueError, match=r"not a run directory.*'notes\.txt'"):
         windtunnel.save_run(model, task, mine, overwrite=True)
     assert (mine / "notes.txt").read_text() == "mine" and {p.name for p in mine.iterdir()} == {"notes.txt"}
     copy = tmp_path / "copy"

@@ -76,7 +76,7 @@ def test_paper_tier_deviations_are_what_our_code_cannot_match():
     mamba = next(line for line in lines if line.startswith("hmm / mamba training: "))
     assert "data = fresh" in mamba and "nonfinite = " in mamba  # fixed 50k sequences; NaN batches skipped
     hmm = next(line for line in lines if line.startswith("hmm / transformer training: "))
-    assert "checkpoint = the final weights (the best validation loss" in hmm
+    assert "checkpoint = the final weights" in hmm and "best validation loss" in hmm  # ours (theirs)
 
 
 def test_quick_deviations_list_init_optimiser_and_loss_form():
@@ -89,7 +89,7 @@ def test_quick_deviations_list_init_optimiser_and_loss_form():
     assert "variant = reference (paper)" in mamba and "init = normal (torch)" in mamba
     train = next(line for line in lines if line.startswith("bijection / transformer training: "))
     assert "weight_decay_on = matrices (all)" in train and "(2V-way" in train
-    assert "loss = soft-target cross-entropy against the exact posterior" in train
+    assert "loss = soft-target cross-entropy" in train and "exact posterior" in train
     assert "optimizer = muon (adamw)" in train  # theirs is AdamW
 
 
