@@ -1,20 +1,25 @@
 """The paper tier's cells on one GPU, many runs at once, under a wall-clock deadline (the GPU check).
 
-Every run of `suite("paper")` that `--tasks` x `--archs` x `--seeds` selects trains at the authors' recipe and budget
+Every run of `suite("paper")` that the `--wave`s select trains at the authors' recipe and budget
 (`suites.settings.PAPER_SETTINGS`), each in its own `windtunnel train` process, all at once on the one GPU: these
-models are small, so one run leaves the GPU mostly idle and many together use it. At `--train-seconds` every run still
-training gets SIGTERM, which writes a checkpoint at its current step (`windtunnel train`'s own handling); such a run is
+models are small, so one run leaves the GPU mostly idle and many together use it. With `--stack` the seeds of each
+cell train instead as one stacked model in one process (`training.stacked.train_stacked`, into the same run
+directories), which on a GPU launches the kernels of one seed for all of them. At `--train-seconds` every process
+still training gets SIGTERM, which writes a checkpoint at its current step (every seed's, stacked); such a run is
 then evaluated at that checkpoint (`windtunnel eval`), and the report marks it as not the finished run of its config
-(it is never pooled with a finished one). Nothing is scaled down to fit: a run either reaches the authors' budget or
-says how far it got. Then the geometry probes (within `--probe-seconds`) and the report.
+(it is never pooled with a finished one). Nothing is scaled down to fit unless `--set` says so (for a try of the
+path): a run either reaches the authors' budget or says how far it got. Then the geometry probes (within
+`--probe-seconds`) and the report.
 
-    python benchmarks/gpu_paper_cells.py --out runs/gpu-paper            # on the GPU machine
-    python benchmarks/gpu_paper_cells.py --out runs/x --train-seconds 20 --seeds 1 --tasks hmm   # a CPU try of the path
+    python benchmarks/gpu_paper_cells.py --out runs/gpu-paper                  # on the GPU machine
+    python benchmarks/gpu_paper_cells.py --out runs/gpu-paper --stack          # each cell's seeds stacked
+    python benchmarks/gpu_paper_cells.py --out runs/x --train-seconds 20 --wave hmm/transformer/1   # a CPU try
 
 Writes OUT/runs/NAME (run directories), OUT/report.md|html|results.json, and OUT/gpu_paper_cells.json: per run the
-steps reached of the budget, training seconds, seconds per step, whether it finished, and the exit status of each
-phase; the machine (GPU name, torch, CUDA) and the command.
-"""
+steps reached of the budget, training seconds, seconds per step (of its process: a stacked step trains every seed),
+whether it finished, the exit status of each phase and, with `--stack`, `stacked`: the seeds of its process; the
+machine (GPU name, torch, CUDA) and the command. `python benchmarks/gpu_paper_cells.py train-stacked CONFIG DIR
+[CONFIG DIR ...]` is the process of one stack (exit 143 after SIGTERM, as `windtunnel train`)."""
 
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from typing import Any
 
 DEFAULT_WAVES = ["hmm,hmm-sticky/transformer/3", "bijection/transformer/1+bijection,hmm,hmm-sticky/mamba/1"]
 WT = [sys.executable, "-c", "import sys; from windtunnel.cli import main; sys.argv[0] = 'windtunnel'; main()"]
+STACK = [sys.executable, str(Path(__file__).resolve()), "train-stacked"]
 
 
 def machine() -> dict[str, Any]:
@@ -50,6 +56,42 @@ def latest_step(run_dir: Path) -> int | None:
     from windtunnel.runs.checkpoints import list_checkpoints
 
     return max(list_checkpoints(run_dir), default=None) if run_dir.exists() else None
+
+
+def train_stack(args: list[str]) -> int:
+    """`train-stacked CONFIG DIR [CONFIG DIR ...]`: the seeds' configs (JSON files) trained stacked into their run
+    directories, SIGTERM writing every seed's checkpoint at the current step. 0 when every run finished, 1 when one
+    failed, 128 + the signal when one stopped it."""
+    from windtunnel.training.stacked import StackInterrupted, train_stacked
+
+    configs = [json.loads(Path(c).read_text()) for c in args[0::2]]
+    dirs = [Path(d) for d in args[1::2]]
+    try:
+        results = train_stacked(configs, dirs, handle_signals=True, echo=lambda line: print(line, flush=True))
+    except StackInterrupted as err:
+        print(f"interrupted: {err}", flush=True)
+        return err.exit_code
+    for d, r in zip(dirs, results, strict=True):
+        print(f"run: {d}: " + (f"error: {r}" if isinstance(r, BaseException) else "finished"), flush=True)
+    return 1 if any(isinstance(r, BaseException) for r in results) else 0
+
+
+def stacks(entries: list[Any]) -> dict[str, list[Any]]:
+    """The entries grouped into stacks: one per config up to the seed (a cell's seeds), named TASK-ARCH-stacked."""
+    groups: dict[str, list[Any]] = {}
+    for e in entries:
+        key = json.dumps({k: v for k, v in e.config.items() if k != "seed"}, sort_keys=True)
+        groups.setdefault(key, []).append(e)
+    named: dict[str, list[Any]] = {}
+    for group in groups.values():
+        cfg = group[0].config
+        name = base = f"{cfg['task']['name']}-{cfg['model']['arch']}-stacked"
+        i = 1
+        while name in named:
+            i += 1
+            name = f"{base}{i}"
+        named[name] = group
+    return named
 
 
 def run_all(commands: dict[str, list[str]], logs: Path, limit_s: float, grace_s: float = 60.0) -> dict[str, Any]:
@@ -119,7 +161,31 @@ def main() -> None:
         help="train.compile=true for every run (torch.compile of the training forward: the same model and recipe, "
         "fewer kernel launches; the run's config records it)",
     )
+    ap.add_argument(
+        "--stack",
+        action="store_true",
+        help="train each cell's seeds as one stacked model in one process (training.stacked), into the same run "
+        "directories; not with --compile",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="dotted override of every run's config (e.g. train.steps=50): for a try of the path, not the paper's "
+        "budget",
+    )
     args = ap.parse_args()
+    if args.stack and args.compile:
+        ap.error("--stack: not with --compile (the stacked loop runs the model uncompiled)")
+    from windtunnel.config import apply_overrides, parse_value
+
+    overrides = {}
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            ap.error(f"--set {item!r}: expected K=V, e.g. train.steps=50")
+        overrides[key] = parse_value(value)
 
     from windtunnel.suites.paper import suite
 
@@ -131,6 +197,8 @@ def main() -> None:
     configs.mkdir(exist_ok=True)
     waves: list[dict[str, list[str]]] = []
     entries = []
+    budgets: dict[str, int] = {}  # each run's train.steps
+    members: dict[str, list[str]] = {}  # with --stack: each stacked process's runs
     for spec in args.wave or DEFAULT_WAVES:
         wave = []
         for part in spec.split("+"):
@@ -140,22 +208,36 @@ def main() -> None:
         waves.append({})
         for e in wave:
             cfg = {**e.config, "train": {**e.config["train"], "device": args.device, "compile": args.compile}}
+            cfg = apply_overrides(cfg, overrides) if overrides else cfg
+            budgets[e.name] = cfg["train"]["steps"]
             path = configs / f"{e.name}.json"
             path.write_text(json.dumps(cfg, indent=1))
             waves[-1][e.name] = [*WT, "train", "--config", str(path), "--out", str(runs / e.name), "--no-progress"]
+        if args.stack:  # one process per cell instead: its seeds' configs and run directories
+            waves[-1] = {}
+            for name, group in stacks(wave).items():
+                members[name] = [e.name for e in group]
+                pairs = [str(p) for e in group for p in (configs / f"{e.name}.json", runs / e.name)]
+                waves[-1][name] = [*STACK, *pairs]
     record: dict[str, Any] = {
         "command": "python benchmarks/gpu_paper_cells.py " + shlex.join(sys.argv[1:]),
         "machine": machine(),
-        "runs": {e.name: {"steps_budget": e.config["train"]["steps"]} for e in entries},
+        "stack": args.stack,
+        "runs": {e.name: {"steps_budget": budgets[e.name]} for e in entries},
     }
-    print(f"{len(entries)} runs in {len(waves)} waves, deadline {args.train_seconds:.0f} s", flush=True)
+    for runs_of in members.values():  # with --stack: the seeds each run trains with (itself included)
+        for name in runs_of:
+            record["runs"][name]["stacked"] = len(runs_of)
+    stacked = f" as {sum(len(w) for w in waves)} stacked processes" if args.stack else ""
+    print(f"{len(entries)} runs{stacked} in {len(waves)} waves, deadline {args.train_seconds:.0f} s", flush=True)
     trained = run_waves(waves, out / "logs" / "train", args.train_seconds, grace_s=30.0)
-    for name, r in trained.items():
-        rec = record["runs"][name]
-        step = latest_step(runs / name)
-        rec.update(train=r, steps_reached=step, finished=(runs / name / "eval.json").exists() and not r["stopped"])
-        if step:  # wall time of the process (start-up and the final evaluation included) over its steps
-            rec["s_per_step"] = round(r["wall_s"] / step, 5)
+    for process, r in trained.items():
+        for name in members.get(process, [process]):
+            rec = record["runs"][name]
+            step = latest_step(runs / name)
+            rec.update(train=r, steps_reached=step, finished=(runs / name / "eval.json").exists() and not r["stopped"])
+            if step:  # wall time of the process (start-up and the final evaluation included) over its steps
+                rec["s_per_step"] = round(r["wall_s"] / step, 5)
     for rec in record["runs"].values():
         rec.setdefault("finished", False)
         rec.setdefault("steps_reached", None)
@@ -182,4 +264,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["train-stacked"]:
+        sys.exit(train_stack(sys.argv[2:]))
     main()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from windtunnel.runs import checkpoints
 from windtunnel.store import rundir
 from windtunnel.suites.paper import run_config
 from windtunnel.training import stacked
-from windtunnel.training.stacked import train_stacked
+from windtunnel.training.stacked import StackInterrupted, train_stacked
 from windtunnel.training.train import train
 
 # The forward each architecture takes, and how close its stacked weights are to the solo ones after a few steps:
@@ -136,6 +138,35 @@ def test_an_interrupted_stack_resumes_exactly_with_its_seeds_at_different_steps(
         _close(json.loads((a / "eval.json").read_text()), json.loads((b / "eval.json").read_text()))
     stacks = [r["stacked"] for r in rundir.read_metrics(parts[1]) if "loss" in r]
     assert stacks == [2, 2, 1, 2, 2]  # step 3: seed 1 trained alone until seed 0 joined at step 4
+
+
+def test_sigterm_checkpoints_every_seed_at_the_current_step_and_a_resume_continues_exactly(tmp_path, monkeypatch):
+    cfgs = _cfgs("transformer", [0, 1], steps=5, checkpoint_every=0)  # checkpoints only at the last step
+    whole = [tmp_path / f"whole{i}" for i in range(2)]
+    train_stacked(cfgs, whole)
+    parts = [tmp_path / f"part{i}" for i in range(2)]
+    real = stacked._losses
+
+    def losses(alive, at, forward):
+        if at == 3:  # SIGTERM arrives during step 3
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(alive, at, forward)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as m:
+        m.setattr(stacked, "_losses", losses)
+        with pytest.raises(StackInterrupted) as err:
+            train_stacked(cfgs, parts, handle_signals=True)
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is restored
+    assert (err.value.step, err.value.saved, err.value.exit_code) == (3, True, 128 + signal.SIGTERM)
+    assert [checkpoints.list_checkpoints(d) for d in parts] == [[3], [3]]
+    assert all(not (d / "eval.json").exists() for d in parts)
+    results = train_stacked(cfgs, parts, resume=True)
+    assert all(isinstance(r, dict) for r in results)
+    for a, b in zip(parts, whole, strict=True):
+        _same_weights(a, b, exact=True)
+        assert _losses(a) == _losses(b)
+        _close(json.loads((a / "eval.json").read_text()), json.loads((b / "eval.json").read_text()))
 
 
 @pytest.mark.parametrize("arch", ["transformer", "lstm"])

@@ -161,9 +161,9 @@ def train_command(
     A baseline (--arch oracle or uniform) is evaluated, not trained. The imports of --import are recorded in the
     run's config, so eval, probe and --resume find them again. `windtunnel train --resume RUN` continues RUN with its
     own config (`--out RUN --resume` too); --steps, --set etc. change the keys that may change on resume. Ctrl-C
-    (SIGINT) or SIGTERM writes a checkpoint at the current step and says how to resume. --stack-seeds 0,1,2 trains
-    those seeds as one stacked model into OUT/s0, OUT/s1, OUT/s2 (with --resume, continues them). Details:
-    docs/training.md."""
+    (SIGINT) or SIGTERM writes a checkpoint at the current step and says how to resume (stacked seeds too).
+    --stack-seeds 0,1,2 trains those seeds as one stacked model into OUT/s0, OUT/s1, OUT/s2 (with --resume, continues
+    them). Details: docs/training.md."""
     with loading():
         from windtunnel.config import build_config
         from windtunnel.errors import TrainingInterrupted
@@ -250,7 +250,7 @@ def _train_stack(
     from windtunnel.plugins import unique
     from windtunnel.runs.resume import resume_config
     from windtunnel.store.rundir import check_run_dir
-    from windtunnel.training.stacked import train_stacked
+    from windtunnel.training.stacked import StackInterrupted, train_stacked
 
     seeds = _stack_seeds(text)
     if run is not None and not resume:
@@ -272,7 +272,13 @@ def _train_stack(
         if imported and not resume:  # recorded in each new run's config, as a solo run records them
             cfg = cfg.model_copy(update={"imports": unique([*cfg.imports, *imported])})
         cfgs.append(cfg)
-    results = train_stacked(cfgs, dirs, resume=resume, progress=progress, echo=typer.echo)
+    try:
+        results = train_stacked(cfgs, dirs, resume=resume, progress=progress, handle_signals=True, echo=typer.echo)
+    except StackInterrupted as err:
+        again = f"windtunnel train --resume {shlex.quote(str(parent))} --stack-seeds {','.join(map(str, seeds))}"
+        again += "".join(f" --import {shlex.quote(m)}" for m in cfgs[0].imports)
+        typer.echo(f"interrupted: {err}; continue with: {again}", err=True)
+        raise typer.Exit(err.exit_code) from None
     failed = False
     for d, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):

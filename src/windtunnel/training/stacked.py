@@ -11,8 +11,10 @@ and the checkpoints' saved RNG states are those of the seed trained alone.
 
 A seed whose loss or gradients are not finite ends as a solo run does (its `TrainingDiverged` is its result) and
 leaves the stack; the others go on. On resume each run continues from its own latest checkpoint: a seed joins the
-stack at the first step after its checkpoint. Why stack: on a GPU, small models are bound by kernel launches, and n
-seeds stacked launch as many kernels as one; on a CPU the stacked step is no faster (docs/training.md).
+stack at the first step after its checkpoint. With `handle_signals=True` (the CLI), SIGINT and SIGTERM stop the stack
+after the current step with a checkpoint there of every seed still training (`StackInterrupted`). Why stack: on a
+GPU, small models are bound by kernel launches, and n seeds stacked launch as many kernels as one; on a CPU the
+stacked step is no faster (docs/training.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +36,7 @@ from torch import nn
 from windtunnel import models
 from windtunnel.config import RunConfig, lr_at
 from windtunnel.devices import autocast
-from windtunnel.errors import TrainingDiverged
+from windtunnel.errors import TrainingDiverged, TrainingInterrupted
 from windtunnel.models.base import check_output
 from windtunnel.resolve import resolve_config, resolve_loss
 from windtunnel.runs import checkpoints
@@ -51,6 +55,41 @@ from windtunnel.training.train import (
     start_line,
     train,
 )
+
+
+class StackInterrupted(TrainingInterrupted):
+    """SIGINT or SIGTERM stopped a stack (`train_stacked(..., handle_signals=True)`): `step` is the step every seed
+    still training wrote its checkpoint at (`saved`), or None where a second signal stopped at once (each run resumes
+    from its own latest checkpoint); `run_dirs` the stack's runs."""
+
+    def __init__(self, signum: int, run_dirs: Sequence[Path], step: int | None, saved: bool) -> None:
+        super().__init__(signum, str(run_dirs[0]), step, saved)
+        self.run_dirs = list(run_dirs)
+        where = f"a checkpoint of step {step} written by every seed in training" if saved else "stopped at once"
+        self.args = (f"{signal.Signals(signum).name}: {where}; each run resumes from its latest checkpoint",)
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(enabled: bool, run_dirs: Sequence[Path]) -> Iterator[list[int]]:
+    """While the stack trains, the first SIGINT/SIGTERM is noted in the yielded list (the loop stops after the current
+    step) and a second one raises StackInterrupted at once; only in the main thread and where `enabled`. The previous
+    handlers are restored on leaving."""
+    arrived: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield arrived
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if arrived:
+            raise StackInterrupted(signum, run_dirs, None, saved=False)
+        arrived.append(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield arrived
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def check_group(cfgs: Sequence[RunConfig]) -> None:
@@ -211,13 +250,16 @@ def train_stacked(
     *,
     resume: bool = False,
     progress: bool = False,
+    handle_signals: bool = False,
     echo: Callable[[str], None] | None = None,
 ) -> list[dict | BaseException]:
     """Train the seeds `configs` (one config, distinct seeds) into `run_dirs` as one stacked model in this process;
     each run directory ends as `train(config, run_dir, resume=resume)` would leave it. Returns, per run, its final
     eval.json dict or the error that ended it (`TrainingDiverged`, ...). Invalid groups are a ValueError before any
     directory is touched (`check_group`); baselines and train.steps 0 train nothing and are evaluated by `train`.
-    `echo` gets each run's start line and, after the first step, how the forward was stacked."""
+    handle_signals=True (main thread only): SIGINT or SIGTERM writes a checkpoint of every seed still training at the
+    current step and raises StackInterrupted (a second signal: at once). `echo` gets each run's start line and,
+    after the first step, how the forward was stacked."""
     if len(configs) != len(run_dirs):
         raise ValueError(f"run_dirs: {len(run_dirs)} directories for {len(configs)} configs")
     dirs = [Path(d) for d in run_dirs]
@@ -243,9 +285,10 @@ def train_stacked(
             if echo is not None:
                 note = f" (changed: {'; '.join(changed)})" if changed else ""
                 echo(f"{start_line(cfg, model, device, start)}{note} · stacked with {len(prepared)} seeds")
-        for seed in seeds:
-            _open(seed, progress)
-        _loop(seeds, echo)
+        with _stopping_on_signals(handle_signals, dirs) as arrived:
+            for seed in seeds:
+                _open(seed, progress)
+            _loop(seeds, echo, arrived)
     finally:
         for seed in seeds:
             seed.close()
@@ -274,8 +317,10 @@ def _open(seed: _Seed, progress: bool) -> None:
     seed.model.train()
 
 
-def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None) -> None:
-    """The stacked training loop, from the earliest start among the runs to the last step any of them trains."""
+def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None, arrived: Sequence[int] = ()) -> None:
+    """The stacked training loop, from the earliest start among the runs to the last step any of them trains; once
+    `arrived` holds a signal, every run still training checkpoints the step just trained and StackInterrupted ends
+    the loop."""
     forward = StackedForward(seeds[0].model)
     for s in seeds:  # resumed at its last step (or where it stopped early): only the final evaluation is left
         if s.steps is not None and s.start >= s.steps.last:
@@ -319,6 +364,14 @@ def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None) -> None:
         extra = {"stacked": len(alive), "stacked_forward": forward.mode}
         for s, n_tokens, loss_value, lr, gnorm in done:
             _after_step(s, step, seconds, n_tokens, loss_value, lr, gnorm, extra)
+        if arrived and any(s.result is None for s in seeds):
+            losses_of = {id(s): loss_value for s, _, loss_value, _, _ in done}
+            for s in seeds:
+                if s.result is None and id(s) in losses_of:  # a seed not yet in the stack keeps its checkpoint
+                    assert s.steps is not None
+                    with s.rng.active():
+                        s.steps.interrupted(step, arrived[0], losses_of[id(s)])
+            raise StackInterrupted(arrived[0], [s.run_dir for s in seeds], step, saved=True)
 
 
 def _losses(alive: list[_Seed], step: int, forward: StackedForward) -> tuple[list[torch.Tensor | None], list[int]]:
@@ -373,4 +426,4 @@ def _after_training(s: _Seed) -> None:
         s.fail(err)
 
 
-__all__ = ["SeedRng", "StackedForward", "check_group", "train_stacked"]
+__all__ = ["SeedRng", "StackInterrupted", "StackedForward", "check_group", "train_stacked"]
