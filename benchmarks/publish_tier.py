@@ -27,7 +27,7 @@ SEED = re.compile(r"-s(\d+)$")  # a run name's seed suffix: runs that differ onl
 def tier_figures(run_name: str) -> str | None:
     """The cell name under which a reproduce run's probe figures are published (seed 0 of `FIGURE_ARCHS`), or None."""
     cell = run_name.removesuffix("-s0")
-    return cell if cell.split("-", 1)[1] in FIGURE_ARCHS else None
+    return cell if cell.endswith(tuple(f"-{arch}" for arch in FIGURE_ARCHS)) else None
 
 
 def publish(
