@@ -1,8 +1,9 @@
 """Copy what a `windtunnel reproduce` run made into docs/results/<tier>/: the report, its data and figures, each
 probed run's geometry.json (plus the geometry figures of the transformer and Mamba cells), and every run's records
-without its checkpoints (runs/NAME/: config, evaluations, training log, geometry), so that `windtunnel report
-docs/results/<tier>/runs --out DIR` rebuilds the report with a newer report. Run directories do not survive a working
-day; the published copy does.
+without its checkpoints (runs/NAME/: config, evaluations, training log, geometry, and the probe figures of each cell's
+lowest probed seed), so that `windtunnel report docs/results/<tier> --out DIR` (DIR holding a copy of its
+reproduce.json, for the run metadata) rebuilds the report with a newer report. Run directories do not survive a
+working day; the published copy does.
 
     python benchmarks/publish_tier.py runs/standard docs/results/standard
 """
@@ -10,6 +11,8 @@ day; the published copy does.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,20 +22,21 @@ TOP = ("report.md", "report.html", "results.json", "reproduce.json", "manifest.j
 RECORDS = ("config.json", "eval.json", "trained.json", "done.json", "versions.json", "resumes.json", "metrics.jsonl")
 RECORD_DIRS = ("evals",)
 FIGURE_ARCHS = ("transformer", "mamba")  # the cells the paper makes geometric claims about
+SEED = re.compile(r"-s(\d+)$")  # a run name's seed suffix: runs that differ only in it are one cell
 
 
 def tier_figures(run_name: str) -> str | None:
     """The cell name under which a reproduce run's probe figures are published (seed 0 of `FIGURE_ARCHS`), or None."""
     cell = run_name.removesuffix("-s0")
-    return cell if cell.split("-", 1)[1] in FIGURE_ARCHS else None
+    return cell if cell.endswith(tuple(f"-{arch}" for arch in FIGURE_ARCHS)) else None
 
 
 def publish(
     src: Path, dest: Path, top: tuple[str, ...] = TOP, figures_for: Callable[[str], str | None] = tier_figures
 ) -> list[Path]:
     """Copy the `top` files, figures/ and geometry of `src` (a driver's --out with a report.md) into `dest`
-    (replaced, where `check_dest` allows): every run's geometry.json, and the probe figures of the runs `figures_for`
-    names (prefixed by it)."""
+    (replaced, where `check_dest` allows): every run's records with its cell's probe figures (`probe_pngs`), every
+    geometry.json, and the probe figures of the runs `figures_for` names (prefixed by it) in geometry/."""
     if not (src / "report.md").is_file():
         raise SystemExit(f"{src}: no report.md (is it a finished `windtunnel reproduce --out`?)")
     check_dest(src, dest, top)
@@ -46,8 +50,13 @@ def publish(
     if (src / "figures").is_dir():
         shutil.copytree(src / "figures", dest / "figures")
         written.append(dest / "figures")
-    for run in sorted((src / "runs").iterdir()):
+    runs = sorted((src / "runs").iterdir())
+    for run in runs:
         written += publish_records(run, dest / "runs" / run.name)
+    for run, png in probe_pngs(runs):
+        (dest / "runs" / run.name / "figures").mkdir(exist_ok=True)
+        written.append(Path(shutil.copy2(png, dest / "runs" / run.name / "figures" / png.name)))
+    for run in runs:
         geometry = run / "geometry.json"
         if not geometry.is_file():
             continue
@@ -57,6 +66,37 @@ def publish(
             for png in sorted((run / "figures").glob("*.png")):
                 written.append(Path(shutil.copy2(png, dest / "geometry" / f"{cell}-{png.name}")))
     return written
+
+
+def probe_pngs(runs: list[Path]) -> list[tuple[Path, Path]]:
+    """Each probe figure a cell's runs drew (a PNG named in a geometry.json's "figures", a regular file in the run's
+    figures/), from the lowest seed of the cell that has it, as (run, PNG): what the report reads of a probed run."""
+    by_cell: dict[str, list[tuple[int, Path]]] = {}
+    for run in runs:
+        m = SEED.search(run.name)
+        by_cell.setdefault(SEED.sub("", run.name), []).append((int(m.group(1)) if m else 0, run))
+    out = []
+    for seeds in by_cell.values():
+        taken: set[str] = set()
+        for _, run in sorted(seeds):
+            for name in sorted(listed_figures(run) - taken):
+                png = run / "figures" / name
+                if not (run / "figures").is_symlink() and not png.is_symlink() and png.is_file():
+                    out.append((run, png))
+                    taken.add(name)
+    return out
+
+
+def listed_figures(run: Path) -> set[str]:
+    """The PNG file names a run's geometry.json lists under "figures" (only the name counts), or none."""
+    try:
+        listed = json.loads((run / "geometry.json").read_text()).get("figures")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(listed, list):
+        return set()
+    names = {Path(p).name for p in listed if isinstance(p, str)}
+    return {n for n in names if n.endswith(".png") and n not in ("", ".", "..")}
 
 
 def check_dest(src: Path, dest: Path, top: tuple[str, ...] = TOP) -> None:

@@ -426,3 +426,50 @@ def test_the_lr_sweep_widens_a_cell_until_its_pick_is_inside(tmp_path, monkeypat
     best_lr = 0.008
     lr_sweep.run_cell(("hmm", "transformer"), "standard", tmp_path)
     assert calls == [wide]
+
+
+def _probe_sections(report: Path) -> dict[str, list[str]]:
+    """Each probe-figure section of a report.md (`probe_figure_kinds`' headings): its heading, image links and text."""
+    from windtunnel.report.figures import probe_figure_kinds
+
+    titles = {f"### {k.title}" for k in probe_figure_kinds()}
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in report.read_text().splitlines():
+        if line.startswith("#"):
+            current = line if line in titles else None
+            if current:
+                sections[current] = []
+        elif current and line:
+            sections[current].append(line)
+    return sections
+
+
+def test_a_published_tier_rebuilds_its_probe_figures(tmp_path):
+    """benchmarks/publish_tier.py carries each cell's probe figures (its lowest seed that has each) in the runs'
+    figures/, so the report rebuilt from the published copy has the same probe-figure sections as the original."""
+    import shutil
+
+    publish_tier = _benchmark("publish_tier")
+    quick = Path(__file__).resolve().parents[1] / "docs" / "results" / "quick" / "runs"
+    src = tmp_path / "tier"
+    for name in ("hmm-transformer-s0", "hmm-transformer-s1", "hmm-mamba-s0", "hmm-lstm"):
+        shutil.copytree(quick / name, src / "runs" / name)
+    s0, s1 = (src / "runs" / f"hmm-transformer-s{k}" / "figures" for k in (0, 1))
+    shutil.copytree(s0, s1)
+    (s0 / "key_cosines_layer0.png").unlink()  # so the report takes seed 1's, and the published copy must carry it
+    build_report([src / "runs"], src, {})
+    sections = _probe_sections(src / "report.md")
+    assert any(
+        "seed 1 (of seeds 0, 1 probed)" in line for line in sections["### Layer-0 key cosines, trained and at init"]
+    )
+    assert {"### Mamba state clusters", "### Value manifold", "### Attention entropy per layer"} <= set(sections)
+    dest = tmp_path / "published"
+    publish_tier.publish(src, dest)
+    published = {p.relative_to(dest / "runs").as_posix() for p in (dest / "runs").rglob("*.png")}
+    assert "hmm-transformer-s1/figures/key_cosines_layer0.png" in published
+    assert not {p for p in published if p.startswith("hmm-transformer-s1/")} - {
+        "hmm-transformer-s1/figures/key_cosines_layer0.png"
+    }  # the other seeds' figures stay behind
+    build_report([dest / "runs"], tmp_path / "rebuilt", {})
+    assert _probe_sections(tmp_path / "rebuilt" / "report.md") == sections
