@@ -23,7 +23,6 @@ import contextlib
 import copy
 import math
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from windtunnel.training.train import (
     compute_loss,
     final_evaluation,
     prepare_run,
+    signals_handled,
     start_line,
     train,
 )
@@ -75,21 +75,14 @@ def _stopping_on_signals(enabled: bool, run_dirs: Sequence[Path]) -> Iterator[li
     step) and a second one raises StackInterrupted at once; only in the main thread and where `enabled`. The previous
     handlers are restored on leaving."""
     arrived: list[int] = []
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield arrived
-        return
 
     def handler(signum: int, frame: object) -> None:
         if arrived:
             raise StackInterrupted(signum, run_dirs, None, saved=False)
         arrived.append(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_handled(enabled, handler):
         yield arrived
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def check_group(cfgs: Sequence[RunConfig]) -> None:

@@ -140,15 +140,27 @@ class _Stop:
 
 
 @contextlib.contextmanager
+def signals_handled(enabled: bool, handler: Callable[[int, Any], None]) -> Iterator[bool]:
+    """While inside, SIGINT and SIGTERM go to `handler`; only in the main thread (the only one that can set handlers)
+    and where `enabled`; yields whether they do. The previous handlers are restored on leaving."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield True
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def _stopping_on_signals(enabled: bool, run_dir: Path, last_step: int) -> Iterator[_Stop]:
     """While training, SIGINT and SIGTERM ask the loop to stop after the current step (it writes a checkpoint there
     and raises TrainingInterrupted); a second one, or one during the final evaluation (whose checkpoint, of step
     `last_step`, is written), raises TrainingInterrupted at once. Only the main thread can set handlers: elsewhere,
     or unless `enabled`, the signals keep their handlers. The previous handlers are restored on leaving."""
     stop = _Stop()
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
 
     def handler(signum: int, frame: object) -> None:
         if stop.final:
@@ -158,12 +170,8 @@ def _stopping_on_signals(enabled: bool, run_dir: Path, last_step: int) -> Iterat
             return
         raise TrainingInterrupted(signum, str(run_dir), checkpoints.latest_step(run_dir), saved=False)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_handled(enabled, handler):
         yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def _vocab_head(model: nn.Module) -> OutputHead:
