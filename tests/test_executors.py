@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import pickle
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from windtunnel.cli import app
-from windtunnel.errors import StorageError
+from windtunnel.errors import StorageError, TrainingDiverged, TrainingInterrupted
 from windtunnel.executors import (
     Job,
     LocalExecutor,
@@ -23,8 +25,10 @@ from windtunnel.executors import (
 )
 from windtunnel.executors.driver import config_cost, execute
 from windtunnel.executors.ray_cluster import task_resources
+from windtunnel.report.compare import CompareInputError
 from windtunnel.store import rundir
 from windtunnel.suites import suite
+from windtunnel.training.stacked import StackInterrupted
 
 
 def smoke_jobs(runs_dir, only: dict[str, str], **kwargs) -> list[Job]:
@@ -165,6 +169,104 @@ def test_ctrl_c_stops_the_local_pool_at_once_and_the_runs_resume(tmp_path):
     results = {r["name"]: r for r in LocalExecutor(2).run(jobs)}  # the same command again
     assert all((runs / j.name / rundir.DONE).exists() for j in jobs)
     assert results["run0"]["resumed_from"] > 0 and results["run1"]["resumed_from"] > 0
+
+
+DRIVER = """
+import json, sys
+from windtunnel.executors import Job, LocalExecutor
+from windtunnel.executors.driver import execute
+cfg, runs, jobs = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+execute([Job(f"run{i}", {**cfg, "seed": i}, runs, threads=1) for i in range(4)], LocalExecutor(jobs), progress=False)
+"""
+
+
+@pytest.mark.parametrize(("how", "jobs"), [("ctrl-c", 2), ("sigterm", 2), ("sigterm", 1)])
+def test_an_interrupted_driver_checkpoints_each_run_at_its_current_step(tmp_path, how, jobs):
+    """Ctrl-C to a driver's process group, or SIGTERM to the driver alone, with a pool of workers or the runs inline:
+    each run in training writes a checkpoint at the step it is on (no periodic checkpoint could be it: none is due
+    before step 10,000), the queued runs never start, no worker is left, and the same command resumes each run from
+    that step to an uninterrupted run's end."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from windtunnel.runs import checkpoints
+
+    cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "transformer"}))
+    cfg = json.loads(json.dumps(cfg))
+    cfg["train"].update(
+        steps=3_000, checkpoint_every=10_000, checkpoint_schedule=None, log_every=1, eval_every=0, device="cpu"
+    )
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, json.dumps(cfg), str(runs), str(jobs)],
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+    def logged(i: int) -> int:
+        metrics = runs / f"run{i}" / "metrics.jsonl"
+        return len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+
+    deadline = time.time() + 120
+    while min(logged(i) for i in range(jobs)) < 5:
+        assert proc.poll() is None and time.time() < deadline, "the runs never trained"
+        time.sleep(0.05)
+    workers = psutil.Process(proc.pid).children() if jobs > 1 else []
+    assert len(workers) == (jobs if jobs > 1 else 0)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    steps = [checkpoints.list_checkpoints(runs / f"run{i}") for i in range(jobs)]
+    assert all(len(s) == 1 and 5 <= s[0] < 3_000 for s in steps), steps  # the step each was on, not a periodic one
+    assert not any((runs / f"run{i}").exists() for i in range(jobs, 4))  # queued: never started
+    assert not any((runs / f"run{i}" / rundir.DONE).exists() for i in range(jobs))
+
+    again = [Job(f"run{i}", {**cfg, "seed": i}, str(runs), threads=1) for i in range(jobs)]
+    results = {r["name"]: r for r in LocalExecutor(jobs).run(again)}  # the same command again
+    assert [results[f"run{i}"]["resumed_from"] for i in range(jobs)] == [s[0] for s in steps]
+    whole = run_job(Job("run0", {**cfg, "seed": 0}, str(tmp_path / "whole"), threads=1))
+    assert not whole["skipped"]
+    resumed = json.loads((runs / "run0" / "eval.json").read_text())
+    assert resumed == json.loads((tmp_path / "whole" / "run0" / "eval.json").read_text())
+
+
+def test_a_run_that_diverges_in_a_worker_is_reported_as_diverged_and_the_other_run_finishes(tmp_path):
+    """An error a run raises in a pool worker comes back to the driver as itself (it survives pickling with its
+    fields), not as a broken pool, and the runs beside it finish."""
+    cfg = next(e.config for e in suite("smoke", only={"task": "bijection", "arch": "transformer"}))
+    cfg = json.loads(json.dumps(cfg))
+    cfg["train"].update(steps=20, eval_every=0, device="cpu")
+    bad = {**cfg, "train": {**cfg["train"], "lr": 1e30}}
+    jobs = [Job("good", cfg, str(tmp_path), threads=1), Job("bad", bad, str(tmp_path), threads=1)]
+    with pytest.raises(TrainingDiverged) as err:
+        LocalExecutor(2).run(jobs)
+    assert err.value.step >= 1 and err.value.what in str(err.value) and "diverged at step" in str(err.value)
+    assert (tmp_path / "good" / rundir.DONE).exists() and not (tmp_path / "bad" / rundir.DONE).exists()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TrainingDiverged(7, "gradients", kept=5),
+        TrainingInterrupted(15, "/runs/a", 12, saved=True),
+        StackInterrupted(2, [Path("/runs/s0"), Path("/runs/s1")], None, saved=False),
+        CompareInputError("cells", "--cell 2: no run matches"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_with_fields_survive_the_trip_back_from_a_worker(error):
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
 
 
 def test_an_address_where_no_cluster_answers_fails_in_seconds(tmp_path, monkeypatch):

@@ -72,6 +72,9 @@ class TrainingDiverged(RuntimeError):
         super().__init__(f"training diverged at step {step}: non-finite {what} ({where})")
         self.step, self.what, self.kept = step, what, kept
 
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its fields where a worker process sends it back
+        return type(self), (self.step, self.what, self.kept)
+
 
 class TrainingInterrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM stopped training (`train(..., handle_signals=True)`): a KeyboardInterrupt, so code that
@@ -89,6 +92,9 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"{name}: {where}; continue with: windtunnel train --resume {shlex.quote(run_dir)}")
         self.signum, self.run_dir, self.step, self.saved = signum, run_dir, step, saved
         self.exit_code = 128 + signum
+
+    def __reduce__(self) -> tuple[Any, ...]:  # rebuilt from its fields where a worker process sends it back
+        return type(self), (self.signum, self.run_dir, self.step, self.saved)
 
 
 __all__ = [

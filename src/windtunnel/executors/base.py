@@ -95,11 +95,13 @@ def check_storage(storage: tuple[str, str] | None) -> None:
         )
 
 
-def run_job(job: Job) -> dict[str, Any]:
+def run_job(job: Job, *, handle_signals: training.HandleSignals = False) -> dict[str, Any]:
     """Train (or resume) one run, evaluate it at every length and, if asked, probe it, all on the run's training
     device; mark it done. A finished run is skipped; a run directory of another config is a RunMismatchError (never
     skipped, never resumed); one marked done without its eval.json is evaluated again. Returns {"name", "skipped",
-    "wall_s", ...} (done.json's fields)."""
+    "wall_s", ...} (done.json's fields). With `handle_signals` (True: SIGINT and SIGTERM, or the signals listed; in a
+    main thread), such a signal during training writes a checkpoint at the current step and raises
+    TrainingInterrupted, as `windtunnel train` does."""
     tune_malloc()  # a worker process or Ray node keeps freed tensor memory for reuse, as the console entry does
     check_storage(job.storage)
     run_dir = job.run_dir
@@ -119,7 +121,8 @@ def run_job(job: Job) -> dict[str, Any]:
     torch.set_num_threads(max(1, job.threads))
     start = time.time()
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
-    training.train(config, run_dir, resume=run_dir.exists(), progress=False)  # ends with the final evaluation
+    # ends with the final evaluation
+    training.train(config, run_dir, resume=run_dir.exists(), progress=False, handle_signals=handle_signals)
     device = resolve_device(config.train.device)
     probed = job.probe and not is_baseline(config.model.arch)
     if probed:

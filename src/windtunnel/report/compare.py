@@ -45,6 +45,9 @@ class CompareInputError(ValueError):
         super().__init__(message)
         self.argument = argument
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.argument, str(self))
+
 
 @dataclass(frozen=True)
 class Input:

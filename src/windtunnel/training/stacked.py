@@ -68,6 +68,9 @@ class StackInterrupted(TrainingInterrupted):
         where = f"a checkpoint of step {step} written by every seed in training" if saved else "stopped at once"
         self.args = (f"{signal.Signals(signum).name}: {where}; each run resumes from its latest checkpoint",)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.signum, self.run_dirs, self.step, self.saved)
+
 
 @contextlib.contextmanager
 def _stopping_on_signals(enabled: bool, run_dirs: Sequence[Path]) -> Iterator[list[int]]:

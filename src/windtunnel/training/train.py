@@ -20,7 +20,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -139,14 +139,21 @@ class _Stop:
         self.final = False
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Which signals stop a training loop: True for `STOP_SIGNALS`, False for none, or the signal numbers themselves (a pool
+# worker takes SIGTERM only: SIGINT, a terminal's Ctrl-C, is its driver's to pass on).
+HandleSignals = bool | Collection[int]
+
+
 @contextlib.contextmanager
-def signals_handled(enabled: bool, handler: Callable[[int, Any], None]) -> Iterator[bool]:
-    """While inside, SIGINT and SIGTERM go to `handler`; only in the main thread (the only one that can set handlers)
-    and where `enabled`; yields whether they do. The previous handlers are restored on leaving."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
+def signals_handled(enabled: HandleSignals, handler: Callable[[int, Any], None]) -> Iterator[bool]:
+    """While inside, the signals `enabled` names (True: SIGINT and SIGTERM) go to `handler`; only in the main thread
+    (the only one that can set handlers); yields whether any does. The previous handlers are restored on leaving."""
+    chosen = STOP_SIGNALS if enabled is True else tuple(enabled or ())
+    if not chosen or threading.current_thread() is not threading.main_thread():
         yield False
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in chosen}
     try:
         yield True
     finally:
@@ -155,11 +162,12 @@ def signals_handled(enabled: bool, handler: Callable[[int, Any], None]) -> Itera
 
 
 @contextlib.contextmanager
-def _stopping_on_signals(enabled: bool, run_dir: Path, last_step: int) -> Iterator[_Stop]:
-    """While training, SIGINT and SIGTERM ask the loop to stop after the current step (it writes a checkpoint there
-    and raises TrainingInterrupted); a second one, or one during the final evaluation (whose checkpoint, of step
-    `last_step`, is written), raises TrainingInterrupted at once. Only the main thread can set handlers: elsewhere,
-    or unless `enabled`, the signals keep their handlers. The previous handlers are restored on leaving."""
+def _stopping_on_signals(enabled: HandleSignals, run_dir: Path, last_step: int) -> Iterator[_Stop]:
+    """While training, SIGINT and SIGTERM (those `enabled` names) ask the loop to stop after the current step (it
+    writes a checkpoint there and raises TrainingInterrupted); a second one, or one during the final evaluation (whose
+    checkpoint, of step `last_step`, is written), raises TrainingInterrupted at once. Only the main thread can set
+    handlers: elsewhere, or unless `enabled`, the signals keep their handlers. The previous handlers are restored on
+    leaving."""
     stop = _Stop()
 
     def handler(signum: int, frame: object) -> None:
@@ -328,7 +336,7 @@ def train(
     *,
     trust_code: bool = False,
     callbacks: Sequence[tracking.Callback] = (),
-    handle_signals: bool = False,
+    handle_signals: HandleSignals = False,
     echo: Callable[[str], None] | None = None,
 ) -> dict:
     """Train (or, for oracle/uniform, only evaluate) the configured model; returns the final eval.json dict.
@@ -342,7 +350,8 @@ def train(
     it is written and the final evaluation. A resume may change only the keys in `resume.RESUMABLE_KEYS`
     (`resume.resume_config` builds the config from the run's own). handle_signals=True (main thread only; the CLI
     sets it): SIGINT or SIGTERM writes a checkpoint at the current step and raises TrainingInterrupted (exit code
-    130 / 143). `echo`, if given, gets one line saying what is trained (`start_line`) before the first step.
+    130 / 143); a collection of signal numbers handles only those. `echo`, if given, gets one line saying what is
+    trained (`start_line`) before the first step.
     """
     run_dir = Path(run_dir)
     callbacks = tracking.check_callbacks(callbacks)
@@ -401,7 +410,7 @@ def _train_locked(
     trust_code: bool,
     callbacks: tracking.Callback,
     *,
-    handle_signals: bool = False,
+    handle_signals: HandleSignals = False,
     aux: AuxHead | None = None,
 ) -> dict:
     """The training loop proper, in a prepared run directory whose lock this process holds; `aux`: the auxiliary
