@@ -68,14 +68,23 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
             assert cfg["train"]["schedule"] == entries[name]["train"]["schedule"] == "wsd"
             assert cfg["train"]["steps"] < entries[name]["train"]["steps"]
             assert "curriculum" not in cfg["train"]
-            # the pair curriculum, for every architecture of the standard tier's recall and nothing else
-            stages = [{"until": 600, "params": {"N": 4}}, {"until": 1_200, "params": {"N": 8}}]
-            assert entries[name]["train"].get("curriculum") == (stages if recall else None)
+            # the pair curriculum for every architecture of the standard tier's recall, the stickiness curriculum for
+            # every architecture of its sticky HMM, and nothing else
+            stages = {
+                "recall": [{"until": 600, "params": {"N": 4}}, {"until": 1_200, "params": {"N": 8}}],
+                "hmm-sticky": [
+                    {"until": 300, "params": {"stickiness": 0.5}},
+                    {"until": 500, "params": {"stickiness": 0.7}},
+                ],
+            }
+            assert entries[name]["train"].get("curriculum") == stages.get(cfg["task"]["name"])
     standard_recall = entries["recall-mamba-s0"]["task"]["params"]
     assert (standard_recall["N"], standard_recall["key_vocab"], standard_recall["value_vocab"]) == (16, 32, 32)
     assert [o["N"] for o in entries["recall-mamba-s0"]["eval"]["overrides"]] == [24, 32]  # at most the 32 keys
     recall = deviations("standard")[1].partition("recall: ")[2]  # the recall part of the fair-protocol line
     assert "curriculum" in recall and "N=4 to 20%" in recall and "N=8 to 40%" in recall  # the stages, their ends
+    sticky = deviations("standard")[1].partition("hmm-sticky: ")[2]
+    assert "stickiness=0.5 to 30%" in sticky and "stickiness=0.7 to 50%" in sticky
     lines = deviations("standard")
     assert lines[0].startswith("model sizes: the 'quick' presets")
     assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)

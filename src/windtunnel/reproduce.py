@@ -138,7 +138,10 @@ def _reproduce_locked(
     record = ReproduceRecord(
         tier=tier,
         **launcher.machine(),
-        seeds={_cell_of(e): e.config["seed"] + 1 for e in sorted(entries, key=lambda e: e.config["seed"])},
+        # cells in name order, as reproduce.json stores them: the report built now and one rebuilt from the file agree
+        seeds=dict(
+            sorted({_cell_of(e): e.config["seed"] + 1 for e in sorted(entries, key=lambda e: e.config["seed"])}.items())
+        ),
         added_seeds={c: [e.config["seed"] for e in extra if _cell_of(e) == c] for c in sorted(map(_cell_of, extra))},
         jobs=jobs,
         executor=runner.name,
