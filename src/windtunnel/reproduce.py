@@ -138,10 +138,11 @@ def _reproduce_locked(
     record = ReproduceRecord(
         tier=tier,
         **launcher.machine(),
-        # cells in name order, as reproduce.json stores them: the report built now and one rebuilt from the file agree
-        seeds=dict(
-            sorted({_cell_of(e): e.config["seed"] + 1 for e in sorted(entries, key=lambda e: e.config["seed"])}.items())
-        ),
+        # cells in name order, as reproduce.json stores them (the report built now and one rebuilt from the file
+        # agree); each cell's count is its highest seed + 1, its last entry in this order
+        seeds={
+            _cell_of(e): e.config["seed"] + 1 for e in sorted(entries, key=lambda e: (_cell_of(e), e.config["seed"]))
+        },
         added_seeds={c: [e.config["seed"] for e in extra if _cell_of(e) == c] for c in sorted(map(_cell_of, extra))},
         jobs=jobs,
         executor=runner.name,
