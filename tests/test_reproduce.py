@@ -90,7 +90,41 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
     assert any(line.startswith("bijection / transformer training: ") and "schedule = wsd" in line for line in lines)
 
 
-@pytest.mark.parametrize("tier", ["smoke", "quick", "standard", "paper"])
+def test_the_transport_tier_trains_the_standard_hmm_cells_longer():
+    """The two HMM columns only, each cell the standard tier's (sizes, task, recipe, curriculum, evaluation, seeds,
+    learning-rate pick) trained longer; a tunnel outside the tier is refused by name."""
+    from windtunnel.config import validate
+    from windtunnel.resolve import resolve_config
+    from windtunnel.suites.paper import protocol_text, run_config
+
+    transport = {r.name: r.config for r in suite("transport")}
+    standard = {r.name: r.config for r in suite("standard", only={"task": "hmm,hmm-sticky"})}
+    assert set(transport) == set(standard) and {c["task"]["name"] for c in transport.values()} == {"hmm", "hmm-sticky"}
+    for name, cfg in transport.items():
+        resolve_config(validate(cfg))  # every cell is a valid run
+        for part in ("task", "model", "eval", "seed"):
+            assert cfg[part] == standard[name][part], (name, part)
+        if cfg["model"]["arch"] in BASELINES:
+            continue
+        ours, theirs = cfg["train"], standard[name]["train"]
+        assert ours["lr"] == theirs["lr"] and ours["batch_size"] == theirs["batch_size"] == 32
+        assert ours["steps"] > theirs["steps"] and ours["eval_every"] <= ours["steps"] // 20
+        assert (ours["optimizer"], ours["loss"], ours["schedule"]) == ("muon", "posterior", "wsd")
+        assert ours["cooldown_frac"] == theirs["cooldown_frac"]
+        if cfg["task"]["name"] == "hmm-sticky":  # the stickiness curriculum at the same fractions of the longer run
+            steps = ours["steps"]
+            assert ours["curriculum"] == [
+                {"until": round(0.3 * steps), "params": {"stickiness": 0.5}},
+                {"until": round(0.5 * steps), "params": {"stickiness": 0.7}},
+            ]
+    line = protocol_text("transport")
+    assert "hmm 8,000 x 32" in line and "the standard tier's picks" in line
+    assert "bijection" not in line.partition("on the validation stream")[2].partition("(no transport")[2]
+    with pytest.raises(ValueError, match="the transport tier trains hmm, hmm-sticky"):
+        run_config("bijection", "transformer", "transport")
+
+
+@pytest.mark.parametrize("tier", ["smoke", "quick", "standard", "transport", "paper"])
 def test_every_architecture_of_a_task_gets_the_same_budget(tier):
     """The fair protocol: within a tier, steps x batch size is one number per task (the paper tier's published
     budgets excepted: they are the authors' own, listed as such)."""
@@ -112,27 +146,33 @@ def test_every_architecture_of_a_task_gets_the_same_budget(tier):
             continue
         t = r.config["train"]
         by_task.setdefault(r.config["task"]["name"], set()).add((t["steps"], t["batch_size"]))
-        if tier in ("quick", "standard"):  # the learning rate is each architecture's own pick from the grid
+        if tier in ("quick", "standard", "transport"):  # the learning rate is each architecture's own pick
             assert t["lr"] == picked_lr(r.config["task"]["name"], r.config["model"]["arch"], tier)
-            # picked by this tier's own committed sweep, never a default or another tier's pick (a tunnel that takes
-            # another's protocol, the sticky HMM, takes that one's pick, and says so in protocol_text)
-            assert lr_source(tier) == tier and tier in LR_SWEEPS
+            # picked by a committed sweep, never a default: the tier's own, or for the transport tier (the standard
+            # tier's cells, longer) the standard tier's; a tunnel that takes another's protocol, the sticky HMM,
+            # takes that one's pick, and says so in protocol_text
+            source = "standard" if tier == "transport" else tier
+            assert lr_source(tier) == source and source in LR_SWEEPS
             task = r.config["task"]["name"]
-            assert (PROTOCOL_OF.get(task, task), r.config["model"]["arch"]) in LR_PICKS[tier]
+            assert (PROTOCOL_OF.get(task, task), r.config["model"]["arch"]) in LR_PICKS[source]
             assert t["lr"] in lr_grid_reach()  # the grid, or an edge pick's extension
             # one recipe for all: the tier's (soft targets, Muon per block, warmup-stable-decay)
             assert (t["optimizer"], t["loss"], t["schedule"]) == ("muon", "posterior", "wsd")
-            assert t.get("early_stop") == (3 if tier == "standard" else None)
+            assert t.get("early_stop") == (None if tier == "quick" else 3)
     if tier == "paper":
         assert any(len(b) > 1 for b in by_task.values())  # published budgets differ by architecture
         return
     for task, budgets in by_task.items():
         assert len(budgets) == 1, (tier, task, budgets)
-    assert by_task["hmm-sticky"] == by_task["hmm"]  # the sticky column trains at the HMM's budget
-    if tier in ("quick", "standard"):  # the picks' own recipe, where it is not the tier's, is stated
+    if tier != "transport":  # the sticky column trains at the HMM's budget where the tier gives it none of its own
+        assert by_task["hmm-sticky"] == by_task["hmm"]
+    if tier in ("quick", "standard", "transport"):  # the picks' own recipe, where it is not the tier's, is stated
         assert "not re-swept under soft-muon" in protocol_text(tier)
-    for task in LR_RESWEEPS.get(tier, {}):  # a task re-swept under the tier's recipe at its budget says so
-        steps, batch = budget(task, tier)
+    source = lr_source(tier)
+    for task in LR_RESWEEPS.get(source, {}):  # a task re-swept under the tier's recipe at its budget says so
+        if task not in by_task:
+            continue
+        steps, batch = budget(task, source)
         said = f"; {task} re-swept under soft-muon at {steps:,} x {batch}, a pick on the grid's edge"
         assert said in protocol_text(tier)
 
@@ -268,7 +308,10 @@ def test_a_tier_s_report_rebuilt_from_its_records_is_byte_identical(smoke, tmp_p
 
 def test_reproduce_cli_rejects_bad_tier(tmp_path):
     res = CliRunner().invoke(app, ["reproduce", "--tier", "huge", "--out", str(tmp_path)])
-    assert res.exit_code == 2 and "--tier" in res.output
+    assert res.exit_code == 2 and "--tier" in res.output and "transport" in res.output
+    out = tmp_path / "t"  # a tunnel the tier does not train: refused before anything is created
+    res = CliRunner().invoke(app, ["reproduce", "--tier", "transport", "--only", "task=bijection", "--out", str(out)])
+    assert res.exit_code == 2 and "its tunnels: hmm, hmm-sticky" in res.output and not out.exists()
 
 
 def test_build_report_on_a_single_run(smoke, tmp_path):

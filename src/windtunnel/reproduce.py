@@ -22,7 +22,7 @@ from windtunnel.store import manifest
 from windtunnel.store.records.drivers import ReproduceRecord
 from windtunnel.store.records.report_files import FIGURES as REPORT_FIGURES
 from windtunnel.store.records.report_files import REPORT_FILES, written_by_report
-from windtunnel.suites import SuiteRun, deviations, earlier_seeds, more_seeds, suite
+from windtunnel.suites import SuiteRun, deviations, earlier_seeds, more_seeds, suite, tier_tasks
 
 KIND = "reproduce"  # the manifest kind of a reproduce's --out
 
@@ -87,7 +87,9 @@ def reproduce(
     launcher = launch(out, options, KIND, () if written_by_report(out) else (*REPORT_FILES, REPORT_FIGURES))
     entries = suite(tier, seeds=seeds, only=only)  # validated before anything is created
     if not entries:
-        raise ValueError(f"only: no run of the {tier} suite matches {only}")
+        raise ValueError(
+            f"only: no run of the {tier} suite matches {only} (its tunnels: {', '.join(tier_tasks(tier))})"
+        )
     wanted = {e.name: resolve_config(e.config) for e in entries}
     with launcher:  # one reproduce per output directory, never another driver's
         _one_tier(launcher, tier, fresh, echo)

@@ -1,6 +1,6 @@
 """Size tiers: the model sizes a preset names (`model.preset`: smoke, quick, paper; models/presets.py holds the
 sizes). A suite tier (`reproduce --tier`, suites/paper.py) is a budget and a recipe as well as a size; the smoke,
-quick and paper suites train at the size tier of the same name, the standard suite at quick's."""
+quick and paper suites train at the size tier of the same name, the standard and transport suites at quick's."""
 
 from __future__ import annotations
 

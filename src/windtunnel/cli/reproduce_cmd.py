@@ -32,7 +32,10 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
 
     def command(
         tier: str = typer.Option(
-            "quick", "--tier", help="smoke, quick, standard or paper: the suite's size (docs/reproduce.md, Tiers)"
+            "quick",
+            "--tier",
+            help="smoke, quick, standard, transport (the HMM columns, longer) or paper: the suite's size "
+            "(docs/reproduce.md, Tiers)",
         ),
         out: Path | None = out_option(None, "output directory: runs/ and the report (default: runs/paper-<tier>)"),
         seeds: int | None = typer.Option(None, "--seeds", help="seeds per trained cell (default: the tier's)"),

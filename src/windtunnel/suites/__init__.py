@@ -10,6 +10,7 @@ from windtunnel.suites.paper import (
     more_seeds,
     run_config,
     suite,
+    tier_tasks,
 )
 from windtunnel.suites.paper_diff import deviations
 
@@ -24,4 +25,5 @@ __all__ = [
     "more_seeds",
     "run_config",
     "suite",
+    "tier_tasks",
 ]

@@ -1,4 +1,4 @@
-"""The paper suite: every wind tunnel x every architecture (+ oracle and uniform rows), at three tiers.
+"""The paper suite: every wind tunnel x every architecture (+ oracle and uniform rows), at five tiers.
 
 A suite is a plain list of run configs. Tiers:
     smoke     seconds; the tests run it end to end
@@ -11,6 +11,8 @@ A suite is a plain list of run configs. Tiers:
               `windtunnel.malloc`), same seeds;
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
+    transport the two HMM columns only (belief transport), every architecture, at the quick sizes with budgets long
+              enough to decide the transport claims (`BUDGET`), otherwise as standard: about four hours on 2 cores
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
               model form, init, optimiser, schedule, budget), for a GPU; its deviations are what our code cannot match
 
@@ -30,10 +32,13 @@ from windtunnel.suites.settings import our_loss_form, paper_setting, values
 from windtunnel.text import did_you_mean
 from windtunnel.training.recipes import Stage, curriculum_steps, get_recipe
 
-TIERS = ("smoke", "quick", "standard", "paper")
+TIERS = ("smoke", "quick", "standard", "transport", "paper")
 # The paper's four tunnels, and beside its HMM a sticky one (`hmm-sticky`: rho ~ U[0.85, 0.95], a 0.01 grid) whose
 # transport demand is long (14 observations at K = 20, against 3 for the paper's HMM: `HMM.transport_demand`).
 TASKS = ("bijection", "hmm", "hmm-sticky", "recall", "regression")
+# A tier that trains only some of the tunnels (every other tier trains all of `TASKS`): the transport tier trains the
+# two HMM columns, the paper's belief-transport claims, at budgets the standard tier's two hours cannot hold.
+TIER_TASKS: dict[str, tuple[str, ...]] = {"transport": ("hmm", "hmm-sticky")}
 ARCHS = tuple(built_ins(baseline=False))  # the trained architectures, in report-row order (models.info)
 BASELINE_ARCHS = tuple(built_ins(baseline=True))  # the built-in baselines, once per task (models.is_baseline)
 
@@ -54,13 +59,14 @@ SEEDS: dict[str, dict[str, int]] = {
     "smoke": {},
     "quick": {"transformer": 3, "mamba": 3},
     "standard": {"transformer": 3, "mamba": 3},
+    "transport": {"transformer": 3, "mamba": 3},
     "paper": {"transformer": 3, "mamba": 3},
 }
 
 # A cell whose seeds disagree on the mark (one ✓, another ◐) gets more seeds, up to this many in all
 # (`reproduce` runs them in a second pass, `more_seeds`): two or three seeds that disagree do not say what the cell
 # does, five let a majority show and narrow its interval. Tiers not listed never add seeds.
-SEEDS_ON_DISAGREEMENT: dict[str, int] = {"quick": 5, "standard": 5}
+SEEDS_ON_DISAGREEMENT: dict[str, int] = {"quick": 5, "standard": 5, "transport": 5}
 
 # Task sizes per tier (parameters not listed take the task's defaults); the paper tier's come from the sourced table.
 TASK_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
@@ -103,6 +109,8 @@ TASK_PARAMS["standard"] = {
     "recall": {**TASK_PARAMS["quick"]["recall"], "N": 16, "key_vocab": 32, "value_vocab": 32, "n_filler": 8},
 }
 LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}]}
+TASK_PARAMS["transport"] = {task: TASK_PARAMS["standard"][task] for task in TIER_TASKS["transport"]}
+LENGTH_GEN["transport"] = {task: LENGTH_GEN["standard"][task] for task in TIER_TASKS["transport"]}
 
 # The fair protocol: within a tier every architecture of a task trains for the same budget (steps x batch size,
 # `BUDGET`), with one recipe (`RECIPE`), and only its learning rate is its own: picked from `LR_GRID` on the validation
@@ -122,9 +130,20 @@ LENGTH_GEN["standard"] = {**LENGTH_GEN["quick"], "recall": [{"N": 24}, {"N": 32}
 #   regression 600 x 64: the soft-muon transformer is at 0.0318 bits at 600 steps (still falling; more steps cost
 #     the Mamba cells 0.56 s each)
 # The quick tier trains the same recipe at a budget meant for about half an hour (`make demo`; measured 20 min).
+# The transport tier trains the standard tier's HMM cells (sizes, recipe, curriculum, learning-rate picks) for as long
+# as the time-to-Bayes curves say the transport claims need (docs/results/time-to-bayes.md, "Budgets that decide"):
+#   hmm 8,000 x 32: the soft-muon transformer is ✓ on 3/3 seeds there (test 0.0069-0.0092 bits, belief horizon 2 of
+#     2); at 6,000 steps with the cooldown over the last half both seeds end at the threshold (0.0098 and 0.0108, ◐),
+#     at 4,000 at 0.009-0.015 (✓ on one run of seven), at the standard 1,000 at 0.03
+#   hmm-sticky 2,000 x 32 with the stickiness curriculum: the transformer ◐ at 0.056 bits with belief horizon 7 of 18
+#     (at 1,000 steps: off the floor, no horizon; at 4,000: 0.025-0.033, horizon 11-12)
+# At the per-step costs of its sticky column on a 2-core AMD EPYC (2 runs x 1 thread: transformer 0.34 s, Mamba 0.42,
+# LSTM 0.10, MLPs 0.22-0.23) that is about four hours of training on 2 cores, about 4.6 h with evaluation and probes
+# (the sticky column: 67 min in one call), past the four hours aimed at: the least budget measured to decide.
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
     "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (3_000, 64), "regression": (600, 64)},
+    "transport": {"hmm": (8_000, 32), "hmm-sticky": (2_000, 32)},
 }
 # A curriculum a tier trains every architecture of a task with (part of its recipe): stages in fractions of the run
 # that change only the task's size or difficulty (the prompt format, vocabulary, targets and loss stay the task's),
@@ -141,16 +160,18 @@ CURRICULUM: dict[str, dict[str, list[Stage]]] = {
         "hmm-sticky": [Stage(frac=0.3, params={"stickiness": 0.5}), Stage(frac=0.5, params={"stickiness": 0.7})],
     },
 }
+CURRICULUM["transport"] = {"hmm-sticky": CURRICULUM["standard"]["hmm-sticky"]}
 # The standard tier stops a run once its validation verdict is ✓ this many evaluations in a row (`train.early_stop`,
 # each at the conservative end of its intervals; 20 evaluations a run), so a cell that gets there early frees the cores.
-EARLY_STOP = {"standard": 3}
+EARLY_STOP = {"standard": 3, "transport": 3}
 # A tunnel that takes another's protocol: the sticky HMM trains at the HMM's budget and, until a sweep of its own is
 # committed, with the HMM's learning-rate picks (`picked_lr`; `protocol_text` says so).
 PROTOCOL_OF = {"hmm-sticky": "hmm"}
-for _budgets in BUDGET.values():
-    _budgets.update({task: _budgets[like] for task, like in PROTOCOL_OF.items()})
+for _budgets in BUDGET.values():  # where a tier gives the task no budget of its own
+    for _task, _like in PROTOCOL_OF.items():
+        _budgets.setdefault(_task, _budgets[_like])
 SMOKE = (6, 8, 1e-3)
-EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "paper": 2000}
+EVAL_N = {"smoke": 64, "quick": 300, "standard": 1000, "transport": 1000, "paper": 2000}
 # Every trained cell of the quick and standard tiers (`windtunnel.training.recipes`): soft targets (bijection 5.7x and
 # regression 2x lower error at equal steps) and Muon per block (HMM transformer 0.013 against AdamW's 0.076 bits at
 # 3,000 steps; no measured change on the HMM Mamba or LSTM) -- docs/results/time-to-bayes.md.
@@ -258,14 +279,24 @@ LR_RESWEEPS: dict[str, dict[str, str]] = {
 }
 
 
+# A tier without a sweep of its own takes another tier's picks (every such tier but these takes the quick tier's):
+# the transport tier trains the standard tier's sizes, so it takes its picks, made at the standard budget.
+LR_FROM = {"transport": "standard"}
+
+
+def tier_tasks(tier: str) -> tuple[str, ...]:
+    """The tunnels `tier` trains, in `TASKS` order (`TIER_TASKS`; every tunnel for a tier not listed there)."""
+    return TIER_TASKS.get(tier, TASKS)
+
+
 def budget(task: str, tier: str) -> tuple[int, int]:
-    """(steps, batch size) of every architecture of `task` at `tier` (quick or standard)."""
+    """(steps, batch size) of every architecture of `task` at `tier` (one of `BUDGET`)."""
     return BUDGET[tier][task]
 
 
 def lr_source(tier: str) -> str:
-    """The tier whose sweep picked `tier`'s learning rates."""
-    return tier if tier in LR_SWEEPS else "quick"
+    """The tier whose sweep picked `tier`'s learning rates (`LR_FROM`)."""
+    return tier if tier in LR_SWEEPS else LR_FROM.get(tier, "quick")
 
 
 def _pick(task: str, arch: str, tier: str) -> tuple[str, float] | None:
@@ -285,13 +316,15 @@ def picked_lr(task: str, arch: str, tier: str) -> float:
 
 
 def protocol_text(tier: str) -> str:
-    """The fair protocol of a quick or standard tier in one line: budgets, recipe, learning-rate grid and picks."""
+    """The fair protocol of a tier with a budget (`BUDGET`) in one line: budgets, recipe, learning-rate grid and
+    picks."""
+    tasks = tier_tasks(tier)
     budgets = ", ".join(f"{t} {s:,} x {b}" for t, (s, b) in BUDGET[tier].items())
     source = lr_source(tier)
-    own = {t: [a for a in ARCHS if (p := _pick(t, a, tier)) is not None and p[0] == t] for t in TASKS}
-    picked = "; ".join(f"{t}: " + ", ".join(f"{a} {picked_lr(t, a, tier):g}" for a in own[t]) for t in TASKS if own[t])
+    own = {t: [a for a in ARCHS if (p := _pick(t, a, tier)) is not None and p[0] == t] for t in tasks}
+    picked = "; ".join(f"{t}: " + ", ".join(f"{a} {picked_lr(t, a, tier):g}" for a in own[t]) for t in tasks if own[t])
     where = LR_SWEEPS.get(source, "no sweep committed")
-    resweeps = LR_RESWEEPS.get(source, {})
+    resweeps = {t: place for t, place in LR_RESWEEPS.get(source, {}).items() if t in tasks}
     if source in LR_SWEEP_RECIPE and not LR_SWEEP_RECIPE[source].startswith(f"{RECIPE} "):
         others = f" (all but {', '.join(resweeps)})" if resweeps else ""
         where += f", swept under {LR_SWEEP_RECIPE[source]} and{others} not re-swept under {RECIPE} at today's budgets"
@@ -302,9 +335,9 @@ def protocol_text(tier: str) -> str:
             f"{LR_EDGE_STEPS} doublings further that way, by {place}"
         )
     borrowed = "" if source == tier else f" (no {tier}-budget sweep yet: the {source} tier's picks)"
-    like = [f"{t} takes the {PROTOCOL_OF[t]} picks (no sweep of its own yet)" for t in TASKS if t in PROTOCOL_OF]
+    like = [f"{t} takes the {PROTOCOL_OF[t]} picks (no sweep of its own yet)" for t in tasks if t in PROTOCOL_OF]
     picked += "".join(f"; {line}" for line in like)
-    unpicked = [f"{t}/{a}" for t in TASKS for a in ARCHS if _pick(t, a, tier) is None]
+    unpicked = [f"{t}/{a}" for t in tasks for a in ARCHS if _pick(t, a, tier) is None]
     missing = f"; not swept, lr {LR_DEFAULT:g}: {', '.join(unpicked)}" if unpicked else ""
     curricula = "".join(f"; {t}: {curriculum_text(stages)}" for t, stages in CURRICULUM.get(tier, {}).items())
     return (
@@ -324,7 +357,7 @@ def recipe_text(tier: str) -> str:
     """What a quick or standard tier's cells train with, read from a cell's config after `RECIPE` is applied:
     optimiser, schedule, weight decay and what it applies to (e.g. "wsd: AdamW, schedule wsd, weight decay 0.01 on
     matrices"), and an auxiliary target where the config has one (`resolve.aux_text`)."""
-    cfg = validate(run_config(TASKS[0], ARCHS[0], tier))
+    cfg = validate(run_config(tier_tasks(tier)[0], ARCHS[0], tier))
     t = cfg.train
     name = {"adamw": "AdamW", "muon": "Muon on the hidden matrices + AdamW"}[t.optimizer]
     target = "soft targets (the exact posterior), " if t.loss == "posterior" else ""
@@ -335,8 +368,8 @@ def recipe_text(tier: str) -> str:
 
 
 def preset_tier(tier: str) -> str:
-    """The size-preset tier a suite tier trains at: the standard tier uses the quick sizes."""
-    return "quick" if tier == "standard" else tier
+    """The size-preset tier a suite tier trains at: the standard and transport tiers use the quick sizes."""
+    return "quick" if tier in ("standard", "transport") else tier
 
 
 def dense_schedule(steps: int) -> list[int]:
@@ -374,9 +407,9 @@ def _train_settings(task: str, arch: str, tier: str) -> dict[str, Any]:
         loss = authors_loss(task, arch)  # the 2V-way tied loss of the G3-format bijection models: ce_vocab
         if loss is not None:
             out["loss"] = loss
-    elif tier in ("quick", "standard"):
+    elif tier in BUDGET:
         steps, batch = budget(task, tier)
-        standard = tier == "standard"  # frequent validation: the report reads each cell's time to every mark
+        standard = tier != "quick"  # frequent validation: the report reads each cell's time to every mark
         out = {
             "steps": steps,
             "batch_size": batch,
@@ -415,6 +448,8 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
     """The config of one cell of the table, as a plain dict ready for `RunConfig.model_validate`."""
     if tier not in TIERS:
         raise ValueError(f"tier: must be one of {', '.join(TIERS)} (got {tier!r})")
+    if task not in tier_tasks(tier):
+        raise ValueError(f"task: the {tier} tier trains {', '.join(tier_tasks(tier))} (got {task!r})")
     trained = not is_baseline(arch)
     train = _train_settings(task, arch, tier) if trained else {"steps": 0}
     model: dict[str, Any] = {"arch": arch, "preset": preset_tier(tier) if trained else None}
@@ -429,7 +464,7 @@ def run_config(task: str, arch: str, tier: str, seed: int = 0) -> dict[str, Any]
         "eval": {"n": EVAL_N[tier], "overrides": list(LENGTH_GEN[tier].get(task, []))},
         "seed": seed,
     }
-    if tier in ("quick", "standard") and trained:
+    if tier in BUDGET and trained:
         cfg = get_recipe(RECIPE).apply(cfg)
     return cfg
 
@@ -481,7 +516,7 @@ def suite(tier: str, seeds: int | None = None, only: dict[str, str] | None = Non
     if only:
         _check_only(only)
     runs = []
-    for task in TASKS:
+    for task in tier_tasks(tier):
         for arch in (*ARCHS, *BASELINE_ARCHS):
             if not _matches(task, arch, only):
                 continue

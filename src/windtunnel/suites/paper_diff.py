@@ -10,7 +10,7 @@ from windtunnel.config import EvalConfig, TrainConfig, validate
 from windtunnel.models import size_class
 from windtunnel.models.presets import preset
 from windtunnel.resolve import aux_text
-from windtunnel.suites.paper import ARCHS, BUDGET, TASKS, TIERS, preset_tier, protocol_text, run_config
+from windtunnel.suites.paper import ARCHS, BUDGET, TIERS, preset_tier, protocol_text, run_config, tier_tasks
 from windtunnel.suites.settings import Sourced, our_forms, paper_setting
 
 
@@ -81,7 +81,7 @@ def deviations(tier: str) -> list[str]:
         )
     if tier in BUDGET:
         lines.append(protocol_text(tier))
-    for task in TASKS:
+    for task in tier_tasks(tier):
         task_diff = config_deviations(run_config(task, "transformer", tier))["task"]
         if task_diff:
             lines.append(f"{task}: " + "; ".join(task_diff))
