@@ -34,8 +34,7 @@ def _suite_command(jobs_default: int, doc: str) -> Callable[..., None]:
         tier: str = typer.Option(
             "quick",
             "--tier",
-            help="smoke, quick, standard, transport (the HMM columns, longer) or paper: the suite's size "
-            "(docs/reproduce.md, Tiers)",
+            help="smoke, quick, standard, transport or paper: the suite (docs/reproduce.md, Tiers)",
         ),
         out: Path | None = out_option(None, "output directory: runs/ and the report (default: runs/paper-<tier>)"),
         seeds: int | None = typer.Option(None, "--seeds", help="seeds per trained cell (default: the tier's)"),
