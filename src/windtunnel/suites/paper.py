@@ -12,7 +12,7 @@ A suite is a plain list of run configs. Tiers:
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
     transport the two HMM columns only (belief transport), every architecture, at the quick sizes with budgets long
-              enough to decide the transport claims (`BUDGET`), otherwise as standard: about four hours on 2 cores
+              enough to decide the transport claims (`BUDGET`), otherwise as standard: about 4.6 h on 2 cores
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
               model form, init, optimiser, schedule, budget), for a GPU; its deviations are what our code cannot match
 
