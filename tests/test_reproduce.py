@@ -294,14 +294,15 @@ def test_report_cli_rebuilds_from_run_dirs(smoke, tmp_path):
 
 def test_a_tier_s_report_rebuilt_from_its_records_is_byte_identical(smoke, tmp_path):
     """`windtunnel report` over a tier's --out (with its reproduce.json) writes the report reproduce wrote: the run
-    metadata read back from the file (its cells in name order) prints as the call that wrote it printed it."""
+    metadata read back from the file (its cells and runs in name order) prints as the call that wrote it printed it."""
     out, _ = smoke
     rebuilt = tmp_path / "rebuilt"
     rebuilt.mkdir()
     (rebuilt / "reproduce.json").write_bytes((out / "reproduce.json").read_bytes())
     res = CliRunner().invoke(app, ["report", str(out), "--out", str(rebuilt)])
     assert res.exit_code == 0, res.output
-    assert (rebuilt / "report.md").read_text() == (out / "report.md").read_text()
+    for name in ("report.md", "results.json"):
+        assert (rebuilt / name).read_bytes() == (out / name).read_bytes(), name
     cells = list(json.loads((out / "reproduce.json").read_text())["seeds"])
     assert cells == sorted(cells) and len(cells) > 1
 

@@ -154,7 +154,7 @@ def _reproduce_locked(
         # runs this call found finished and did not run again: total_wall_s is this call's alone, and where every run
         # was reused (a report rebuilt from finished runs) it says nothing of the tier's cost; run_wall_s does
         runs_reused=sum(1 for r in results if r.get("skipped")),
-        run_wall_s={r["name"]: r.get("wall_s") for r in results},
+        run_wall_s={r["name"]: r.get("wall_s") for r in sorted(results, key=lambda r: r["name"])},  # name order too
         command=f"windtunnel reproduce --tier {tier} --out {out} --executor {runner.name}"
         + (f" --jobs {jobs}" if runner.name == "local" else "")
         + f" --threads {threads}"
