@@ -1,5 +1,6 @@
 """Claims that state their scope: each names the sizes it was tested at beside the paper's, one seed reproduces
-nothing, a cell whose seeds the tier added after a disagreement shows its first seeds' pooled mark, a probe against a
+nothing, a cell whose seeds the tier added after a disagreement (among its first seeds, or with their pooled mark) shows
+its first seeds' pooled mark, a probe against a
 claim refutes it only as the paper measured it at its scale, and recall's capacity curve stands beside its claim."""
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ def test_a_claim_over_seeds_added_after_a_disagreement_says_so_and_shows_the_fir
     assert why.startswith("transformer/recall: seeds 3, 4 ") and "added" in why  # the cell, the seeds added
     assert "first 3 seeds" in why and "(✓ ✓ ◐)" in why  # the first seeds' marks
     assert why.endswith("◐ 99.6%")  # and their pooled mark and level, last
+
+
+def test_seeds_added_where_the_first_seeds_agree_but_their_pooled_mark_does_not_say_so_too():
+    """Three HMM seeds each ✓ on their own whose Student-t interval reaches past 0.01 bits (pooled ◐): the tier's two
+    further seeds make the cell ✓, and the claim's line says the first three, each ✓, pooled to ◐."""
+    recs = tier_cell("hmm", "transformer", [0.0075, 0.0079, 0.0091, 0.0080, 0.0078])
+    _, _, data = tables.primitives_table(recs)
+    found = {c["claim"]: c for c in claims.judge_claims(recs, data, [], {"hmm-transformer": [3, 4]})}
+    v = found["Transformer exact on the HMM (belief transport)"]
+    assert v["verdict"] == "reproduced"
+    assert v["why"].startswith("transformer/hmm: seeds 3, 4 added by the tier after its first 3 seeds, each ✓, ")
+    assert "pooled to a lower mark; those 3 pooled are ◐ 0.008" in v["why"]
+    first = tier_cell("hmm", "transformer", [0.0075, 0.0079, 0.0091])  # the first three alone: ◐, no note
+    assert verdicts(first)["Transformer exact on the HMM (belief transport)"]["verdict"] == "undecided"
 
 
 def test_seeds_asked_for_or_first_seeds_that_agree_carry_no_added_seeds_note():

@@ -92,21 +92,25 @@ def test_standard_tier_trains_the_quick_sizes_for_longer():
 
 def test_the_transport_tier_trains_the_standard_hmm_cells_longer():
     """The two HMM columns only, each cell the standard tier's (sizes, task, recipe, curriculum, evaluation, seeds,
-    learning-rate pick) trained longer; a tunnel outside the tier is refused by name."""
+    learning-rate pick) trained longer, the LSTM on three seeds (its "not exact" claim needs two); a tunnel outside the
+    tier is refused by name."""
     from windtunnel.config import validate
     from windtunnel.resolve import resolve_config
     from windtunnel.suites.paper import protocol_text, run_config
 
     transport = {r.name: r.config for r in suite("transport")}
     standard = {r.name: r.config for r in suite("standard", only={"task": "hmm,hmm-sticky"})}
-    assert set(transport) == set(standard) and {c["task"]["name"] for c in transport.values()} == {"hmm", "hmm-sticky"}
+    lstm = {f"{t}-lstm-s{s}" for t in ("hmm", "hmm-sticky") for s in range(3)}
+    assert set(transport) == set(standard) - {"hmm-lstm", "hmm-sticky-lstm"} | lstm
+    assert {c["task"]["name"] for c in transport.values()} == {"hmm", "hmm-sticky"}
     for name, cfg in transport.items():
         resolve_config(validate(cfg))  # every cell is a valid run
+        theirs = run_config(cfg["task"]["name"], cfg["model"]["arch"], "standard", cfg["seed"])
         for part in ("task", "model", "eval", "seed"):
-            assert cfg[part] == standard[name][part], (name, part)
+            assert cfg[part] == theirs[part], (name, part)
         if cfg["model"]["arch"] in BASELINES:
             continue
-        ours, theirs = cfg["train"], standard[name]["train"]
+        ours, theirs = cfg["train"], theirs["train"]
         assert ours["lr"] == theirs["lr"] and ours["batch_size"] == theirs["batch_size"] == 32
         assert ours["steps"] > theirs["steps"] and ours["eval_every"] <= ours["steps"] // 20
         assert (ours["optimizer"], ours["loss"], ours["schedule"]) == ("muon", "posterior", "wsd")
@@ -380,6 +384,13 @@ def test_a_cell_whose_seeds_disagree_gets_more_seeds_up_to_the_tier_s_limit():
     assert [r.config["seed"] for r in extra] == list(range(3, limit))
     assert extra[0].config == suite("standard", seeds=limit, only={"task": "hmm", "arch": "transformer"})[3].config
     assert more_seeds("smoke", levels) == []  # a tier without a limit never adds seeds
+    # seeds that agree with each other but not with their pooled mark (each ✓, the interval over them ◐; or each ◐,
+    # pooled ✗): more seeds, in either direction; seeds and pooled mark that agree: none
+    pooled = {("hmm", "mamba"): "approximate", ("regression", "mamba"): "fail", ("recall", "mamba"): "exact"}
+    agreeing = {("hmm", "mamba"): ["fail"] * 3, ("regression", "mamba"): ["approximate"] * 3}
+    agreeing[("recall", "mamba")] = ["exact"] * 3
+    extra = more_seeds("standard", agreeing, pooled)
+    assert [r.name for r in extra] == [f"{t}-mamba-s{s}" for t in ("hmm", "regression") for s in range(3, limit)]
 
 
 def test_reproduce_reads_each_seed_s_level_and_runs_the_disagreeing_cell_s_extra_seeds(tmp_path, monkeypatch):
@@ -394,6 +405,8 @@ def test_reproduce_reads_each_seed_s_level_and_runs_the_disagreeing_cell_s_extra
     runs = out / "runs"
     levels = rp.seed_levels(runs, suite("smoke", seeds=2, only=only))
     assert list(levels) == [("bijection", "transformer")] and len(levels[("bijection", "transformer")]) == 2
+    cell = json.loads((out / "results.json").read_text())["table1"]["transformer"]["bijection"]
+    assert rp.pooled_levels(runs, suite("smoke", seeds=2, only=only)) == {("bijection", "transformer"): cell["level"]}
     ev = json.loads((runs / "bijection-transformer-s1" / "eval.json").read_text())
     other = "exact" if ev["default"]["verdict"]["level"] != "exact" else "fail"
     ev["default"]["verdict"]["level"] = other

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from windtunnel.evaluation.metric_specs import headline_metric
 from windtunnel.executors import ExecutorOptions, Job, Launch, launch
 from windtunnel.models import is_baseline
-from windtunnel.report import build_report
-from windtunnel.report.collect import finished_levels
+from windtunnel.report import build_report, table_cells
+from windtunnel.report.collect import finished_levels, read_run
 from windtunnel.resolve import resolve_config
 from windtunnel.store import manifest
 from windtunnel.store.records.drivers import ReproduceRecord
@@ -50,16 +51,34 @@ def suite_jobs(entries: list[SuiteRun], runs_dir: Path, probe: bool) -> list[Job
     ]
 
 
-def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], list[str]]:
-    """The verdict level of each finished seed of every trained cell (task, arch) of `entries`, in seed order (a run
-    without a recorded verdict, or unfinished, is left out), as the report reads them (`collect.finished_levels`)."""
+def _finished_seeds(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], dict[str, str]]:
+    """Each trained cell (task, arch) of `entries`: its finished seeds' run names with their verdict levels, in seed
+    order (a run without a recorded verdict, or unfinished, is left out; `collect.finished_levels`)."""
     ordered = sorted((e for e in entries if not is_baseline(e.config["model"]["arch"])), key=lambda e: e.config["seed"])
     found = finished_levels(runs_dir, [e.name for e in ordered])
-    levels: dict[tuple[str, str], list[str]] = {}
+    cells: dict[tuple[str, str], dict[str, str]] = {}
     for e in ordered:
         if e.name in found:
-            levels.setdefault((e.config["task"]["name"], e.config["model"]["arch"]), []).append(found[e.name])
-    return levels
+            cells.setdefault((e.config["task"]["name"], e.config["model"]["arch"]), {})[e.name] = found[e.name]
+    return cells
+
+
+def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], list[str]]:
+    """The verdict level of each finished seed of every trained cell (task, arch) of `entries`, in seed order, as the
+    report reads them."""
+    return {cell: list(seen.values()) for cell, seen in _finished_seeds(runs_dir, entries).items()}
+
+
+def pooled_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], str]:
+    """The level of each trained cell of `entries` with two finished seeds or more, those seeds pooled as Table 1
+    marks the cell (`table_cells.cell_value`: a Student-t interval over the seeds' means)."""
+    out = {}
+    for (task, arch), seen in _finished_seeds(runs_dir, entries).items():
+        if len(seen) > 1 and (
+            cell := table_cells.cell_value([read_run(runs_dir / n) for n in seen], headline_metric(task))
+        ):
+            out[task, arch] = cell["level"]
+    return out
 
 
 def default_out(tier: str) -> Path:
@@ -130,10 +149,10 @@ def _reproduce_locked(
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     results = launcher.execute(suite_jobs(entries, runs_dir, probe), f"{len(entries)} runs, tier {tier}", echo)
-    extra = more_seeds(tier, seed_levels(runs_dir, entries))
-    if extra:  # cells whose seeds disagree on the mark: more seeds, up to the tier's limit
+    extra = more_seeds(tier, seed_levels(runs_dir, entries), pooled_levels(runs_dir, entries))
+    if extra:  # cells whose seeds disagree on the mark, or with their pooled mark: more seeds, up to the tier's limit
         cells = sorted(set(map(_cell_of, extra)))
-        echo(f"seeds disagree on the mark in {', '.join(cells)}: {len(extra)} more run(s)")
+        echo(f"seeds disagree on the mark (or with their pooled mark) in {', '.join(cells)}: {len(extra)} more run(s)")
         launcher.claim_runs({e.name: resolve_config(e.config) for e in extra}, echo, fresh=fresh)
         results += launcher.execute(suite_jobs(extra, runs_dir, probe), f"{len(extra)} more seeds, tier {tier}", echo)
         entries = [*entries, *extra]

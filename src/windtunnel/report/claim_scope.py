@@ -95,7 +95,8 @@ def added_seeds(
     cell: Cell, added: Mapping[str, Sequence[int]] | None = None
 ) -> tuple[list[RunRecord], list[RunRecord]] | None:
     """(the first seeds, those the tier added) where the tier's disagreement rule added seeds to the cell
-    (`suites.paper.more_seeds`: its first seeds' marks disagreed, so it ran more); None where it added none.
+    (`suites.paper.more_seeds`: its first seeds' marks disagreed, with each other or with their pooled mark, so it ran
+    more); None where it added none.
     `added`: what reproduce.json says it added to each cell (`task-arch` -> seeds); None (a record that does not say)
     infers it from the tier's first seeds (`suites.paper.first_seeds`)."""
     runs = sorted(cell.runs, key=lambda r: r.seed)
@@ -112,27 +113,38 @@ def added_seeds(
     if not first or not later:
         return None
     c = table_cells.cell_value(first, cell.data["metric"])
-    if c is None or len(set(c["seed_levels"])) < 2:  # the first seeds agreed: the further seeds were asked for
+    if c is None or len({*c["seed_levels"], c["level"]}) < 2:  # the first seeds agreed: the further ones were asked for
         return None
     return first, later
 
 
 def added_seeds_note(cell: Cell, added: Mapping[str, Sequence[int]] | None = None) -> str | None:
     """`transformer/recall: seeds 3, 4 added by the tier after its first 3 seeds disagreed (✓ ◐ ✓); those 3 pooled are
-    ◐ 98.1%`: no claim rests on seeds added after a disagreement without saying so."""
+    ◐ 98.1%` (or `... after its first 3 seeds, each ✓, pooled to a lower mark; those 3 pooled are ◐ ...`): no claim
+    rests on seeds added after a disagreement without saying so."""
     split = added_seeds(cell, added)
     if split is None:
         return None
     first, later = split
     c = table_cells.cell_value(first, cell.data["metric"])
     assert c is not None
-    levels = " ".join(marks.MARK[lv] for lv in c["seed_levels"])
+    levels = c["seed_levels"]
+    why = (
+        f" disagreed ({' '.join(marks.MARK[lv] for lv in levels)})"
+        if len(set(levels)) > 1
+        else f", each {marks.MARK[levels[0]]}, pooled to a {_direction(levels[0], c['level'])} mark"
+    )
     return (
         f"{cell.name}/{cell.task}: seed{'s' if len(later) > 1 else ''} {', '.join(str(r.seed) for r in later)} "
-        f"added by the tier after its first "
-        f"{len(first)} seeds disagreed ({levels}); those {len(first)} pooled are {marks.MARK[c['level']]} "
+        f"added by the tier after its first {len(first)} seeds{why}; those {len(first)} pooled are "
+        f"{marks.MARK[c['level']]} "
         f"{formatting.fmt(c['mean'], cell.data['metric'])}"
     )
+
+
+def _direction(seeds: str, pooled: str) -> str:
+    """ "lower" where the pooled level is worse than the level every seed has (`marks.LEVELS`, best first)."""
+    return "lower" if marks.LEVELS.index(pooled) > marks.LEVELS.index(seeds) else "higher"
 
 
 CAPACITY_PARAM = {"recall": "N"}  # a tunnel whose claims show the capacity curve: its size parameter

@@ -15,7 +15,8 @@
 * everything else is undecided, with the reason: not run, not probed, one seed, still falling, on the floor.
 
 Every claim states its scope (`scope_text`: the sizes it was tested at beside the paper's); a claim over a cell to
-which the tier added seeds because its first seeds disagreed says so and gives the first seeds' pooled mark
+which the tier added seeds because its first seeds disagreed (with each other, or with their pooled mark) says so and
+gives the first seeds' pooled mark
 (`added_seeds_note`); a claim about recall shows the capacity curve (`capacity_text`).
 
 "Still falling": the last periodic validation evaluation improved the error (1 − accuracy for accuracy) by more than
@@ -180,7 +181,8 @@ def judge_claims(
     """Every claim of `CLAIMS` judged on the report's numbers: {claim, verdict, evidence, why, rule, scope}. The
     evidence ends with the capacity curve of the claim's recall cells (`capacity_text`) and its scope (`scope_text`:
     the sizes it was tested at beside the paper's); the reasons end with the seeds the tier added to a cell of the
-    claim after its first seeds disagreed, with those first seeds' pooled mark (`added_seeds_note`; `added`: the
+    claim after its first seeds disagreed (or agreed on a mark their pooled interval did not give), with those first
+    seeds' pooled mark (`added_seeds_note`; `added`: the
     seeds reproduce.json says the tier added, as `added_seeds` takes it)."""
     ev = Evidence(records, table1, geometry or [])
     out = []
@@ -205,6 +207,7 @@ RULES_TEXT = (
     f"geometry probe against the claim on a ✓ model of ≥ 2 seeds, measured as the paper measured it at its scale, "
     f"else '{NOT_AT_BUDGET}'). Undecided: anything else, with the reason. Each claim states its scope: the sizes it "
     "was tested at (task, steps × batch, sequences seen) beside the paper's; where the tier added seeds to a cell "
-    "because its first seeds disagreed, the claim says so and gives the first seeds' pooled mark. Each claim's rule "
+    "because its first seeds disagreed on the mark, with each other or with their pooled mark, the claim says so and "
+    "gives the first seeds' pooled mark. Each claim's rule "
     "is in results.json (claims)."
 )
