@@ -78,7 +78,10 @@ def _exact_claim(text: str, arch: str, task: str) -> Claim:
 
 
 def _not_exact_claim(text: str, arch: str, task: str) -> Claim:
-    rule = "refuted by a ✓ cell of ≥ 2 seeds; reproduced by a ✗ plateaued on ≥ 2 seeds where another architecture is "
+    rule = (
+        "refuted by a ✓ cell of ≥ 2 seeds; reproduced by a ✗ off the context-blind floor (on it the model did not "
+        "train: no evidence either way) and plateaued on ≥ 2 seeds where another architecture is "
+    )
     return Claim(text, rule + "✓ at the same budget", partial(not_exact, arch, task), (arch,), (task,))
 
 
@@ -116,8 +119,8 @@ CLAIMS: list[Claim] = [
     _not_exact_claim("LSTM not exact on recall (no binding)", "lstm", "recall"),
     Claim(
         "MLPs realise no primitive",
-        "refuted by any MLP ✓ of ≥ 2 seeds; reproduced when no MLP cell is ◐ or ✓ and one ✗ is decisive (plateaued, "
-        "≥ 2 seeds, another architecture ✓ there)",
+        "refuted by any MLP ✓ of ≥ 2 seeds; reproduced when no MLP cell is ◐ or ✓ and one ✗ is decisive (off the "
+        "context-blind floor, plateaued, ≥ 2 seeds, another architecture ✓ there)",
         mlps_none,
         MLPS,
         None,

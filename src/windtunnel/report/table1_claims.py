@@ -169,20 +169,25 @@ def _not_exact_cell(ev: Evidence, cell: Cell) -> Finding:
         return Finding(REFUTED, cell.text())
     if reason := _level_reason(cell):
         return Finding(UNDECIDED, cell.text(), reason)
+    # a ✗ on the context-blind floor is a failure to train, evidence against neither claim: it says no more that the
+    # architecture cannot infer than, under "exact", that it can
+    floor = _floor_reason(ev, cell)
     exact = [
         c.name
         for c in ev.column(cell.task)
         if c.arch != cell.arch and c.level == "exact" and len(c.runs) >= MIN_SEEDS  # one seed's ✓ decides nothing
     ]
-    reasons = (
-        []
-        if exact
-        else [f"no architecture reached ✓ on {cell.task} at this budget (on ≥ {MIN_SEEDS} seeds), so a ✗ says nothing"]
-    )
+    reasons = [floor] if floor else []
+    if not exact:
+        reasons.append(
+            f"no architecture reached ✓ on {cell.task} at this budget (on ≥ {MIN_SEEDS} seeds), so a ✗ says nothing"
+        )
     reasons += _budget_reasons(cell)
     if reasons:
         return Finding(UNDECIDED, cell.text(), "; ".join(reasons))
-    return Finding(REPRODUCED, cell.text(), f"{', '.join(exact)} ✓ at the same budget; it had stopped falling")
+    return Finding(
+        REPRODUCED, cell.text(), f"off the floor, {', '.join(exact)} ✓ at the same budget; it had stopped falling"
+    )
 
 
 def exact(arch: str, task: str, ev: Evidence) -> Finding:
