@@ -130,7 +130,10 @@ def _floor_reason(ev: Evidence, cell: Cell) -> str | None:
         return f"{floor} over seeds (each of {n} seeds measurably off it on its own)"
     if all(on_floor(ev, c) and not seeds_off_floor(ev, c) for c in ev.column(cell.task)):
         return "on the context-blind floor, as is every architecture in the column: the budget lifted none off it"
-    return "on the context-blind floor: an optimisation failure at this budget, not evidence about the architecture"
+    return (
+        "on the context-blind floor, which other architectures left: the floor does not tell a failure to train from a "
+        "limit of the architecture"
+    )
 
 
 def _level_reason(cell: Cell) -> str | None:
@@ -169,8 +172,8 @@ def _not_exact_cell(ev: Evidence, cell: Cell) -> Finding:
         return Finding(REFUTED, cell.text())
     if reason := _level_reason(cell):
         return Finding(UNDECIDED, cell.text(), reason)
-    # a ✗ on the context-blind floor is a failure to train, evidence against neither claim: it says no more that the
-    # architecture cannot infer than, under "exact", that it can
+    # a ✗ on the context-blind floor does not tell a failure to train from a limit of the architecture: it says no
+    # more that the architecture cannot infer than, under "exact", that it can
     floor = _floor_reason(ev, cell)
     exact = [
         c.name
