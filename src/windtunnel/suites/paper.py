@@ -12,7 +12,8 @@ A suite is a plain list of run configs. Tiers:
               frequent validation so the report can say how long each cell took to reach each mark, and early stop
               once a run is ✓ three validations in a row
     transport the two HMM columns only (belief transport), every architecture, at the quick sizes with budgets long
-              enough to decide the transport claims (`BUDGET`), otherwise as standard: about 4.6 h on 2 cores
+              enough to decide the transport claims (`BUDGET`), otherwise as standard, three LSTM seeds: about 6 h
+              on 2 cores
     paper     the authors' production code cell by cell (`suites.settings.PAPER_SETTINGS`, each value sourced: format,
               model form, init, optimiser, schedule, budget), for a GPU; its deviations are what our code cannot match
 
@@ -141,8 +142,9 @@ LENGTH_GEN["transport"] = {task: LENGTH_GEN["standard"][task] for task in TIER_T
 #   hmm-sticky 2,000 x 32 with the stickiness curriculum: the transformer ◐ at 0.056 bits with belief horizon 7 of 18
 #     (at 1,000 steps: off the floor, no horizon; at 4,000: 0.025-0.033, horizon 11-12)
 # At the per-step costs of its sticky column on a 2-core AMD EPYC (2 runs x 1 thread: transformer 0.34 s, Mamba 0.42,
-# LSTM 0.10, MLPs 0.22-0.23) that is about four hours of training on 2 cores, about 4.6 h with evaluation and probes
-# (the sticky column: 67 min in one call), past the four hours aimed at: the least budget measured to decide.
+# LSTM 0.10, MLPs 0.22-0.23) that is about four hours of training on 2 cores, about 6 h with evaluation, probes, three
+# LSTM seeds and the seeds the tier adds (the runs so far: 42,000 s over two jobs with Mamba's HMM cell estimated), past
+# the four hours aimed at: the least budget measured to decide.
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
     "standard": {"bijection": (1_200, 32), "hmm": (1_000, 32), "recall": (3_000, 64), "regression": (600, 64)},
