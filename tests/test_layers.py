@@ -202,7 +202,8 @@ def test_the_config_schema_is_a_leaf_that_loads_no_torch():
 def test_the_backward_edges_stay_gone():
     """The four imports once found against the flow: the schema reaching the models, storage reaching resolve,
     the executors reading their own done.json through the report, and the drivers taking names and constants from
-    the report. What remains from a driver into the report is building output (and reproduce's read of a run's row)."""
+    the report. What remains from a driver into the report is building output (and reproduce's read of a run's row and
+    of a cell's pooled mark, which must be Table 1's own)."""
     modules = _modules()
     edges = {m: _imports(m, p, modules) for m, p in modules.items()}
 
@@ -216,6 +217,7 @@ def test_the_backward_edges_stay_gone():
         "windtunnel.time_to_bayes.results -> windtunnel.report.time_to_bayes",  # markdown, plot
         "windtunnel.reproduce -> windtunnel.report",  # build_report
         "windtunnel.reproduce -> windtunnel.report.collect",  # read_run: a run's row, for seed top-ups
+        "windtunnel.reproduce -> windtunnel.report.table_cells",  # cell_value: a cell's pooled mark, for seed top-ups
     }
 
 
