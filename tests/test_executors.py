@@ -78,6 +78,17 @@ def test_run_job_marks_done_and_skips_a_finished_run(tmp_path):
     assert (job.run_dir / "metrics.jsonl").read_text() == before
 
 
+def test_run_job_records_the_seconds_of_its_probes(tmp_path):
+    """done.json says how much of the attempt's wall time the geometry probes took; a run not probed has none."""
+    (job,) = smoke_jobs(tmp_path, {"task": "bijection", "arch": "transformer"}, probe=True)
+    (plain,) = smoke_jobs(tmp_path / "plain", {"task": "bijection", "arch": "transformer"})
+    probed, unprobed = run_job(job), run_job(plain)
+    assert probed["probe"] == "done" and 0 < probed["probe_s"] <= probed["wall_s"]
+    assert (job.run_dir / "geometry.json").exists()
+    assert unprobed["probe"] == "skipped" and unprobed["probe_s"] is None
+    assert rundir.read_json(job.run_dir / rundir.DONE)["probe_s"] == probed["probe_s"]
+
+
 def test_local_pool_gives_the_numbers_of_inline_runs(tmp_path):
     only = {"task": "hmm", "arch": "transformer,lstm,oracle"}
     inline = LocalExecutor(1).run(smoke_jobs(tmp_path / "inline", only))

@@ -125,10 +125,12 @@ def run_job(job: Job, *, handle_signals: training.HandleSignals = False) -> dict
     training.train(config, run_dir, resume=run_dir.exists(), progress=False, handle_signals=handle_signals)
     device = resolve_device(config.train.device)
     probed = job.probe and not is_baseline(config.model.arch)
+    probe_start = time.time()
     if probed:
         probe_run(run_dir, device=device)
     done = Done(
         wall_s=round(time.time() - start, 1),
+        probe_s=round(time.time() - probe_start, 1) if probed else None,
         probe="done" if probed else "skipped",
         device=str(device),
         host=socket.gethostname(),

@@ -430,8 +430,9 @@ class Geometry(RecordFile):
 
 class Done(RecordFile):
     """done.json, written last by `executors.run_job`: the run is trained, evaluated and probed as asked, with the
-    wall time of that attempt, where it ran and the step it resumed from. reproduce's own run_one, before the
-    executors, wrote only wall_s and probe: the others read as None."""
+    wall time of that attempt (`probe_s` of it in the geometry probes), where it ran and the step it resumed from.
+    reproduce's own run_one, before the executors, wrote only wall_s and probe, and runs marked done before probe_s
+    was recorded lack it: those fields read as None."""
 
     NAME: ClassVar[str] = rundir.DONE
     wall_s: Finite | None = None
@@ -440,6 +441,7 @@ class Done(RecordFile):
     host: Text | None = None
     pid: Integer | None = None
     resumed_from: Count | None = None
+    probe_s: Finite | None = None
 
 
 def read_done(run_dir: str | Path) -> Done:
