@@ -1,9 +1,12 @@
-"""bf16 autocast only where the CPU computes bf16 natively; emulated bf16 falls back to float32 with a warning."""
+"""bf16 autocast only where the CPU computes bf16 natively; emulated bf16 falls back to float32 with a warning; a run's
+thread count holds for every CPU thread pool of its process."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -177,3 +180,35 @@ def test_lstm_under_bf16_autocast_runs_with_onednn_capped_at_avx2():
     assert done.returncode == 0, done.stderr[-2000:]
     words = done.stdout.split()
     assert words[0] == "kernel" and float(words[3]) <= 1e-6
+
+
+LIMITED = """
+import numpy, scipy.linalg, sklearn.cluster, torch
+from threadpoolctl import threadpool_info
+from windtunnel.devices import limit_threads
+limit_threads(1)
+pools = threadpool_info()
+assert torch.get_num_threads() == 1, torch.get_num_threads()
+assert any(p["user_api"] == "blas" for p in pools), pools
+assert all(p["num_threads"] == 1 for p in pools), pools
+print(len(pools))
+"""
+
+
+def test_limit_threads_holds_torch_and_every_blas_and_openmp_pool_at_the_count():
+    """Numpy's, scipy's and scikit-learn's pools (the probes' PCA and clustering) take the run's count, not the
+    machine's; in a process of its own, so this one keeps its pools."""
+    done = subprocess.run([sys.executable, "-c", LIMITED], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 1
+
+
+def test_run_job_limits_its_process_to_the_job_s_threads(tmp_path, monkeypatch):
+    from windtunnel.executors import base
+    from windtunnel.suites.paper import suite
+
+    asked: list[int] = []
+    monkeypatch.setattr(base, "limit_threads", asked.append)
+    (entry,) = suite("smoke", only={"task": "bijection", "arch": "lstm"})
+    base.run_job(base.Job(entry.name, entry.config, str(tmp_path), threads=3))
+    assert asked == [3]

@@ -189,14 +189,15 @@ def _exit_interrupted(signum: int, frame: Any) -> None:
 
 
 def use_threads(threads: int | None) -> None:
-    """`--threads` of a command that computes in this process: torch's CPU threads (None: torch's default)."""
+    """`--threads` of a command that computes in this process: torch's CPU threads and the BLAS/OpenMP pools
+    (`devices.limit_threads`; None: their defaults)."""
     if threads is None:
         return
     if threads < 1:
         raise ValueError(f"--threads: must be >= 1 (got {threads})")
-    import torch
+    from windtunnel.devices import limit_threads
 
-    torch.set_num_threads(threads)
+    limit_threads(threads)
 
 
 # One definition of each option several commands take, so that its name, short form, default and help read the same

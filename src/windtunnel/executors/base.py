@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
-from windtunnel.devices import resolve_device
+from windtunnel.devices import limit_threads, resolve_device
 from windtunnel.errors import StorageError
 from windtunnel.geometry.run import probe_run
 from windtunnel.malloc import tune_malloc
@@ -40,7 +38,8 @@ STORAGE_TOKEN = ".windtunnel-storage"  # written under --out by the driver; ever
 @dataclass(frozen=True)
 class Job:
     """One run: `name` (its directory under `runs_dir`), its raw `config`, whether to probe its geometry, CPU
-    `threads` for torch, and the storage token the driver wrote under --out (None: no check)."""
+    `threads` (torch's and the BLAS pools', `devices.limit_threads`), and the storage token the driver wrote under
+    --out (None: no check)."""
 
     name: str
     config: dict[str, Any]
@@ -114,11 +113,11 @@ def run_job(job: Job, *, handle_signals: training.HandleSignals = False) -> dict
         done = Done.read(run_dir)  # a garbled done.json, or a field of the wrong kind, is an error naming it
         if job.probe and not is_baseline(config.model.arch) and not Geometry.exists(run_dir):
             # finished without its probe (reproduce once probed only each cell's first seed): probe it now
-            torch.set_num_threads(max(1, job.threads))
+            limit_threads(max(1, job.threads))
             probe_run(run_dir, device=resolve_device(config.train.device))
         return {"name": job.name, "skipped": True, **done.model_dump()}
     Done.remove(run_dir)  # marked done but its eval.json is gone: resume (to the end) and evaluate
-    torch.set_num_threads(max(1, job.threads))
+    limit_threads(max(1, job.threads))
     start = time.time()
     resumed = max(checkpoints.list_checkpoints(run_dir), default=0) if run_dir.exists() else 0  # this attempt's start
     # ends with the final evaluation
