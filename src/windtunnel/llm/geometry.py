@@ -227,12 +227,10 @@ PCA_KEYS = ("pc1", "pc12", "participation_ratio")
 
 
 def _one_blas_thread() -> Any:
-    """A context with numpy's BLAS on one thread (threadpoolctl, scikit-learn's dependency): the bootstrap's many
-    small eigendecompositions run several times faster so than with threads that contend for busy cores."""
-    try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - scikit-learn brings it
-        return contextlib.nullcontext()
+    """A context with numpy's BLAS on one thread: the bootstrap's many small eigendecompositions run several times
+    faster than with threads that contend for busy cores."""
+    from threadpoolctl import threadpool_limits
+
     return threadpool_limits(1, user_api="blas")
 
 
