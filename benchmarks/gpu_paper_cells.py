@@ -13,6 +13,7 @@ path): a run either reaches the authors' budget or says how far it got. Then the
 
     python benchmarks/gpu_paper_cells.py --out runs/gpu-paper                  # on the GPU machine
     python benchmarks/gpu_paper_cells.py --out runs/gpu-paper --stack          # each cell's seeds stacked
+    python benchmarks/gpu_paper_cells.py --out runs/gpu-paper --stack --compile reduce-overhead   # and CUDA graphs
     python benchmarks/gpu_paper_cells.py --out runs/x --train-seconds 20 --wave hmm/transformer/1   # a CPU try
 
 Writes OUT/runs/NAME (run directories), OUT/report.md|html|results.json, and OUT/gpu_paper_cells.json: per run the
@@ -157,15 +158,20 @@ def main() -> None:
     ap.add_argument("--device", default="auto", help="train.device of every run (auto: CUDA when present)")
     ap.add_argument(
         "--compile",
-        action="store_true",
-        help="train.compile=true for every run (torch.compile of the training forward: the same model and recipe, "
-        "fewer kernel launches; the run's config records it)",
+        nargs="?",
+        const=True,
+        default=False,
+        choices=["reduce-overhead", "max-autotune"],
+        metavar="MODE",
+        help="train.compile for every run: torch.compile of the training forward (with --stack: of the seeds' "
+        "stacked forward), in torch's default mode, or MODE (reduce-overhead: CUDA graphs, the kernels of a step "
+        "launched as one); the same model and recipe, the run's config records it",
     )
     ap.add_argument(
         "--stack",
         action="store_true",
         help="train each cell's seeds as one stacked model in one process (training.stacked), into the same run "
-        "directories; not with --compile",
+        "directories",
     )
     ap.add_argument(
         "--set",
@@ -176,8 +182,6 @@ def main() -> None:
         "budget",
     )
     args = ap.parse_args()
-    if args.stack and args.compile:
-        ap.error("--stack: not with --compile (the stacked loop runs the model uncompiled)")
     from windtunnel.config import apply_overrides, parse_value
 
     overrides = {}

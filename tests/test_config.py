@@ -32,11 +32,17 @@ def test_dotted_overrides_route_task_and_model_keys():
         ({"model.preset": "huge"}, "model.preset"),
         ({"train.betas": [0.9, 1.5]}, "train.betas"),
         ({"eval.n": 0}, "eval.n"),
+        ({"train.compile": "fastest"}, "train.compile: must be true, false or a torch.compile mode"),
     ],
 )
 def test_validation_errors_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         build_config(overrides=overrides)
+
+
+@pytest.mark.parametrize("setting", [False, True, "reduce-overhead", "max-autotune"])
+def test_compile_is_a_boolean_or_a_mode(setting):
+    assert build_config(overrides={"train.compile": setting}).train.compile == setting
 
 
 def test_yaml_and_json_files(tmp_path):

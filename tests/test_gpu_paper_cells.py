@@ -68,10 +68,19 @@ def test_stack_starts_one_process_per_cell_into_the_runs_directories(monkeypatch
     assert seeds == [0, 1]
 
 
-def test_stack_is_refused_with_compile(monkeypatch, tmp_path, capsys):
+def test_compile_takes_a_mode_and_goes_with_stack(monkeypatch, tmp_path, capsys):
+    """--compile alone is torch's default mode, --compile MODE that mode (reduce-overhead: CUDA graphs), in every
+    run's config, stacked or not; a mode torch.compile does not have is refused."""
+    configs = tmp_path / "out" / "configs"
+    for flags, setting in ((["--compile"], True), (["--compile", "reduce-overhead"], "reduce-overhead")):
+        waves = _waves(monkeypatch, tmp_path, "--wave", "hmm/transformer/2", "--stack", *flags)
+        assert list(waves[0]) == ["hmm-transformer-stacked"]
+        assert {
+            json.loads((configs / f"hmm-transformer-s{s}.json").read_text())["train"]["compile"] for s in (0, 1)
+        } == {setting}
     with pytest.raises(SystemExit):
-        _waves(monkeypatch, tmp_path, "--stack", "--compile")
-    assert "--stack: not with --compile" in capsys.readouterr().err
+        _waves(monkeypatch, tmp_path, "--compile", "fastest")
+    assert "invalid choice: 'fastest'" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # about a minute: a 15 s deadline, then evaluation, probes and the report in processes of their own

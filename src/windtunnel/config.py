@@ -12,7 +12,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -32,6 +32,9 @@ from windtunnel.tiers import SizeTier
 
 # Experiment trackers the training loop can feed (windtunnel.training.tracking).
 LoggerName = Literal["tensorboard", "wandb"]
+# torch.compile modes `train.compile` may name besides true/false (reduce-overhead: CUDA graphs on a GPU).
+CompileMode = Literal["reduce-overhead", "max-autotune"]
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -181,11 +184,22 @@ class TrainConfig(_Strict):
     keep_checkpoints: int | None = Field(default=None, ge=1)  # None: keep all
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bf16"] = "float32"
-    compile: bool = False
+    # torch.compile of the training forward: true (its default mode) or a mode by name ("reduce-overhead": CUDA
+    # graphs on a GPU, launches replayed; on a CPU the compiled code without them); false, the default, runs eager
+    compile: bool | CompileMode = False
     # Trackers fed the metrics.jsonl records (windtunnel.training.tracking). They change no number, so config.json
     # omits an empty list (a run's stored text and hash are as before the field existed) and no run comparison reads
     # them.
     loggers: list[LoggerName] = Field(default_factory=list)
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, v: Any) -> Any:
+        """One message for a setting that is neither a boolean nor a mode, not one per member of the union."""
+        if isinstance(v, bool) or v in COMPILE_MODES:
+            return v
+        modes = ", ".join(repr(m) for m in COMPILE_MODES)
+        raise ValueError(f"must be true, false or a torch.compile mode ({modes})")
 
     @field_validator("loggers")
     @classmethod

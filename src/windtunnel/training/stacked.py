@@ -48,6 +48,7 @@ from windtunnel.training import tracking
 from windtunnel.training.curriculum import Curriculum
 from windtunnel.training.steps import RunSteps, WeightAverage, optimiser_step, training_state
 from windtunnel.training.train import (
+    compiled,
     compute_loss,
     final_evaluation,
     prepare_run,
@@ -90,7 +91,7 @@ def _stopping_on_signals(enabled: bool, run_dirs: Sequence[Path]) -> Iterator[li
 
 def check_group(cfgs: Sequence[RunConfig]) -> None:
     """ValueError unless `cfgs` are one config at distinct seeds, with no training feature the stacked loop does not
-    run (named by its config field: train.aux_target, train.compile)."""
+    run (named by its config field: train.aux_target)."""
     if not cfgs:
         raise ValueError("configs: no config to train")
     first = cfgs[0].model_dump(mode="json", exclude={"seed"})
@@ -109,8 +110,6 @@ def check_group(cfgs: Sequence[RunConfig]) -> None:
     t = cfgs[0].train
     if t.aux_target is not None and t.aux_weight:
         raise ValueError("train.aux_target: the stacked loop trains no auxiliary head; train these seeds one by one")
-    if t.compile:
-        raise ValueError("train.compile: the stacked loop runs the model uncompiled; set train.compile false")
 
 
 def _differences(a: Any, b: Any, path: str = "") -> Iterator[str]:
@@ -147,12 +146,15 @@ class SeedRng:
 class StackedForward:
     """The training forward of several models of one architecture: one `vmap` over their stacked parameters and
     buffers where it runs, else (decided at the first call, `mode` "loop", `reason` why) one call per model, each
-    under its own RNG state. `mode` is None until the first call."""
+    under its own RNG state. `mode` is None until the first call. With `compile` (`train.compile`: true or a mode
+    such as "reduce-overhead", CUDA graphs on a GPU) the vmapped forward runs under torch.compile, so the seeds'
+    forward and backward are one compiled graph; the loop's calls stay eager."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, compile: bool | str = False) -> None:
         self.base = copy.deepcopy(model).to("meta").train()  # the module structure, without storage
         self.mode: str | None = None
         self.reason: str | None = None
+        self._apply = compiled(self._apply_vmapped, compile)
 
     def __call__(self, nets: Sequence[nn.Module], inputs: Sequence[torch.Tensor], rngs: Sequence[SeedRng]) -> list:
         """Each model's output (B,T,K) for its inputs (B,T,...)."""
@@ -179,17 +181,23 @@ class StackedForward:
         kept = [dict(net.named_buffers()) for net in nets]
         buffers = {name: torch.stack([b[name] for b in kept]) for name in kept[0]}  # (n,...) each
         versions = {name: b._version for name, b in buffers.items()}
-
-        def one(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], xi: torch.Tensor) -> torch.Tensor:
-            return torch.func.functional_call(self.base, (p, b), (xi,))
-
-        out = torch.func.vmap(one)(params, buffers, x)  # (n,B,T,K)
+        out = self._apply(params, buffers, x)  # (n,B,T,K)
         with torch.no_grad():
             for name, b in buffers.items():
                 if b._version != versions[name]:
                     for i, own in enumerate(kept):
                         own[name].copy_(b[i])
         return out
+
+    def _apply_vmapped(
+        self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
+        """The base module over each slice of the stacked tensors (n,...) and inputs (n,B,T,...): (n,B,T,K)."""
+
+        def one(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], xi: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(self.base, (p, b), (xi,))
+
+        return torch.func.vmap(one)(params, buffers, x)
 
 
 @dataclass
@@ -317,7 +325,7 @@ def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None, arrived: Seque
     """The stacked training loop, from the earliest start among the runs to the last step any of them trains; once
     `arrived` holds a signal, every run still training checkpoints the step just trained and StackInterrupted ends
     the loop."""
-    forward = StackedForward(seeds[0].model)
+    forward = StackedForward(seeds[0].model, seeds[0].cfg.train.compile)
     for s in seeds:  # resumed at its last step (or where it stopped early): only the final evaluation is left
         if s.steps is not None and s.start >= s.steps.last:
             _after_training(s)
@@ -336,7 +344,10 @@ def _loop(seeds: list[_Seed], echo: Callable[[str], None] | None, arrived: Seque
             continue
         if step == first and echo is not None:
             why = f" (vmap: {forward.reason})" if forward.reason else ""
-            echo(f"stacked: {len(alive)} seeds, forward by {forward.mode}{why}")
+            setting = alive[0].cfg.train.compile
+            mode = "default" if setting is True else setting
+            how = f", compiled ({mode})" if setting and forward.mode == "vmap" else ""
+            echo(f"stacked: {len(alive)} seeds, forward by {forward.mode}{why}{how}")
         finite = {id(s): loss for s, loss in zip(alive, losses, strict=True) if loss is not None}
         stepped = [s for s in alive if id(s) in finite]
         for s in stepped:

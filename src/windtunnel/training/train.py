@@ -327,6 +327,13 @@ def prepare_run(
     return cfg, task, device, model, aux, optimizer
 
 
+def compiled(fn: Any, setting: bool | str) -> Any:
+    """`fn` under torch.compile as `train.compile` asks (true: its default mode; a name: that mode), else `fn`."""
+    if setting is False:
+        return fn
+    return torch.compile(fn, mode=None if setting is True else setting)
+
+
 def train(
     config: RunConfig | dict,
     run_dir: str | Path,
@@ -427,7 +434,7 @@ def _train_locked(
     read_head = vocab_head if vocab_head is not None else _output_head(model) if aux is not None else None
     clipped = [*model.parameters(), *aux.parameters()] if aux is not None else None  # one gradient norm over both
     curriculum = Curriculum(cfg, task)
-    fwd = torch.compile(model) if cfg.train.compile else model
+    fwd = compiled(model, cfg.train.compile)
     t = cfg.train
     steps = RunSteps(cfg, run_dir, task, model, opt, device, start, callbacks, progress=progress, aux=aux, ema=ema)
     with _stopping_on_signals(handle_signals, run_dir, t.steps) as stop, _head_input(read_head) as head_input:
