@@ -28,8 +28,8 @@ def resolve_device(choice: str) -> torch.device:
 def limit_threads(threads: int) -> None:
     """Every CPU thread pool of this process at `threads`: torch's and the BLAS/OpenMP pools numpy, scipy and
     scikit-learn compute in (the geometry probes' PCA and clustering). Left to their defaults those pools take every
-    core: with several runs sharing the cores their threads spin against each other, and a probe's SVD of a 4,000 x
-    128 matrix took 2.6 s on two busy cores instead of 0.04 s."""
+    core: where runs outnumber the cores their threads spin against each other, and a probe's SVD of a 4,000 x 128
+    matrix took 2.6 s instead of 0.04 s (docs/results/tier-timing.md)."""
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
