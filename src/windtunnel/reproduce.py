@@ -63,17 +63,24 @@ def _finished_seeds(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, 
     return cells
 
 
-def seed_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], list[str]]:
+def seed_levels(
+    runs_dir: Path, entries: list[SuiteRun], finished: dict[tuple[str, str], dict[str, str]] | None = None
+) -> dict[tuple[str, str], list[str]]:
     """The verdict level of each finished seed of every trained cell (task, arch) of `entries`, in seed order, as the
-    report reads them."""
-    return {cell: list(seen.values()) for cell, seen in _finished_seeds(runs_dir, entries).items()}
+    report reads them (`finished`: `_finished_seeds` of them, where the caller has it)."""
+    finished = _finished_seeds(runs_dir, entries) if finished is None else finished
+    return {cell: list(seen.values()) for cell, seen in finished.items()}
 
 
-def pooled_levels(runs_dir: Path, entries: list[SuiteRun]) -> dict[tuple[str, str], str]:
+def pooled_levels(
+    runs_dir: Path, entries: list[SuiteRun], finished: dict[tuple[str, str], dict[str, str]] | None = None
+) -> dict[tuple[str, str], str]:
     """The level of each trained cell of `entries` with two finished seeds or more, those seeds pooled as Table 1
-    marks the cell (`table_cells.cell_value`: a Student-t interval over the seeds' means)."""
+    marks the cell (`table_cells.cell_value`: a Student-t interval over the seeds' means; `finished` as for
+    `seed_levels`)."""
+    finished = _finished_seeds(runs_dir, entries) if finished is None else finished
     out = {}
-    for (task, arch), seen in _finished_seeds(runs_dir, entries).items():
+    for (task, arch), seen in finished.items():
         if len(seen) > 1 and (
             cell := table_cells.cell_value([read_run(runs_dir / n) for n in seen], headline_metric(task))
         ):
@@ -149,7 +156,8 @@ def _reproduce_locked(
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     results = launcher.execute(suite_jobs(entries, runs_dir, probe), f"{len(entries)} runs, tier {tier}", echo)
-    extra = more_seeds(tier, seed_levels(runs_dir, entries), pooled_levels(runs_dir, entries))
+    finished = _finished_seeds(runs_dir, entries)  # each seed's eval.json read once for both
+    extra = more_seeds(tier, seed_levels(runs_dir, entries, finished), pooled_levels(runs_dir, entries, finished))
     if extra:  # cells whose seeds disagree on the mark, or with their pooled mark: more seeds, up to the tier's limit
         cells = sorted(set(map(_cell_of, extra)))
         echo(f"seeds disagree on the mark (or with their pooled mark) in {', '.join(cells)}: {len(extra)} more run(s)")
