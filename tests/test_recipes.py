@@ -131,6 +131,25 @@ def test_a_stickiness_stage_trains_on_chains_of_that_stickiness_and_the_task_on_
     assert full.min() >= 0.82
 
 
+def test_the_emission_curriculum_recipe_peaks_e_early_and_trains_on_the_task_after():
+    """benchmarks/recipes/emission-curriculum.yaml: E's rows peaked (clarity 0.8, then 0.4) for the first half of the
+    steps, the task's own Dirichlet rows after, the prompt format unchanged."""
+    base = run_config("hmm", "lstm", "standard")
+    base["train"]["steps"] = 100
+    recipe = get_recipe(str(Path(__file__).parents[1] / "benchmarks" / "recipes" / "emission-curriculum.yaml"))
+    cfg = resolve_config(recipe.apply(base))
+    task = runs.build_task(cfg)
+    cur = Curriculum(cfg, task)
+    clarity = {s: cur.task_at(s).params.emission_clarity for s in (1, 30, 31, 50, 51, 100)}
+    assert clarity == {1: 0.8, 30: 0.8, 31: 0.4, 50: 0.4, 51: 0.0, 100: 0.0}
+    assert cur.task_at(1).spec == task.spec and cur.task_at(51) is task
+
+    def top(t):  # mean of each E row's largest entry
+        return float(t.sample(256, seed=1).latent["emission"].max(-1).values.mean())
+
+    assert top(cur.task_at(1)) > 0.7 > top(cur.task_at(31)) > top(task)
+
+
 def test_curriculum_is_validated_when_the_config_resolves():
     with pytest.raises(ValueError, match="strictly increasing"):
         build_config(overrides={"train.curriculum": [{"until": 10}, {"until": 10}]})

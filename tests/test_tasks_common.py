@@ -34,7 +34,14 @@ SMALL = {
             }
         )
     ),
-    "hmm": st.fixed_dictionaries({"S": st.integers(2, 6), "O": st.integers(2, 6), "K": st.integers(1, 8)}),
+    "hmm": st.fixed_dictionaries(
+        {
+            "S": st.integers(2, 6),
+            "O": st.integers(2, 6),
+            "K": st.integers(1, 8),
+            "emission_clarity": st.floats(0.0, 1.0),
+        }
+    ),
     "hmm-sticky": st.fixed_dictionaries(
         {
             "S": st.integers(2, 6),

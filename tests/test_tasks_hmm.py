@@ -354,8 +354,28 @@ def test_defaults_keep_the_paper_hmm():
     assert int((b.inputs * w).sum()) == 2587863 and int(b.targets.sum()) == 313
     assert float(b.posterior.probs[b.target_mask].double().pow(2).sum()) == pytest.approx(49.99670614597524, rel=1e-6)
     assert b.inputs[0, :8].tolist() == [96, 0, 22, 2, 18, 33, 7, 20]
-    same = tasks.make("hmm", stickiness=0.0, min_prob=0.05).sample(8, seed=2024)
+    same = tasks.make("hmm", stickiness=0.0, min_prob=0.05, emission_clarity=0.0).sample(8, seed=2024)
     assert torch.equal(same.inputs, b.inputs) and torch.equal(same.posterior.probs, b.posterior.probs)
+
+
+@pytest.mark.parametrize(("S", "O"), [(5, 5), (3, 6), (6, 3)])
+def test_emission_clarity_peaks_each_state_on_its_own_random_symbol(S, O):
+    """lambda = 1: every row of E is one symbol at 1 - (O - 1) floors, the floor elsewhere; the likeliest symbols of a
+    sequence are distinct where S <= O, and which symbol belongs to which state varies over sequences (so only the
+    prompt tells it). T is drawn as at lambda 0."""
+    b = tasks.make("hmm", S=S, O=O, emission_clarity=1.0).sample(400, seed=3)
+    cents = torch.round(b.latent["emission"].double() * 100).long()  # (B,S,O)
+    assert bool((cents.max(-1).values == 100 - 5 * (O - 1)).all()) and bool((cents.min(-1).values == 5).all())
+    peak = cents.argmax(-1)  # (B,S)
+    if S <= O:
+        assert bool((peak.sort(-1).values.diff(dim=-1) > 0).all())
+    assert len({tuple(r) for r in peak.tolist()}) > 20
+    plain = tasks.make("hmm", S=S, O=O).sample(400, seed=3)
+    assert torch.equal(b.latent["transition"], plain.latent["transition"])
+    half = tasks.make("hmm", S=S, O=O, emission_clarity=0.5).sample(400, seed=3)
+    top = half.latent["emission"].double().max(-1).values  # >= lambda / (1 + (O - 1) floor): floored and renormalised
+    assert float(top.min()) >= 0.5 / (1 + 0.05 * (O - 1)) - 0.005
+    assert float(top.mean()) > float(plain.latent["emission"].double().max(-1).values.mean())
 
 
 def test_sticky_family():
@@ -383,8 +403,9 @@ def test_sticky_family():
 
 
 @pytest.mark.parametrize("name", ["hmm", "hmm-sticky"])
-def test_sticky_posterior_matches_path_sum(name):
-    task = tasks.make(name, S=3, O=3, K=5)
+@pytest.mark.parametrize("clarity", [0.0, 0.7])
+def test_sticky_posterior_matches_path_sum(name, clarity):
+    task = tasks.make(name, S=3, O=3, K=5, emission_clarity=clarity)
     b = task.sample(4, seed=9)
     for i in range(4):
         T = np.round(b.latent["transition"][i].double().numpy() * 100) / 100
@@ -425,6 +446,8 @@ def test_state_sampling_follows_the_matrices():
         (dict(min_prob=0.1), r"hmm\.min_prob: .*less than or equal to 0\.05"),
         (dict(stickiness=1.5), r"hmm\.stickiness: must be in \[0, 1\]"),
         (dict(stickiness=(0.9, 0.8)), r"hmm\.stickiness: must be in \[0, 1\], or a range"),
+        (dict(emission_clarity=1.5), r"hmm\.emission_clarity: .*less than or equal to 1"),
+        (dict(emission_clarity=-0.1), r"hmm\.emission_clarity: .*greater than or equal to 0"),
     ],
 )
 def test_bad_params(params, match):

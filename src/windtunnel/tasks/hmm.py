@@ -1,7 +1,8 @@
 """HMM wind tunnel (belief transport): track the hidden state of a fresh random HMM shown in the prompt.
 
 Each sequence draws a transition matrix T (S,S) and an emission matrix E (S,O) with Dirichlet(1) rows (T optionally
-sticky: rho I + (1 - rho) Dirichlet(1), `stickiness`), floored at `min_prob` (0.05 by default) and discretised to whole
+sticky: rho I + (1 - rho) Dirichlet(1), `stickiness`; E optionally peaked on a random symbol per state,
+`emission_clarity`, a curriculum stage's easier task), floored at `min_prob` (0.05 by default) and discretised to whole
 cents (the official generator's rule), writes them as tokens, then shows K observations. At each observation the
 target is the exact filtering posterior p(s_t | o_1..t), computed by the forward algorithm in float64 log space on
 exactly the matrices the model sees (`HMM.posterior_for` recomputes it from any valid prompt).
@@ -64,6 +65,13 @@ class HMMParams(TaskParams):
         "per sequence; 0 is the paper's HMM",
     )
     min_prob: float = Field(0.05, ge=0.01, le=0.05, description="the floor of the cent grid (0.01..0.05)")
+    emission_clarity: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="lambda: E's rows are lambda P + (1 - lambda) Dirichlet(1) before flooring, P a random permutation "
+        "per sequence (each state's own likeliest symbol, which only the prompt tells); 0 is the paper's HMM",
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> HMMParams:
@@ -392,12 +400,26 @@ class HMM(Task[HMMParams]):
         u = torch.rand(batch, 1, 1, generator=g, device=device, dtype=torch.float64)
         return lo + (hi - lo) * u
 
+    def _clear_emissions(self, e_rows: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """E's rows (B,S,O) as lambda P + (1 - lambda) rows, P each state's likeliest symbol, drawn per sequence
+        (distinct symbols where S <= O, a permutation where S = O); lambda 0 returns the rows and draws nothing (the
+        paper's samples)."""
+        lam = self.params.emission_clarity
+        if lam == 0.0:
+            return e_rows
+        B, S, O = e_rows.shape
+        order = torch.rand(B, max(S, O), generator=g, device=e_rows.device, dtype=torch.float64).argsort(-1)
+        symbols = order[:, :S] % O  # (B,S)
+        peak = torch.nn.functional.one_hot(symbols, O).to(e_rows.dtype)  # (B,S,O)
+        return lam * peak + (1 - lam) * e_rows
+
     def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
         p = self.params
         B, S, O, K = batch_size, p.S, p.O, p.K
         t_rows = dirichlet_rows(B, S, S, g, device)  # (B,S,S)
         e_rows = dirichlet_rows(B, S, O, g, device)  # (B,S,O)
         rho = self._stickiness(B, g, device)  # (B,1,1) or None
+        e_rows = self._clear_emissions(e_rows, g)  # (B,S,O)
         if rho is not None:
             t_rows = rho * torch.eye(S, dtype=torch.float64, device=device) + (1 - rho) * t_rows
         t_cents = discretise_cents(t_rows, p.floor_cents)  # (B,S,S)

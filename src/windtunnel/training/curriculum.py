@@ -3,9 +3,9 @@
 `train.curriculum` is a list of stages `{until: step, params: {...}}`; step s trains on the task with the first stage
 whose `until >= s` applied on top of `task.params`, and on the full task after the last stage (e.g. short HMMs, few
 recall pairs or less sticky chains first). A stage may change any parameter that leaves the model's shapes alone
-(vocabulary, input width, answers: lengths, pairs, stickiness), and each must end before `train.steps` so the run
-trains on the full task (both checked by `resolve.resolve_config`). The task of a step depends on the step alone, so
-a resumed run samples exactly what an uninterrupted one would.
+(vocabulary, input width, answers: lengths, pairs, stickiness, emission clarity), and each must end before
+`train.steps` so the run trains on the full task (both checked by `resolve.resolve_config`). The task of a step
+depends on the step alone, so a resumed run samples exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
