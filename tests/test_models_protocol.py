@@ -20,6 +20,7 @@ VARIANTS = [(a, {}) for a in ARCHS] + [
     ("mamba", {"variant": "paper"}),
     ("transformer", {"pos": "rotary"}),
     ("transformer", {"pos": "learned+rotary"}),
+    ("lstm", {"norm_inputs": True, "residual": True}),
 ]
 
 
@@ -41,7 +42,12 @@ def test_names_cover_the_four_architectures():
 
 
 @pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("arch,extra", VARIANTS, ids=lambda v: "-".join(v.values()) if isinstance(v, dict) else v)
+def variant_id(v):
+    """`pos-learned`-style ids: a flag that is on reads as its name."""
+    return "-".join(k if x is True else str(x) for k, x in v.items()) if isinstance(v, dict) else v
+
+
+@pytest.mark.parametrize("arch,extra", VARIANTS, ids=variant_id)
 def test_causal_and_shapes(arch, extra, task):
     model = build(arch, task, **extra)
     spec = model.spec

@@ -1,5 +1,6 @@
 """Init options that get models off their early loss plateau: the LSTM's forget-gate bias and chrono init
-(`model.size.forget_bias`, `model.size.chrono`), and zeroed residual output projections (`model.size.zero_init_out`,
+(`model.size.forget_bias`, `model.size.chrono`), its input norms and residual stream (`model.size.norm_inputs`,
+`model.size.residual`), and zeroed residual output projections (`model.size.zero_init_out`,
 transformer and Mamba). Each option changes only the weights it names; left out, every model is as before."""
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def test_chrono_init_spreads_forget_times_up_to_t_max():
 
 @pytest.mark.parametrize(
     ("arch", "fields"),
-    [("lstm", {"forget_bias": None, "chrono": None}), ("transformer", {"zero_init_out": False}),
+    [("lstm", {"forget_bias": None, "chrono": None, "norm_inputs": False, "residual": False}),
+     ("transformer", {"zero_init_out": False}),
      ("mamba", {"zero_init_out": False}), ("mamba", {"variant": "paper", "zero_init_out": False})],
 )  # fmt: skip
 def test_defaults_leave_models_and_configs_as_before(arch, fields):
@@ -104,6 +106,34 @@ def test_zero_init_out_makes_every_block_the_identity(arch, fields):
         assert torch.equal(cache[f"blocks.{l}.resid_pre"], cache[f"blocks.{l}.resid_post"]), l
 
 
+def test_lstm_norm_inputs_and_residual_compute_what_they_say():
+    """norm_inputs: each layer's nn.LSTM reads LayerNorm(x); residual: the layer's output is x + h. Every weight the
+    default build has is drawn as in it (the input norms add parameters, at LayerNorm's own init: ones and zeros)."""
+    base = build("lstm")
+    model = build("lstm", norm_inputs=True, residual=True)
+    sb, sm = base.state_dict(), model.state_dict()
+    assert {k for k in sm if k not in sb} == {f"input_norms.{l}.{p}" for l in range(2) for p in ("weight", "bias")}
+    assert all(torch.equal(sb[k], sm[k]) for k in sb)
+    with torch.no_grad():
+        for norm in model.input_norms:  # away from LayerNorm's init, so the test sees the norm's own weights
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+    inputs = tasks.make("bijection").sample(4, seed=0).inputs
+    names = [f"blocks.{l}.{p}" for l in range(2) for p in ("resid_pre", "resid_post", "lstm.h")]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(inputs, names=names)
+        for l in range(2):
+            x = cache[f"blocks.{l}.resid_pre"]
+            h, _ = model.layers[l](model.input_norms[l](x))
+            torch.testing.assert_close(cache[f"blocks.{l}.lstm.h"], h)
+            torch.testing.assert_close(cache[f"blocks.{l}.resid_post"], x + h)
+    only_res = build("lstm", residual=True)
+    with torch.no_grad():
+        _, cache = only_res.run_with_cache(inputs, names=names)
+        x = cache["blocks.1.resid_pre"]
+        torch.testing.assert_close(cache["blocks.1.resid_post"], x + only_res.layers[1](x)[0])
+
+
 @pytest.mark.parametrize(
     ("arch", "size", "match"),
     [
@@ -113,6 +143,8 @@ def test_zero_init_out_makes_every_block_the_identity(arch, fields):
         ("lstm", {"chrono": 8.0}, r"model\.size\.chrono: Input should be a valid integer"),
         ("lstm", {"forget_bias": 1.0, "chrono": 8}, r"model\.size\.chrono: .*give forget_bias or chrono, not both"),
         ("lstm", {"zero_init_out": True}, r"model\.size\.zero_init_out: Extra inputs are not permitted"),
+        ("lstm", {"residual": "yes"}, r"model\.size\.residual: Input should be a valid boolean"),
+        ("lstm", {"norm_inputs": 1}, r"model\.size\.norm_inputs: Input should be a valid boolean"),
         ("transformer", {"zero_init_out": "maybe"}, r"model\.size\.zero_init_out: Input should be a valid boolean"),
     ],
 )

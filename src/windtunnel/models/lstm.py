@@ -1,4 +1,5 @@
-"""Stacked LSTM: embedding -> L single-layer LSTMs -> LayerNorm -> head (tied where the spec allows).
+"""Stacked LSTM: embedding -> L single-layer LSTMs -> LayerNorm -> head (tied where the spec allows); optionally a
+LayerNorm on each layer's input (`norm_inputs`) and each layer added to its input (`residual`).
 
 Each layer runs as a fused `nn.LSTM`. Where a probe asks for the cell states (hook point `blocks.{l}.lstm.c`,
 models/hooks.py) that layer runs the same weights through an explicit cell loop (PyTorch's gate order i, f, g, o)
@@ -62,7 +63,15 @@ class LSTMSize(InitSize):
     the cell keeps its state from the start; `chrono` T sets the chrono init of Tallec & Ollivier 2018 ("Can
     recurrent neural networks warp time?"): b_f = log U[1, T - 1], b_i = -b_f, forget times spread up to T steps
     (e.g. the task's sequence length). At most one of the two. The LSTM has no residual output projection (a layer
-    replaces the stream with its h), so it has no `zero_init_out`."""
+    replaces the stream with its h), so it has no `zero_init_out`.
+
+    Two options for a deep stack that will not start learning (both off by default: the authors' form):
+    `norm_inputs`: each layer reads LayerNorm(x), not x. Without it the gates barely see the tokens at the start: the
+    "normal" init's embedding rows are N(0, 0.02) and a layer's h is mostly far below 1, so against U(+-1/sqrt(d))
+    input weights a token moves each gate's pre-activation by about 0.01 and the gradient that would teach the layer
+    to read it is as small. `residual`: layer l's output is x + h, not h (Wu et al. 2016's residual stacked LSTM), so
+    the stream keeps each token's embedding past layers that have not learned to pass it on
+    (docs/results/time-to-bayes.md, the LSTM on the HMM)."""
 
     n_layers: int = size_int(6)
     d_model: int = size_int(192)
@@ -72,6 +81,8 @@ class LSTMSize(InitSize):
     logit_scale: bool = False
     forget_bias: float | None = None
     chrono: int | None = Field(default=None, ge=2, strict=True)
+    norm_inputs: bool = Field(default=False, strict=True)
+    residual: bool = Field(default=False, strict=True)
 
     def learned_positions(self) -> bool:
         return self.pos == "learned"
@@ -102,6 +113,9 @@ class LSTM(ResidualModel):
         s = self.size
         self.n_layers = s.n_layers
         self.layers = nn.ModuleList(nn.LSTM(s.d_model, s.d_model, batch_first=True) for _ in range(s.n_layers))
+        # registered only when on, so a model without it has the same parameters, state_dict and random draws
+        if s.norm_inputs:
+            self.input_norms = nn.ModuleList(nn.LayerNorm(s.d_model) for _ in range(s.n_layers))
         self.dropout = nn.Dropout(s.dropout)
         self.norm = nn.LayerNorm(s.d_model)
 
@@ -114,10 +128,13 @@ class LSTM(ResidualModel):
             init_gate_biases(cast(nn.LSTM, lstm), s.forget_bias, s.chrono)
 
     def layer(self, l: int, x: torch.Tensor) -> torch.Tensor:
-        """Layer l replaces the stream with its hidden states: resid_post = lstm.h."""
+        """Layer l replaces the stream with its hidden states, resid_post = lstm.h, or adds them to it (`residual`)."""
         hook, lstm = self.layer_hook(l), cast(nn.LSTM, self.layers[l])  # ModuleList items are typed Module
+        stream = x  # (B,T,d)
         if l > 0:
             x = self.dropout(x)
+        if self.size.norm_inputs:
+            x = self.input_norms[l](x)  # (B,T,d), unit scale per token whatever the embedding's or h's scale
         if self.wants(f"blocks.{l}.lstm.c"):  # the fused nn.LSTM returns only h: run the cell loop for c
             h, c = lstm_cell_loop(lstm, x)  # (B,T,d) each
             hook("lstm.c", c)
@@ -126,7 +143,8 @@ class LSTM(ResidualModel):
                 h, _ = lstm(x.float())  # (B,T,d)
         else:
             h, _ = lstm(x)  # (B,T,d)
-        return hook("lstm.h", h)
+        h = hook("lstm.h", h)
+        return stream + h if self.size.residual else h
 
     def state_size(self, T: int) -> int:
         """h and c of every layer; independent of T."""
