@@ -41,12 +41,12 @@ def test_names_cover_the_four_architectures():
     assert set(ARCHS) <= set(models.names())
 
 
-@pytest.mark.parametrize("task", TASKS)
 def variant_id(v):
     """`pos-learned`-style ids: a flag that is on reads as its name."""
     return "-".join(k if x is True else str(x) for k, x in v.items()) if isinstance(v, dict) else v
 
 
+@pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("arch,extra", VARIANTS, ids=variant_id)
 def test_causal_and_shapes(arch, extra, task):
     model = build(arch, task, **extra)
