@@ -252,10 +252,10 @@ LR_PICKS: dict[str, dict[tuple[str, str], float]] = {
         ("bijection", "lstm"): 0.004,
         ("bijection", "mlp"): 0.001,
         ("bijection", "mlp-pointwise"): 0.001,
-        # re-swept under soft-muon at 1,000 x 32 (LR_RESWEEPS)
+        # re-swept under soft-muon at 1,000 x 32 (LR_RESWEEPS); the LSTM's with its normed, residual HMM stack
         ("hmm", "transformer"): 0.008,
         ("hmm", "mamba"): 0.001,
-        ("hmm", "lstm"): 0.0005,
+        ("hmm", "lstm"): 0.002,
         ("hmm", "mlp"): 0.004,
         ("hmm", "mlp-pointwise"): 0.002,
         # re-swept under soft-muon at 3,000 x 64, 16 pairs with the pair curriculum (LR_RESWEEPS)
