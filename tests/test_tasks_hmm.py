@@ -358,6 +358,21 @@ def test_defaults_keep_the_paper_hmm():
     assert torch.equal(same.inputs, b.inputs) and torch.equal(same.posterior.probs, b.posterior.probs)
 
 
+def test_emission_clarity_is_stored_in_a_run_config_only_where_set():
+    """Off by default, the parameter is absent from a resolved run config (so every HMM run's config, and its identity,
+    is as it was without it); set, it is stored."""
+    from windtunnel.config import build_config
+    from windtunnel.resolve import resolve_config
+
+    def params(**task_params):
+        return resolve_config(build_config(overrides={"task.name": "hmm", "task.params": task_params})).task.params
+
+    assert params() == {"S": 5, "O": 5, "K": 20, "stickiness": 0.0, "min_prob": 0.05}
+    assert params(emission_clarity=0.0) == params()
+    assert params(emission_clarity=0.4)["emission_clarity"] == 0.4
+    assert tasks.make("hmm-sticky").params.stored()["stickiness"] == [0.85, 0.95]  # the others: always, as before
+
+
 @pytest.mark.parametrize(("S", "O"), [(5, 5), (3, 6), (6, 3)])
 def test_emission_clarity_peaks_each_state_on_its_own_random_symbol(S, O):
     """lambda = 1: every row of E is one symbol at 1 - (O - 1) floors, the floor elsewhere; the likeliest symbols of a

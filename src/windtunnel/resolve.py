@@ -124,7 +124,7 @@ def resolve_config(cfg: RunConfig | dict[str, Any], *, check_memory: bool = True
         _check_vocab_loss(task.spec)
     _check_loss_kind(cfg.train.loss, task.spec)
     _check_aux_target(cfg.train.aux_target, task)
-    params = task.params.model_dump(mode="json") if task.offers("params") else dict(cfg.task.params)
+    params = task.params.stored() if task.offers("params") else dict(cfg.task.params)
     lengths = [task.spec.seq_len]
     for o in eval_settings(cfg)[1:]:
         try:

@@ -235,9 +235,23 @@ def make_generator(seed: int | None, generator: torch.Generator | None, device: 
 
 
 class TaskParams(BaseModel):
-    """Base of every task's typed parameters; unknown parameters are an error, not ignored."""
+    """Base of every task's typed parameters; unknown parameters are an error, not ignored.
+
+    `implicit_when_default` names the parameters that are off by default (an easier task for a curriculum stage, say):
+    a run's config stores them only where they are set (`stored`), as it does a model size's options, so a task that
+    gains one keeps every run's config, and its identity, as it was."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    implicit_when_default: ClassVar[tuple[str, ...]] = ()
+
+    def stored(self) -> dict[str, Any]:
+        """The parameters as a run's config stores them, JSON-ready: every one with its default filled in, but those
+        in `implicit_when_default` left out where they are at their default."""
+        out = self.model_dump(mode="json")
+        for name in self.implicit_when_default:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                out.pop(name)
+        return out
 
 
 @dataclass(frozen=True)

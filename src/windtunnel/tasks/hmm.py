@@ -54,7 +54,10 @@ REFERENCE_BATCH, REFERENCE_SEED = 1000, 7_919_000
 
 
 class HMMParams(TaskParams):
-    """S hidden states, O observation symbols, K observations per sequence; how sticky T is; the grid's floor."""
+    """S hidden states, O observation symbols, K observations per sequence; how sticky T is; the grid's floor; how
+    peaked E's rows are (a curriculum stage's easier HMM: stored in a run's config only where set)."""
+
+    implicit_when_default = ("emission_clarity",)
 
     S: int = Field(5, ge=2, description="hidden states (S * min_prob <= 1)")
     O: int = Field(5, ge=2, description="observation symbols (O * min_prob <= 1)")
