@@ -143,7 +143,7 @@ LENGTH_GEN["transport"] = {task: LENGTH_GEN["standard"][task] for task in TIER_T
 #     (at 1,000 steps: off the floor, no horizon; at 4,000: 0.025-0.033, horizon 11-12)
 # At the per-step costs of its sticky column on a 2-core AMD EPYC (2 runs x 1 thread: transformer 0.34 s, Mamba 0.42,
 # LSTM 0.10, MLPs 0.22-0.23) that is about four hours of training on 2 cores, about 6 h with evaluation, probes, three
-# LSTM seeds and the seeds the tier adds (its runs, measured: 44,632 s, about 6.2 h over two jobs), past the four hours
+# LSTM seeds and the seeds the tier adds (its runs, measured: 45,881 s, about 6.4 h over two jobs), past the four hours
 # aimed at: the least budget measured to decide.
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
     "quick": {"bijection": (600, 32), "hmm": (150, 32), "recall": (1_000, 64), "regression": (120, 64)},
