@@ -61,8 +61,9 @@ _OVERRIDES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     # later with the learned table alone (docs/reproduce.md).
     # The LSTM's plain stack (each layer replaces the stream with its h, the N(0, 0.02) embedding read unnormalised)
     # sat on the HMM's context-blind floor on every recipe tried, up to 8,000 steps, and did not learn even a 2-state,
-    # 2-observation HMM in 600 steps with Adam; with each layer reading LayerNorm of its input and adding its h to it,
-    # the same 3 x 128 LSTM leaves the floor by step 700 (docs/results/time-to-bayes.md, the LSTM on the HMM).
+    # 2-symbol HMM of 2 observations in 1,000 steps with AdamW; with each layer reading LayerNorm of its input and
+    # adding its h to it, the same 3 x 128 LSTM leaves the floor by step 700 (docs/results/time-to-bayes.md, the LSTM
+    # on the HMM).
     ("hmm", "quick"): {
         "transformer": dict(n_layers=4, n_heads=8, d_model=128, d_ff=512, pos="learned+rotary"),
         "mamba": dict(n_layers=4, d_model=128, pos="learned"),

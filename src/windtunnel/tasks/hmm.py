@@ -72,8 +72,8 @@ class HMMParams(TaskParams):
         0.0,
         ge=0.0,
         le=1.0,
-        description="lambda: E's rows are lambda P + (1 - lambda) Dirichlet(1) before flooring, P a random permutation "
-        "per sequence (each state's own likeliest symbol, which only the prompt tells); 0 is the paper's HMM",
+        description="lambda: E's rows are lambda P + (1 - lambda) Dirichlet(1) before flooring, P each state's own "
+        "likeliest symbol, drawn per sequence (which only the prompt tells); 0 is the paper's HMM",
     )
 
     @model_validator(mode="after")
