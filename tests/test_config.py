@@ -68,7 +68,7 @@ def test_resolve_expands_preset_defaults_and_max_len():
         }
     )
     r = resolve_config(cfg)
-    assert r.task.params == tasks.make("hmm").params.model_dump(mode="json")  # defaults filled in
+    assert r.task.params == tasks.make("hmm").params.stored()  # defaults filled in (but off-by-default options)
     assert r.model.size["d_model"] == 48 and "n_layers" in r.model.size  # preset expanded, override wins
     assert r.model.max_len == tasks.make("hmm", K=50).spec.seq_len > tasks.make("hmm").spec.seq_len
     assert resolve_config(r) == r  # idempotent

@@ -22,6 +22,17 @@ def sample_rows(probs: torch.Tensor, g: torch.Generator) -> torch.Tensor:
     return idx.clamp_max(probs.shape[-1] - 1)
 
 
+def peak_rows(rows: torch.Tensor, weight: float, g: torch.Generator) -> torch.Tensor:
+    """Rows (B,R,C) as weight P + (1 - weight) rows, P a one-hot row at a column drawn per sequence from `g` (distinct
+    columns where R <= C, a permutation where R = C); weight 0 returns the rows and draws nothing."""
+    if weight == 0.0:
+        return rows
+    B, R, C = rows.shape
+    order = torch.rand(B, max(R, C), generator=g, device=rows.device, dtype=torch.float64).argsort(-1)  # (B,max)
+    peak = torch.nn.functional.one_hot(order[:, :R] % C, C).to(rows.dtype)  # (B,R,C)
+    return weight * peak + (1 - weight) * rows
+
+
 def scatter_posterior(probs: torch.Tensor, mask: torch.Tensor, shape: tuple[int, int, int]) -> Categorical:
     """Categorical with batch shape (B,T) over K classes: `probs` (N,K) at the True entries of `mask`
     (B,T), uniform elsewhere; computed in float64 by the caller, returned as float32."""

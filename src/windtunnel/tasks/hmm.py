@@ -28,6 +28,7 @@ from torch.distributions import Categorical, Distribution
 from windtunnel.tasks._util import (
     first_invalid,
     other_sequence,
+    peak_rows,
     sample_rows,
     scatter_control,
     scatter_posterior,
@@ -403,26 +404,13 @@ class HMM(Task[HMMParams]):
         u = torch.rand(batch, 1, 1, generator=g, device=device, dtype=torch.float64)
         return lo + (hi - lo) * u
 
-    def _clear_emissions(self, e_rows: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """E's rows (B,S,O) as lambda P + (1 - lambda) rows, P each state's likeliest symbol, drawn per sequence
-        (distinct symbols where S <= O, a permutation where S = O); lambda 0 returns the rows and draws nothing (the
-        paper's samples)."""
-        lam = self.params.emission_clarity
-        if lam == 0.0:
-            return e_rows
-        B, S, O = e_rows.shape
-        order = torch.rand(B, max(S, O), generator=g, device=e_rows.device, dtype=torch.float64).argsort(-1)
-        symbols = order[:, :S] % O  # (B,S)
-        peak = torch.nn.functional.one_hot(symbols, O).to(e_rows.dtype)  # (B,S,O)
-        return lam * peak + (1 - lam) * e_rows
-
     def _sample(self, batch_size: int, g: torch.Generator, device: torch.device) -> Batch:
         p = self.params
         B, S, O, K = batch_size, p.S, p.O, p.K
         t_rows = dirichlet_rows(B, S, S, g, device)  # (B,S,S)
         e_rows = dirichlet_rows(B, S, O, g, device)  # (B,S,O)
         rho = self._stickiness(B, g, device)  # (B,1,1) or None
-        e_rows = self._clear_emissions(e_rows, g)  # (B,S,O)
+        e_rows = peak_rows(e_rows, p.emission_clarity, g)  # (B,S,O): each state's own likeliest symbol
         if rho is not None:
             t_rows = rho * torch.eye(S, dtype=torch.float64, device=device) + (1 - rho) * t_rows
         t_cents = discretise_cents(t_rows, p.floor_cents)  # (B,S,S)
