@@ -95,11 +95,9 @@ def mamba_scan_used(model: torch.nn.Module, device: torch.device) -> str:
     scan = str(getattr(model, "scan", "auto"))
     if scan != "auto":
         return scan
-    if device.type == "cpu":
-        return "fused"
-    from windtunnel.models.scans import kernel_available
+    from windtunnel.models.mamba import auto_scan
 
-    return "kernel" if kernel_available(device) else "parallel"
+    return auto_scan(device, torch.float32)
 
 
 def bench_config(

@@ -7,6 +7,7 @@ import torch
 
 from hook_models import ARCHS, build, inputs
 from windtunnel.models import mamba as mamba_module
+from windtunnel.models import scan_kernel
 from windtunnel.models.base import predictive
 
 LOCAL = {  # per-layer hook points beyond resid_pre / resid_post, where the concept exists
@@ -79,6 +80,7 @@ def test_run_with_cache_returns_exactly_the_names_asked(arch):
 
 
 def test_mamba_keeps_the_fused_scan_unless_h_is_asked(monkeypatch):
+    monkeypatch.setattr(scan_kernel, "available", lambda: False)  # scan="auto" runs the eager fused scan
     model = build("mamba")
     calls = []
     real = mamba_module.selective_scan

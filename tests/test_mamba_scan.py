@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from windtunnel import models, tasks
-from windtunnel.models import mamba, scans
+from windtunnel.models import mamba, scan_kernel, scans
 from windtunnel.models.scans import selective_scan, sequential_scan
 
 SPEC = tasks.make("bijection").spec
@@ -103,12 +103,11 @@ def test_fused_scan_long_decay_is_stable():
 @pytest.mark.parametrize("spec", [SPEC, REG], ids=["tokens", "real"])
 @pytest.mark.parametrize("T", [1, 13])
 def test_mamba_model_scan_modes_agree(spec, T):
-    """fused, parallel and sequential give the same model output and parameter gradients (float64)."""
+    """fused, compiled (where a C compiler builds it), parallel and sequential give the same model output and
+    parameter gradients (float64)."""
     torch.manual_seed(0)
-    ms = {
-        s: models.make("mamba", spec, n_layers=2, d_model=16, d_state=5, scan=s).double()
-        for s in ("fused", "parallel", "sequential")
-    }
+    modes = ("fused", "parallel", "sequential") + (("compiled",) if scan_kernel.available() else ())
+    ms = {s: models.make("mamba", spec, n_layers=2, d_model=16, d_state=5, scan=s).double() for s in modes}
     for m in ms.values():
         m.load_state_dict(ms["fused"].state_dict())
     g = torch.Generator().manual_seed(T)
@@ -120,7 +119,7 @@ def test_mamba_model_scan_modes_agree(spec, T):
     outs = {s: m(x) for s, m in ms.items()}
     gs = {s: torch.autograd.grad(outs[s].square().sum(), list(ms[s].parameters())) for s in ms}
     names = [n for n, _ in ms["fused"].named_parameters()]
-    for s in ("parallel", "sequential"):
+    for s in modes[1:]:
         torch.testing.assert_close(outs["fused"], outs[s])
         for name, a, b in zip(names, gs["fused"], gs[s], strict=True):
             torch.testing.assert_close(a, b, msg=f"{s}: {name}")
@@ -129,14 +128,19 @@ def test_mamba_model_scan_modes_agree(spec, T):
     assert cache["blocks.0.ssm.h"].shape == (3, T, ms["fused"].d_inner, 5)
 
 
-def test_mamba_auto_scan_uses_fused_on_cpu(monkeypatch):
-    calls = []
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiler", "no-compiler"])
+def test_mamba_auto_scan_uses_the_compiled_scan_on_cpu_else_the_fused_one(monkeypatch, compiled):
+    if compiled and not scan_kernel.available():
+        pytest.skip(f"the compiled scan does not build here: {scan_kernel.library()}")
+    monkeypatch.setattr(scan_kernel, "available", lambda: compiled)
+    name = "compiled_selective_scan" if compiled else "selective_scan"
+    real, calls = getattr(mamba, name), []
 
     def spy(*args):
         calls.append(args[0].shape)
-        return selective_scan(*args)
+        return real(*args)
 
-    monkeypatch.setattr(mamba, "selective_scan", spy)
+    monkeypatch.setattr(mamba, name, spy)
     m = models.make("mamba", SPEC, n_layers=2, d_model=16)
     assert m.scan == "auto"
     m(torch.zeros(2, 5, dtype=torch.long)).sum().backward()
@@ -171,12 +175,16 @@ def test_fused_scan_under_bf16_autocast():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fused.parameters())
 
 
-def test_fused_scan_promotes_low_precision_to_float32():
+@pytest.mark.parametrize("scan", ["fused", "compiled"])
+def test_fused_scans_promote_low_precision_to_float32(scan):
     """bf16 inputs (as autocast makes them) are scanned in float32: the result matches the exact scan of them."""
+    if scan == "compiled" and not scan_kernel.available():
+        pytest.skip(f"the compiled scan does not build here: {scan_kernel.library()}")
+    fn = selective_scan if scan == "fused" else scan_kernel.compiled_selective_scan
     xs = [x.detach().to(torch.bfloat16) for x in make_inputs(2, 37, 8, 16, torch.float32, seed=7)]
     xs[2] = xs[2].float()  # A = -exp(A_log) stays float32 under autocast
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = selective_scan(*xs)
+        y = fn(*xs)
     assert y.dtype == torch.float32
     torch.testing.assert_close(y.double(), reference(*(x.double() for x in xs)), atol=1e-5, rtol=1e-4)
 
@@ -240,8 +248,9 @@ def test_kernel_scan_without_mamba_ssm_is_a_clear_error(monkeypatch):
         scans.kernel_selective_scan(u, u, torch.zeros(3, 2), torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
 
 
-def test_auto_scan_stays_fused_on_cpu_even_with_mamba_ssm(monkeypatch):
+def test_auto_scan_stays_on_a_cpu_scan_even_with_mamba_ssm(monkeypatch):
     monkeypatch.setattr(scans, "mamba_ssm_scan", lambda: kernel_layout_reference)
+    monkeypatch.setattr(scan_kernel, "available", lambda: False)
     calls = []
 
     def spy(*args):

@@ -1,5 +1,6 @@
 """Mamba (selective state-space model) in PyTorch: its Size, block and model. The scans it runs (fused, parallel,
-sequential, mamba-ssm's CUDA kernel where it is installed) are in models/scans.py.
+sequential, mamba-ssm's CUDA kernel where it is installed) are in models/scans.py, the fused scan compiled from C in
+models/scan_kernel.py.
 
 `variant="reference"`, `ReferenceMambaBlock`, follows the Mamba paper / state-spaces reference block (mamba-minimal's
 structure):
@@ -8,9 +9,12 @@ structure):
     h_t = exp(delta_t A) * h_{t-1} + delta_t B_t u_t   (B,Di,N);  y_t = h_t C_t + D u_t;  out = out_proj(y * SiLU(z))
 with the residual h + block(RMSNorm(h)) and a final RMSNorm. The recurrence is linear in h, so training never
 builds a per-step autograd graph. `scan="auto"` (default) picks, by the input's device:
-  * CPU: `scan="fused"`, `selective_scan`: one loop over t computing exp(delta A), h and y = h C from (B,N,Di) slabs,
-    with a hand-written reverse-loop backward. It never materialises the (B,T,Di,N) dA / dBu tensors (CPU training
-    is memory- and allocation-bound; timings: docs/results/mamba-scans.md).
+  * CPU: `scan="compiled"`, `compiled_selective_scan`: the recurrence in C, compiled at run time, one pass per
+    sequence with its state in cache, its backward recomputing the states from checkpoints; where no C compiler
+    builds it, `scan="fused"`, `selective_scan`: the same loop over t as PyTorch ops on (B,N,Di) slabs with a
+    hand-written reverse-loop backward. Neither materialises the (B,T,Di,N) dA / dBu tensors (CPU training is
+    memory-bound; the compiled scan's forward and backward take about 0.4x the fused one's: timings,
+    docs/results/mamba-scans.md).
   * CUDA with `mamba_ssm` importable (the `cuda` extra, `pip install -e '.[cuda]'`): `scan="kernel"`,
     `kernel_selective_scan`, the same recurrence (no D, no gate, no softplus inside) by mamba-ssm's fused CUDA kernel
     `selective_scan_fn`, forward and backward; tested equal to the fused CPU scan (tests/test_gpu.py).
@@ -37,9 +41,11 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator
 from torch import nn
 
+from windtunnel.models import scan_kernel
 from windtunnel.models.base import InitSize, ResidualModel, size_int
 from windtunnel.models.common import Init, initialise, no_weight_decay, zero_residual_projections
 from windtunnel.models.hooks import LayerHook
+from windtunnel.models.scan_kernel import compiled_selective_scan
 from windtunnel.models.scans import (
     kernel_available,
     kernel_selective_scan,
@@ -47,6 +53,15 @@ from windtunnel.models.scans import (
     selective_scan,
     sequential_scan,
 )
+
+
+def auto_scan(device: torch.device, dtype: torch.dtype) -> str:
+    """The scan `scan="auto"` runs for inputs on `device`: on CPU the compiled scan where it builds, else the fused
+    one; on CUDA mamba-ssm's kernel where it imports (not for float64), else the parallel scan."""
+    if device.type == "cpu":
+        return "compiled" if scan_kernel.available() else "fused"
+    return "kernel" if kernel_available(device) and dtype != torch.float64 else "parallel"
+
 
 # ---------------------------------------------------------------------------------------------- block
 
@@ -127,11 +142,11 @@ class ReferenceMambaBlock(MambaBlock):
     def ssm(
         self, u: torch.Tensor, delta: torch.Tensor, Bm: torch.Tensor, Cm: torch.Tensor, scan: str, hook: LayerHook
     ) -> torch.Tensor:
-        """scan: "sequential" (autograd loop), "parallel" (`parallel_scan`), "fused" (`selective_scan`) or "kernel"
-        (`kernel_selective_scan`, mamba-ssm on CUDA); the last two never materialise the states: `ssm.h` is not
-        reached."""
-        if scan in ("fused", "kernel"):
-            fused = selective_scan if scan == "fused" else kernel_selective_scan
+        """scan: "sequential" (autograd loop), "parallel" (`parallel_scan`), "fused" (`selective_scan`), "compiled"
+        (`compiled_selective_scan`, the fused scan in C) or "kernel" (`kernel_selective_scan`, mamba-ssm on CUDA);
+        the last three never materialise the states: `ssm.h` is not reached."""
+        scans = {"fused": selective_scan, "compiled": compiled_selective_scan, "kernel": kernel_selective_scan}
+        if (fused := scans.get(scan)) is not None:  # the scans that never materialise the states (B,T,Di,N)
             return fused(u, delta, -torch.exp(self.A_log), Bm, Cm)  # (B,T,Di)
         A = -torch.exp(self.A_log)  # (Di,N)
         dA = delta[..., None] * A  # (B,T,Di,N)
@@ -178,9 +193,10 @@ class MambaSize(InitSize):
     of the residual stream's norm at init under "torch", ~0.05 under "normal"). Run directories written before
     `init` existed trained the paper variant with "normal", and their stored configs read as that
     (`store.records.run_dir.ConfigFile.upgrade`).
-    `scan` (reference variant; the paper variant always scans sequentially): "auto" = fused on CPU, on CUDA "kernel"
-    (mamba-ssm's `selective_scan_fn`) when `mamba_ssm` imports, else parallel; "kernel" explicitly, off CUDA or
-    without mamba_ssm, is a ValueError at the forward. A layer whose state `ssm.h` is hooked or cached materialises
+    `scan` (reference variant; the paper variant always scans sequentially): "auto" = on CPU "compiled" where a C
+    compiler builds it, else "fused"; on CUDA "kernel" (mamba-ssm's `selective_scan_fn`) when `mamba_ssm` imports,
+    else parallel; "kernel" explicitly, off CUDA or without mamba_ssm, and "compiled" off the CPU or where it does not
+    build, are a ValueError at the forward. A layer whose state `ssm.h` is hooked or cached materialises
     it with the parallel scan, or the sequential one when scan="sequential".
     `zero_init_out`: zero every block's out_proj at init (`common.zero_residual_projections`), so every block starts
     as the identity."""
@@ -192,7 +208,7 @@ class MambaSize(InitSize):
     d_conv: int = size_int(4)
     dt_rank: int | Literal["auto"] = "auto"
     variant: Literal["reference", "paper"] = "reference"
-    scan: Literal["auto", "fused", "parallel", "sequential", "kernel"] = "auto"
+    scan: Literal["auto", "fused", "compiled", "parallel", "sequential", "kernel"] = "auto"
     pos: Literal["none", "learned"] | None = None
     tie: bool = True
     eps: float = Field(default=1e-5, gt=0)
@@ -264,14 +280,11 @@ class Mamba(ResidualModel):
             zero_residual_projections(self)
 
     def layer(self, l: int, h: torch.Tensor) -> torch.Tensor:
-        scan = self.scan
+        scan: str = self.scan
         if self.wants(f"blocks.{l}.ssm.h"):  # the fused scan never holds the states: materialise them here only
             scan = "sequential" if scan == "sequential" else "parallel"
-        elif scan == "auto":  # the fused loop on CPU (memory-bound); mamba-ssm's kernel on CUDA, else parallel
-            if h.device.type == "cpu":
-                scan = "fused"
-            else:
-                scan = "kernel" if kernel_available(h.device) and h.dtype != torch.float64 else "parallel"
+        elif scan == "auto":
+            scan = auto_scan(h.device, h.dtype)
         hook = self.layer_hook(l)
         h = h + hook("ssm.out", self.blocks[l](self.norms[l](h), scan, hook))  # (B,T,d)
         return torch.nan_to_num(h) if self.nan_to_num else h

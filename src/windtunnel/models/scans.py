@@ -128,7 +128,30 @@ def sequential_scan(a: torch.Tensor, b: torch.Tensor, clamp: float | None = None
 _LOG2E = math.log2(math.e)
 
 
-class _SelectiveScan(torch.autograd.Function):
+class FusedScanFunction(torch.autograd.Function):
+    """A selective scan y = f(u, delta, A, B, C) whose forward returns, after y, the tensors its backward reads
+    (outputs, not ctx, so that `setup_context` can save them and `torch.func.vmap` (stacked seeds) can run it: each
+    slice as one unbatched call, `_per_slice`). Its backward receives u and those tensors as `ctx.saved_tensors`."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.save_for_backward(inputs[0], *output[1:])
+
+    @classmethod
+    def vmap(cls, info, in_dims, u, delta, A, Bm, Cm):
+        return _per_slice(cls, info, in_dims, (u, delta, A, Bm, Cm))
+
+
+def scan_dtype(*xs: torch.Tensor) -> torch.dtype:
+    """The dtype a fused scan runs in: the inputs' promoted dtype, at least float32 (a bf16 state would drift)."""
+    dtype = torch.float32
+    for x in xs:
+        dtype = torch.promote_types(dtype, x.dtype)
+    return dtype
+
+
+class _SelectiveScan(FusedScanFunction):
     """y = selective_scan(u, delta, A, B, C) fused over t, keeping only per-step (B,N,Di) work tensors.
 
     Forward: h_t = exp(delta_t A) * h_{t-1} + (delta_t u_t) B_t  (h_{-1} = 0),  y_t = sum_n C_t[n] h_t[n].
@@ -139,8 +162,7 @@ class _SelectiveScan(torch.autograd.Function):
     tensors, not one (T,B,N,Di) block: glibc serves a block that large by a fresh mmap each call, whose first-touch
     page faults cost about what the whole forward loop does. exp is computed as exp2(delta * A log2 e), faster than
     torch.exp on the CPU at float32 accuracy. Both measured: docs/results/mamba-scans.md.
-    The forward returns the saved tensors after y (`setup_context` keeps them), so `torch.func.vmap` (stacked
-    seeds) can run it: each slice as one unbatched call (`_per_slice`; the generated rule has no `bmm(out=)`).
+    The forward returns the saved tensors after y (`FusedScanFunction`: the generated vmap rule has no `bmm(out=)`).
 
     Backward (reverse loop), with g_t = dL/dh_t = C_t gy_t + exp(delta_{t+1} A) g_{t+1}:
         dC_t[n] = sum_d gy_t[d] h_t[n,d];   d(delta u)_t[d] = sum_n B_t[n] g_t[n,d];
@@ -170,15 +192,6 @@ class _SelectiveScan(torch.autograd.Function):
             H.append(h)
         # y (B,T,Di), then what backward reads: outputs, not ctx, so that `setup_context` (torch.func) can save them
         return (y.squeeze(2).transpose(0, 1), At, dt, du, Bt, Ct, *H)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.mark_non_differentiable(*output[1:])
-        ctx.save_for_backward(inputs[0], *output[1:])
-
-    @staticmethod
-    def vmap(info, in_dims, u, delta, A, Bm, Cm):
-        return _per_slice(_SelectiveScan, info, in_dims, (u, delta, A, Bm, Cm))
 
     @staticmethod
     @once_differentiable
@@ -223,8 +236,7 @@ def selective_scan(
     layer to a scan that materialises them).
     Runs in the inputs' promoted dtype, at least float32, with autocast off (a bf16 state would drift).
     """
-    dtype = torch.promote_types(torch.result_type(u, delta), torch.result_type(A, B))
-    dtype = torch.promote_types(torch.promote_types(dtype, C.dtype), torch.float32)
+    dtype = scan_dtype(u, delta, A, B, C)
     with torch.autocast(u.device.type, enabled=False):
         return _SelectiveScan.apply(*(x.to(dtype) for x in (u, delta, A, B, C)))[0]
 
@@ -274,8 +286,7 @@ def kernel_selective_scan(
             "model.size.scan: 'kernel' needs the mamba-ssm package (pip install -e '.[cuda]'), and "
             f"mamba_ssm.ops.selective_scan_interface does not import here; {KERNEL_HINT}"
         )
-    dtype = torch.promote_types(torch.result_type(u, delta), torch.result_type(A, B))
-    dtype = torch.promote_types(torch.promote_types(dtype, C.dtype), torch.float32)
+    dtype = scan_dtype(u, delta, A, B, C)
     if dtype == torch.float64:
         raise ValueError(
             "model.size.scan: 'kernel' (mamba-ssm) has no float64 path; use scan='parallel' or 'sequential' for float64"
