@@ -59,7 +59,10 @@ def auto_scan(device: torch.device, dtype: torch.dtype) -> str:
     """The scan `scan="auto"` runs for inputs on `device`: on CPU the compiled scan where it builds, else the fused
     one; on CUDA mamba-ssm's kernel where it imports (not for float64), else the parallel scan."""
     if device.type == "cpu":
-        return "compiled" if scan_kernel.available() else "fused"
+        if scan_kernel.available():
+            return "compiled"
+        scan_kernel.warn_unavailable()
+        return "fused"
     return "kernel" if kernel_available(device) and dtype != torch.float64 else "parallel"
 
 

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,6 +80,19 @@ def library() -> ctypes.CDLL | str:
 def available() -> bool:
     """Whether the compiled scan can run here (builds it on the first call)."""
     return not isinstance(library(), str)
+
+
+@functools.cache
+def warn_unavailable() -> None:
+    """Once per process, where the library did not build: say why, and that Mamba scans by the eager fused scan."""
+    reason = library()
+    if isinstance(reason, str):
+        warnings.warn(
+            f"the compiled Mamba scan is not available ({reason}); Mamba runs the eager fused scan on the CPU, "
+            "the same recurrence, slower per step (docs/results/mamba-scans.md)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _call(name: str, sizes: tuple[int, ...], tensors: list[torch.Tensor]) -> None:
