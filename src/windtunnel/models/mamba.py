@@ -13,7 +13,7 @@ builds a per-step autograd graph. `scan="auto"` (default) picks, by the input's 
     sequence with its state in cache, its backward recomputing the states from checkpoints; where no C compiler
     builds it, `scan="fused"`, `selective_scan`: the same loop over t as PyTorch ops on (B,N,Di) slabs with a
     hand-written reverse-loop backward. Neither materialises the (B,T,Di,N) dA / dBu tensors (CPU training is
-    memory-bound; the compiled scan's forward and backward take about 0.4x the fused one's: timings,
+    memory-bound; the compiled scan's forward and backward take 0.24-0.46x the fused one's: timings,
     docs/results/mamba-scans.md).
   * CUDA with `mamba_ssm` importable (the `cuda` extra, `pip install -e '.[cuda]'`): `scan="kernel"`,
     `kernel_selective_scan`, the same recurrence (no D, no gate, no softplus inside) by mamba-ssm's fused CUDA kernel
