@@ -103,7 +103,8 @@ def _call(name: str, sizes: tuple[int, ...], tensors: list[torch.Tensor]) -> Non
 
 
 @functools.cache
-def _pool(n: int) -> ThreadPoolExecutor:
+def _pool(pid: int, n: int) -> ThreadPoolExecutor:
+    """n worker threads of process `pid` (a forked child has none of its parent's threads: it gets its own pool)."""
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix="windtunnel-scan")
 
 
@@ -114,7 +115,7 @@ def _over_batch(B: int, fn) -> list:
     bounds = [(B * i // n, B * (i + 1) // n) for i in range(n)]
     if n == 1:
         return [fn(0, B)]
-    return list(_pool(n).map(lambda b: fn(*b), bounds))
+    return list(_pool(os.getpid(), n).map(lambda b: fn(*b), bounds))
 
 
 def _contiguous(x: torch.Tensor) -> torch.Tensor:
