@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_mamba_scan import SPEC, grads, make_inputs, reference
-from windtunnel import models
+from scan_reference import grads, make_inputs, reference
+from windtunnel import models, tasks
 from windtunnel.models import scan_kernel
 from windtunnel.models.scan_kernel import CHUNK, compiled_selective_scan
 from windtunnel.models.scans import selective_scan
 
+SPEC = tasks.make("bijection").spec
 needs_kernel = pytest.mark.skipif(not scan_kernel.available(), reason="no C compiler builds the compiled scan here")
 NAMES = ["u", "delta", "A", "B", "C"]
 # lengths below, at, just past and across several of the backward's checkpoint chunks
