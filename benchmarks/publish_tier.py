@@ -1,8 +1,8 @@
 """Copy what a `windtunnel reproduce` run made into docs/results/<tier>/: the report, its data and figures, each
 probed run's geometry.json (plus the geometry figures of the transformer and Mamba cells), and every run's records
 without its checkpoints (runs/NAME/: config, evaluations, training log, geometry, and the probe figures of each cell's
-lowest probed seed), so that `windtunnel report docs/results/<tier> --out DIR` (DIR holding a copy of its
-reproduce.json, for the run metadata) rebuilds the report with a newer report. Run directories do not survive a
+lowest probed seed), so that `windtunnel report docs/results/<tier> --out DIR` (which reads the published
+reproduce.json for the run metadata) rebuilds the report with a newer report. Run directories do not survive a
 working day; the published copy does.
 
     python benchmarks/publish_tier.py runs/standard docs/results/standard

@@ -52,6 +52,25 @@ def test_the_conservative_end_of_each_interval_decides():
     assert marks.verdict(BIJ, {"metrics": {"entropy_mae_bits": iv(0.0)}}).level == "fail"  # KL missing
 
 
+@pytest.mark.parametrize(
+    ("ent_hi", "acc_lo", "said"),
+    [
+        (0.1004, 1.0, "entropy error 0.1004 > 0.1 bits"),  # 3 digits would read "0.1 > 0.1"
+        (0.0213, 1.0, "entropy error 0.0213 > 0.01 bits"),
+        (0.010002, 1.0, "entropy error 0.010002 > 0.01 bits"),
+        (0.001, 0.98996, "accuracy 98.996% < 99%"),  # one decimal would read "99.0% < 99%"
+        (0.001, 0.973, "accuracy 97.3% < 99%"),
+    ],
+)
+def test_a_reason_never_reads_as_its_threshold(ent_hi, acc_lo, said):
+    s = scores(0.001, 0.001, acc=1.0)
+    s["metrics"]["entropy_mae_bits"] = iv(0.001, 0.0, ent_hi)
+    s["metrics"]["accuracy"] = iv(1.0, acc_lo, 1.0)
+    v = marks.verdict(RECALL, s)
+    assert any(said in r for r in v.reasons), v.reasons
+    assert marks.apart(0.1004, 0.1) == "0.1004" and marks.apart(0.5, 0.1) == "0.5"
+
+
 def test_accuracy_headline_needs_accuracy_and_the_distribution():
     assert marks.verdict(RECALL, scores(0.001, 0.002, acc=1.0)).level == "exact"
     assert marks.verdict(RECALL, scores(0.001, 0.002, acc=0.95)).level == "approximate"

@@ -297,16 +297,18 @@ def test_report_cli_rebuilds_from_run_dirs(smoke, tmp_path):
 
 
 def test_a_tier_s_report_rebuilt_from_its_records_is_byte_identical(smoke, tmp_path):
-    """`windtunnel report` over a tier's --out (with its reproduce.json) writes the report reproduce wrote: the run
-    metadata read back from the file (its cells and runs in name order) prints as the call that wrote it printed it."""
+    """`windtunnel report` over a tier's --out, into a folder of its own, writes the report reproduce wrote: the run
+    metadata read back from the --out's reproduce.json (its cells and runs in name order) prints as the call that
+    wrote it printed it. Over the runs alone there is no tier's record to read."""
     out, _ = smoke
     rebuilt = tmp_path / "rebuilt"
-    rebuilt.mkdir()
-    (rebuilt / "reproduce.json").write_bytes((out / "reproduce.json").read_bytes())
     res = CliRunner().invoke(app, ["report", str(out), "--out", str(rebuilt)])
     assert res.exit_code == 0, res.output
     for name in ("report.md", "results.json"):
         assert (rebuilt / name).read_bytes() == (out / name).read_bytes(), name
+    assert not (rebuilt / "reproduce.json").exists()  # read where it is, not copied
+    runs_only = build_report([out / "runs"], tmp_path / "runs-only")
+    assert runs_only["meta"] == {} and json.loads((out / "results.json").read_text())["meta"]
     cells = list(json.loads((out / "reproduce.json").read_text())["seeds"])
     assert cells == sorted(cells) and len(cells) > 1
 

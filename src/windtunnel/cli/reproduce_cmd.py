@@ -116,9 +116,10 @@ def report(
 ) -> None:
     """Rebuild the report from existing run directories.
 
-    The runs may come from here, a GPU box, anywhere: a driver's --out gives the runs its manifest.json lists. The
-    report reads only files, but a task of your own needs its module (--import) for its metadata: Table 1 title,
-    headline metric, approximate posteriors."""
+    The runs may come from here, a GPU box, anywhere: a driver's --out gives the runs its manifest.json lists, and a
+    reproduce's --out, given alone, its reproduce.json (the tier, its added seeds, its deviations) to a report written
+    elsewhere. The report reads only files, but a task of your own needs its module (--import) for its metadata:
+    Table 1 title, headline metric, approximate posteriors."""
     with loading():
         from windtunnel.report import build_report
         from windtunnel.store.records.report_files import check_out

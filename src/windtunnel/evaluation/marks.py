@@ -257,6 +257,16 @@ def closest_posterior(kl: Mapping[str, Sequence[float]], intervals: Any) -> dict
     return {"name": best, "margins": margins}
 
 
+def apart(value: float, threshold: float, spec: str = "g", least: int = 3) -> str:
+    """`value` written with `least` digits (`spec` "g": significant, "f": decimals) or as many more as it takes not to
+    read as the `threshold` it is compared with: 0.1004 against 0.1 is "0.1004", never "0.1 > 0.1"."""
+    for digits in range(least, least + 8):
+        text = f"{value:.{digits}{spec}}"
+        if float(text) != threshold:
+            return text
+    return repr(value)
+
+
 def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
     """The verdict of one evaluation setting (or pooled cell) of a predictor on `task` (see the module docstring)."""
     th = thresholds(task)
@@ -284,20 +294,22 @@ def verdict(task: Any, scores: Mapping[str, Any]) -> Verdict:
             cap("fail", f"{METRICS[name].words}: no finite value")
         elif m["hi"] > th.approx_bits:
             high = end("upper", m["mean"], m["mean"] <= th.approx_bits)
-            cap("fail", f"{METRICS[name].words} {m['hi']:.3g} > {th.approx_bits:g} bits {high}")
+            cap("fail", f"{METRICS[name].words} {apart(m['hi'], th.approx_bits)} > {th.approx_bits:g} bits {high}")
         elif m["hi"] > th.exact_bits:
             high = end("upper", m["mean"], m["mean"] <= th.exact_bits)
-            cap("approximate", f"{METRICS[name].words} {m['hi']:.3g} > {th.exact_bits:g} bits {high}")
+            cap("approximate", f"{METRICS[name].words} {apart(m['hi'], th.exact_bits)} > {th.exact_bits:g} bits {high}")
     if metric == "accuracy":
         m = finite(got.get("accuracy"))
         if m is None:
             cap("fail", "accuracy: no finite value")
         elif m["lo"] < th.approx_accuracy:
             low = end("lower", m["mean"], m["mean"] >= th.approx_accuracy)
-            cap("fail", f"accuracy {100 * m['lo']:.1f}% < {100 * th.approx_accuracy:.0f}% {low}")
+            bound = 100 * th.approx_accuracy
+            cap("fail", f"accuracy {apart(100 * m['lo'], bound, 'f', 1)}% < {bound:.0f}% {low}")
         elif m["lo"] < th.exact_accuracy:
             low = end("lower", m["mean"], m["mean"] >= th.exact_accuracy)
-            cap("approximate", f"accuracy {100 * m['lo']:.1f}% < {100 * th.exact_accuracy:.0f}% {low}")
+            bound = 100 * th.exact_accuracy
+            cap("approximate", f"accuracy {apart(100 * m['lo'], bound, 'f', 1)}% < {bound:.0f}% {low}")
     approx = scores.get("approximations") or {}
     horizon, deepest = belief_horizon(approx)
     if not approx and _declared_depth(task):

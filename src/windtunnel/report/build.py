@@ -124,10 +124,11 @@ def build_report(
     paths: list[str | Path], out: str | Path, meta: ReproduceRecord | Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Read run directories under `paths`, write the report into `out`, return the results dict. `meta`: what
-    reproduce recorded (`records.drivers.ReproduceRecord`; default: `out`/reproduce.json where there is one)."""
+    reproduce recorded (`records.drivers.ReproduceRecord`; default: `out`/reproduce.json where there is one, else that
+    of the one path given, a reproduce's --out reported elsewhere)."""
     out = Path(out)
     records = find_runs(paths)  # every input read and validated before anything is created
-    meta = _load_meta(out, meta)
+    meta = _load_meta(out, meta, paths)
     out.mkdir(parents=True, exist_ok=True)
     doc = Document(prose.TITLE)
 
@@ -171,15 +172,21 @@ def _added_seeds(meta: ReproduceRecord | None) -> dict[str, list[int]] | None:
     return meta.added_seeds
 
 
-def _load_meta(out: Path, meta: ReproduceRecord | Mapping[str, Any] | None) -> ReproduceRecord | None:
+def _load_meta(
+    out: Path, meta: ReproduceRecord | Mapping[str, Any] | None, paths: list[str | Path]
+) -> ReproduceRecord | None:
     """`meta` as reproduce's record (a mapping: what a reproduce.json holds, checked), or where none is given (or
-    an empty one), `out`/reproduce.json's (checked: a garbled file names its field); None for runs made outside
+    an empty one), `out`/reproduce.json's, else, with one path given, that path's: a reproduce's --out reported into
+    another folder keeps its tier's notes (checked: a garbled file names its field); None for runs made outside
     `windtunnel reproduce`."""
     if isinstance(meta, ReproduceRecord):
         return meta
     if meta:
         return ReproduceRecord.parse(dict(meta), Path("meta"))
-    return ReproduceRecord.find(out)
+    here = ReproduceRecord.find(out)
+    if here is None and len(paths) == 1 and Path(paths[0]).is_dir():
+        return ReproduceRecord.find(paths[0])
+    return here
 
 
 def _verdicts_section(doc: Document, verdicts: list[dict[str, str]]) -> None:
