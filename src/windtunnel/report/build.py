@@ -184,9 +184,7 @@ def _load_meta(
     if meta:
         return ReproduceRecord.parse(dict(meta), Path("meta"))
     here = ReproduceRecord.find(out)
-    if here is None and len(paths) == 1 and Path(paths[0]).is_dir():
-        return ReproduceRecord.find(paths[0])
-    return here
+    return ReproduceRecord.find(paths[0]) if here is None and len(paths) == 1 else here
 
 
 def _verdicts_section(doc: Document, verdicts: list[dict[str, str]]) -> None:
