@@ -145,7 +145,7 @@ LENGTH_GEN["transport"] = {task: LENGTH_GEN["standard"][task] for task in TIER_T
 # Its sticky column costs, two runs x 1 thread on a 2-core AMD EPYC: transformer 0.40-0.43 s a step, Mamba 0.35-0.38
 # (the compiled scan), LSTM 0.13, MLPs 0.25. Its runs in all, with evaluation, probes, three LSTM seeds and the seeds
 # the tier adds: 53,654 s measured, about 7.5 h over two jobs, past the four hours aimed at: the least budget measured
-# to decide.
+# to decide the transformer's HMM claim.
 # Twice the HMM budget decides no more (docs/results/transport-hmm-16000, this config at 16,000 x 32): Mamba's cell
 # stays ◐ 0.014 (2/5 seeds ✓, 0.0066-0.0212) and the LSTM's validation still falls by the rule on 2/3 seeds.
 BUDGET: dict[str, dict[str, tuple[int, int]]] = {
